@@ -1,0 +1,1 @@
+"""docpipe: durable LLM document pipelines on Celery, Redis and PostgreSQL."""

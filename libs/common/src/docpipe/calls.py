@@ -1,0 +1,154 @@
+"""Provider calls made by a step: memoised, logged before they are sent, validated after.
+
+``StepContext.ask`` is the only way a step talks to a model. A call whose answer was already
+accepted for this run, step and generation returns the stored answer without a request, so
+a step that is retried after a crash re-sends only the calls that had not finished.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from docpipe.db import Database
+from docpipe.errors import InvalidOutputError, LLMError
+from docpipe.llm import Completion, LLMClient, parse_output
+from docpipe.pipeline import Step
+from docpipe.settings import ModelPrice, Settings
+
+__all__ = ["CallGate", "StepContext"]
+
+# Wraps each provider request (the shared rate limiter plugs in here); given the model and
+# the run's lane, it returns a context manager that is held while the request is in flight.
+CallGate = Callable[[str, str], AbstractContextManager[object]]
+
+
+def _no_gate(model: str, lane: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+@dataclass
+class StepContext:
+    """What a step may read (the document, earlier outputs) and do (ask a model)."""
+
+    db: Database
+    llm: LLMClient
+    settings: Settings
+    step: Step
+    run_id: str
+    tenant_id: str
+    lane: str
+    attempt: int
+    generation: int
+    document: str
+    outputs: Mapping[str, Any]
+    gate: CallGate = _no_gate
+    calls_sent: int = field(default=0, init=False)
+
+    def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """The answer to ``user`` under the step's prompt, valid against ``schema``.
+
+        Tries the step's model, then its fallback model if the answer stays invalid; raises
+        InvalidOutputError when both fail, or the provider's Transient/PermanentLLMError.
+        """
+        memo = self.db.one(
+            "memoised_call",
+            run_id=self.run_id,
+            step=self.step.name,
+            generation=self.generation,
+            call_key=call_key,
+        )
+        if memo is not None:
+            return dict(memo["response"])
+        messages = [
+            {"role": "system", "content": self.step.system_prompt},
+            {"role": "user", "content": user},
+        ]
+        invalid: list[str] = []
+        for model in self.step.models:
+            try:
+                return self._send(call_key, model, messages, schema)
+            except InvalidOutputError as exc:
+                invalid.append(f"{model}: {exc}")
+        raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
+
+    def _send(
+        self,
+        call_key: str,
+        model: str,
+        messages: list[dict[str, str]],
+        schema: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        row = self.db.one(
+            "start_call",
+            run_id=self.run_id,
+            step=self.step.name,
+            generation=self.generation,
+            call_key=call_key,
+            step_attempt=self.attempt,
+            tenant_id=self.tenant_id,
+            model=model,
+            prompt_version=self.step.prompt_version,
+        )
+        assert row is not None
+        call = _CallRecord(self.db, row["id"], self.settings.price_of(model))
+        self.calls_sent += 1
+        started = time.monotonic()
+        try:
+            with self.gate(model, self.lane):
+                completion = self.llm.chat(model=model, messages=messages)
+        except LLMError as exc:
+            call.finish("error", time.monotonic() - started, error=exc)
+            raise
+        try:
+            output = parse_output(completion.content, schema)
+        except InvalidOutputError as exc:
+            call.finish("invalid_output", completion.latency_s, completion, error=exc)
+            raise
+        call.finish("ok", completion.latency_s, completion, response=output)
+        return output
+
+
+@dataclass(frozen=True)
+class _CallRecord:
+    """The llm_call_log row of one request, completed exactly once."""
+
+    db: Database
+    id: int
+    price: ModelPrice
+
+    def finish(
+        self,
+        status: str,
+        latency_s: float,
+        completion: Completion | None = None,
+        *,
+        error: LLMError | None = None,
+        response: dict[str, Any] | None = None,
+    ) -> None:
+        # Tokens of an invalid answer are paid for too: they count in the cost.
+        cost = (
+            self.price.cost(completion.input_tokens, completion.output_tokens)
+            if completion is not None
+            else Decimal(0)
+        )
+        http_status = completion.http_status if completion else None
+        self.db.execute(
+            "finish_call",
+            id=self.id,
+            status=status,
+            http_status=error.http_status if error and error.http_status else http_status,
+            error_kind=error.kind if error else None,
+            error=str(error)[:2000] if error else None,
+            input_tokens=completion.input_tokens if completion else None,
+            output_tokens=completion.output_tokens if completion else None,
+            cost_usd=cost,
+            latency_ms=round(latency_s * 1000),
+            response=Jsonb(response) if response is not None else None,
+        )

@@ -1,0 +1,103 @@
+"""Connections to docpipe's PostgreSQL and the named queries of ``sql/queries.sql``.
+
+Only this module and the modules that own a table's transitions know query names; the rest
+of docpipe calls functions such as ``runs.claim_step``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+__all__ = ["Database", "Row", "Session", "load_queries"]
+
+Row = dict[str, Any]
+
+_QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def load_queries() -> Mapping[str, str]:
+    """Every ``-- name: x`` block of queries.sql, by name."""
+    text = files("docpipe").joinpath("sql/queries.sql").read_text(encoding="utf-8")
+    parts = _QUERY_HEADER.split(text)
+    queries = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    if len(queries) != len(parts[1::2]):
+        raise RuntimeError("queries.sql names a query twice")
+    return queries
+
+
+class Session:
+    """One connection, used either in autocommit or inside a transaction."""
+
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self.conn = conn
+
+    def one(self, query: str, **params: Any) -> Row | None:
+        cur = self.conn.execute(load_queries()[query], params)
+        return cur.fetchone()
+
+    def all(self, query: str, **params: Any) -> list[Row]:
+        cur = self.conn.execute(load_queries()[query], params)
+        return cur.fetchall()
+
+    def execute(self, query: str, **params: Any) -> int:
+        """Run ``query``; returns the number of rows it touched."""
+        return self.conn.execute(load_queries()[query], params).rowcount
+
+
+class Database:
+    """A small pool of autocommit connections to one database."""
+
+    def __init__(self, url: str, *, max_size: int = 4) -> None:
+        self.url = url
+        self._pid = os.getpid()
+        self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            connection_class=psycopg.Connection[Row],
+            # A broken connection (server restarted) is replaced instead of failing a task.
+            check=ConnectionPool.check_connection,
+            name="docpipe",
+            open=True,
+        )
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A pooled connection in autocommit mode: each statement commits on its own."""
+        with self._pool.connection() as conn:
+            yield Session(conn)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A pooled connection inside one transaction, committed when the block ends."""
+        with self._pool.connection() as conn, conn.transaction():
+            yield Session(conn)
+
+    def one(self, query: str, **params: Any) -> Row | None:
+        with self.session() as s:
+            return s.one(query, **params)
+
+    def all(self, query: str, **params: Any) -> list[Row]:
+        with self.session() as s:
+            return s.all(query, **params)
+
+    def execute(self, query: str, **params: Any) -> int:
+        with self.session() as s:
+            return s.execute(query, **params)
+
+    def close(self) -> None:
+        # After a fork the pool's threads are not ours: only the creating process closes it.
+        if os.getpid() == self._pid:
+            self._pool.close()

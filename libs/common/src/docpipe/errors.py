@@ -1,0 +1,76 @@
+"""docpipe's exceptions. Lower-level errors (httpx, JSON, schema) are mapped to these at the
+boundary where they happen, so the executor decides on retries from the class alone::
+
+    DocpipeError
+    ├── LLMError                      a provider call or its output went wrong
+    │   ├── TransientLLMError         retry later: timeout, connection, 429, 5xx
+    │   └── PermanentLLMError         never retry: 4xx, empty input
+    │       └── InvalidOutputError    output failed its schema after repairs and fallback
+    ├── NotFoundError                 an id the caller named does not exist (for this tenant)
+    ├── ConflictError                 the request contradicts stored state
+    └── InvalidRequestError           the request itself is malformed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "DocpipeError",
+    "InvalidOutputError",
+    "InvalidRequestError",
+    "LLMError",
+    "NotFoundError",
+    "PermanentLLMError",
+    "TransientLLMError",
+]
+
+
+class DocpipeError(Exception):
+    """Base of every error docpipe raises on purpose."""
+
+
+class LLMError(DocpipeError):
+    """A provider call failed; ``kind`` is a short, stable label for logs and metrics."""
+
+    def __init__(self, message: str, *, kind: str, http_status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.http_status = http_status
+
+
+class TransientLLMError(LLMError):
+    """Worth retrying later; ``retry_after`` is the provider's own hint in seconds, if any."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        http_status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, kind=kind, http_status=http_status)
+        self.retry_after = retry_after
+
+
+class PermanentLLMError(LLMError):
+    """Retrying would pay again for the same failure."""
+
+
+class InvalidOutputError(PermanentLLMError):
+    """The model's answer stayed outside its schema; the run needs a human."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="invalid_output")
+
+
+class NotFoundError(DocpipeError):
+    pass
+
+
+class ConflictError(DocpipeError):
+    pass
+
+
+class InvalidRequestError(DocpipeError):
+    pass

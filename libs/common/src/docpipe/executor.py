@@ -1,0 +1,235 @@
+"""``run_step``: execute one pipeline step at most once to completion, without any broker.
+
+The Celery task is a thin shell around :meth:`StepExecutor.run_step`; tests call it
+directly. The outcome says what should happen next (publish the next step, retry later,
+nothing), and the state in PostgreSQL already reflects it when it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+import jsonschema
+
+from docpipe import runs
+from docpipe.backoff import retry_delay
+from docpipe.calls import CallGate, StepContext, _no_gate
+from docpipe.db import Database
+from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
+from docpipe.llm import LLMClient
+from docpipe.pipeline import get_pipeline
+from docpipe.settings import Settings
+
+__all__ = ["StepExecutor", "StepOutcome", "worker_identity"]
+
+log = logging.getLogger(__name__)
+
+OutcomeKind = Literal["completed", "already_done", "busy", "stopped", "retry", "failed"]
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    kind: OutcomeKind
+    run_status: str | None = None
+    next_step: str | None = None
+    retry_in_s: float | None = None
+    outbox_ids: tuple[int, ...] = ()
+    calls_sent: int = 0
+    error: str | None = None
+
+
+def worker_identity() -> str:
+    """A lease owner name unique to this process (a restarted pid is a new owner)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class StepExecutor:
+    """Claims, executes and records steps for one worker process."""
+
+    def __init__(
+        self,
+        db: Database,
+        llm: LLMClient,
+        settings: Settings,
+        *,
+        owner: str | None = None,
+        gate: CallGate = _no_gate,
+        interruptions: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self.db = db
+        self.llm = llm
+        self.settings = settings
+        self.owner = owner or worker_identity()
+        self.gate = gate
+        # Exceptions that stop a step from outside (Celery's soft time limit): the step is
+        # handed back like after a transient error, and memoised calls keep what was done.
+        self.interruptions = interruptions
+
+    def run_step(self, run_id: str, step: str) -> StepOutcome:
+        """Run ``step`` of ``run_id`` if it is claimable; a done step is never run again."""
+        claim = runs.claim_step(
+            self.db, run_id, step, owner=self.owner, lease_s=self.settings.lease_ttl_s
+        )
+        if claim is None:
+            return self._not_claimed(run_id, step)
+        pipeline = get_pipeline(claim.pipeline)
+        spec = pipeline.step(step)
+        if claim.attempt > self.settings.max_step_attempts:
+            return self._fail(claim, "needs_review", f"gave up after {claim.attempt - 1} attempts")
+        document, outputs = runs.step_inputs(self.db, run_id)
+        ctx = StepContext(
+            db=self.db,
+            llm=self.llm,
+            settings=self.settings,
+            step=spec,
+            run_id=run_id,
+            tenant_id=claim.tenant_id,
+            lane=claim.lane,
+            attempt=claim.attempt,
+            generation=claim.generation,
+            document=document,
+            outputs=outputs,
+            gate=self.gate,
+        )
+        try:
+            with _LeaseKeeper(self, claim):
+                output = spec.execute(ctx)
+                _check_output(output, spec.output_schema)
+        except TransientLLMError as exc:
+            return self._retry_or_give_up(claim, str(exc), exc.retry_after, ctx.calls_sent)
+        except self.interruptions as exc:
+            return self._retry_or_give_up(claim, f"interrupted: {exc!r}", None, ctx.calls_sent)
+        except InvalidOutputError as exc:
+            return self._fail(claim, "needs_review", str(exc), ctx.calls_sent)
+        except PermanentLLMError as exc:
+            return self._fail(claim, "failed", str(exc), ctx.calls_sent)
+        next_step = pipeline.next_step(step)
+        recorded = runs.record_step_result(
+            self.db,
+            claim,
+            owner=self.owner,
+            output=output,
+            model=spec.model,
+            prompt_version=spec.prompt_version,
+            next_step=next_step,
+        )
+        if recorded is None:
+            # The run ended while we worked (cancel, deadline) or our lease was taken over.
+            runs.abandon_step(self.db, run_id, step, owner=self.owner)
+            return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="lease or run lost")
+        return StepOutcome(
+            "completed",
+            run_status=recorded.run_status,
+            next_step=next_step,
+            outbox_ids=recorded.outbox_ids,
+            calls_sent=ctx.calls_sent,
+        )
+
+    def _not_claimed(self, run_id: str, step: str) -> StepOutcome:
+        state = runs.step_state(self.db, run_id, step)
+        if state is None:
+            return StepOutcome("stopped", error="no such run or step")
+        if state["status"] == "done":
+            return StepOutcome("already_done", run_status=state["run_status"])
+        if state["run_status"] in runs.ACTIVE_RUN_STATUSES and state["past_deadline"]:
+            runs.expire_run(self.db, run_id)
+            return StepOutcome("stopped", run_status="expired", error="deadline passed")
+        if state["status"] == "running" and state["lease_live"]:
+            return StepOutcome("busy", run_status=state["run_status"])
+        return StepOutcome("stopped", run_status=state["run_status"], error="not claimable")
+
+    def _retry_or_give_up(
+        self, claim: runs.Claim, error: str, retry_after: float | None, calls_sent: int
+    ) -> StepOutcome:
+        if claim.attempt >= self.settings.max_step_attempts:
+            error = f"gave up after {claim.attempt} attempts: {error}"
+            return self._fail(claim, "needs_review", error, calls_sent)
+        delay = retry_delay(
+            claim.attempt,
+            base_s=self.settings.retry_backoff_base_s,
+            cap_s=self.settings.retry_backoff_cap_s,
+            retry_after_s=retry_after,
+        )
+        released = runs.release_step(
+            self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=delay, error=error
+        )
+        if not released:
+            return StepOutcome("stopped", calls_sent=calls_sent, error="lease lost")
+        log.info(
+            "step %s/%s attempt %d: retry in %.2fs: %s",
+            claim.run_id,
+            claim.step,
+            claim.attempt,
+            delay,
+            error,
+        )
+        return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=error)
+
+    def _fail(self, claim: runs.Claim, status: str, error: str, calls_sent: int = 0) -> StepOutcome:
+        runs.fail_run(
+            self.db, claim.run_id, claim.step, owner=self.owner, status=status, error=error
+        )
+        log.warning("run %s %s at %s: %s", claim.run_id, status, claim.step, error)
+        return StepOutcome("failed", run_status=status, calls_sent=calls_sent, error=error)
+
+
+def _check_output(output: dict[str, Any], schema: Mapping[str, Any]) -> None:
+    try:
+        jsonschema.validate(output, schema)
+    except jsonschema.ValidationError as exc:
+        raise InvalidOutputError(f"step output breaks its schema: {exc.message}") from None
+
+
+class _LeaseKeeper:
+    """Renews the step's lease from a background thread while the step runs.
+
+    If the process dies the renewals stop with it, the lease expires after lease_ttl_s and
+    the reaper hands the step to another worker: recovery never waits for the broker.
+    """
+
+    def __init__(self, executor: StepExecutor, claim: runs.Claim) -> None:
+        self._executor = executor
+        self._claim = claim
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="lease-keeper", daemon=True)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _renew(self) -> None:
+        e = self._executor
+        while not self._stop.wait(e.settings.heartbeat_interval_s):
+            try:
+                kept = runs.renew_lease(
+                    e.db,
+                    self._claim.run_id,
+                    self._claim.step,
+                    owner=e.owner,
+                    lease_s=e.settings.lease_ttl_s,
+                )
+            except Exception:  # a database blip: try again at the next beat
+                log.exception(
+                    "lease renewal failed for %s/%s", self._claim.run_id, self._claim.step
+                )
+                continue
+            if not kept:
+                log.warning("lease of %s/%s lost", self._claim.run_id, self._claim.step)
+                return

@@ -1,0 +1,109 @@
+"""Settings of every docpipe process, read from ``DOCPIPE_*`` environment variables.
+
+Build them with :func:`get_settings` (cached) rather than at import time, so tests and
+workers can set the environment first and call ``get_settings.cache_clear()`` to re-read it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from decimal import Decimal
+from functools import lru_cache
+from typing import Annotated
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["ModelPrice", "Settings", "get_settings"]
+
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class ModelPrice(BaseModel):
+    """USD per million tokens, as providers publish them."""
+
+    input_per_mtok: Decimal = Field(ge=0)
+    output_per_mtok: Decimal = Field(ge=0)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
+        total = input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok
+        return (total / 1_000_000).quantize(Decimal("0.000001"))
+
+
+DEFAULT_PRICES = {
+    "gpt-4o-mini": ModelPrice(input_per_mtok=Decimal("0.15"), output_per_mtok=Decimal("0.60")),
+    "gpt-4o": ModelPrice(input_per_mtok=Decimal("2.50"), output_per_mtok=Decimal("10.00")),
+}
+
+
+class Settings(BaseSettings):
+    """Everything a docpipe process may be told; defaults run the local stack."""
+
+    model_config = SettingsConfigDict(env_prefix="DOCPIPE_", extra="ignore", frozen=True)
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/docpipe"
+    database_pool_size: int = Field(default=4, ge=1, le=100)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+
+    llm_base_url: str = "http://127.0.0.1:8100/v1"
+    llm_api_key: SecretStr = SecretStr("")
+    model_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    # The time-limit rule: every inner limit must fire before the one around it, or the outer
+    # one kills the work without a recorded error (see README, "Time limits").
+    llm_timeout_s: Seconds = 20.0
+    task_soft_time_limit_s: Seconds = 60.0
+    task_time_limit_s: Seconds = 75.0
+    broker_visibility_timeout_s: Seconds = 3600.0
+
+    lease_ttl_s: Seconds = 10.0
+    heartbeat_interval_s: Seconds = 3.0
+    max_step_attempts: int = Field(default=5, ge=1, le=50)
+    retry_backoff_base_s: Seconds = 1.0
+    retry_backoff_cap_s: Seconds = 60.0
+    # Retries due later than this are parked in PostgreSQL instead of as a broker countdown.
+    park_delays_over_s: Seconds = 60.0
+
+    max_document_bytes: int = Field(default=2_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _limits_are_coherent(self) -> Settings:
+        chain = [
+            ("DOCPIPE_LLM_TIMEOUT_S", self.llm_timeout_s),
+            ("DOCPIPE_TASK_SOFT_TIME_LIMIT_S", self.task_soft_time_limit_s),
+            ("DOCPIPE_TASK_TIME_LIMIT_S", self.task_time_limit_s),
+            ("DOCPIPE_BROKER_VISIBILITY_TIMEOUT_S", self.broker_visibility_timeout_s),
+        ]
+        for (inner, inner_s), (outer, outer_s) in itertools.pairwise(chain):
+            if not inner_s < outer_s:
+                raise ValueError(
+                    f"incoherent time limits: {inner}={inner_s:g} must be below "
+                    f"{outer}={outer_s:g} (rule: llm timeout < task soft limit < task hard "
+                    f"limit < broker visibility timeout)"
+                )
+        if not self.heartbeat_interval_s * 2 <= self.lease_ttl_s:
+            raise ValueError(
+                f"DOCPIPE_HEARTBEAT_INTERVAL_S={self.heartbeat_interval_s:g} must be at most half "
+                f"of DOCPIPE_LEASE_TTL_S={self.lease_ttl_s:g}, or one late heartbeat loses a "
+                f"live worker's lease"
+            )
+        if self.retry_backoff_base_s > self.retry_backoff_cap_s:
+            raise ValueError(
+                "DOCPIPE_RETRY_BACKOFF_BASE_S must not exceed DOCPIPE_RETRY_BACKOFF_CAP_S"
+            )
+        return self
+
+    def price_of(self, model: str) -> ModelPrice:
+        """The price of ``model``; an unpriced model is a configuration error, never free."""
+        try:
+            return self.model_prices[model]
+        except KeyError:
+            raise KeyError(
+                f"model {model!r} has no price in DOCPIPE_MODEL_PRICES "
+                f"(known: {', '.join(sorted(self.model_prices))})"
+            ) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,133 @@
+-- The whole current schema, for reading. Migrations in migrations/ are what gets applied;
+-- a test proves that applying all of them yields exactly this.
+
+
+CREATE TABLE document (
+    tenant_id      text        NOT NULL,
+    id             text        NOT NULL,
+    content        text        NOT NULL,
+    content_sha256 text        NOT NULL,
+    size_bytes     integer     NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, id)
+);
+
+CREATE TABLE batch (
+    id              uuid          PRIMARY KEY,
+    tenant_id       text          NOT NULL,
+    pipeline        text          NOT NULL,
+    status          text          NOT NULL DEFAULT 'running'
+                    CHECK (status IN ('running', 'done', 'cancelled', 'budget_exceeded')),
+    runs_total      integer       NOT NULL,
+    budget_usd      numeric(14,6),
+    callback_url    text,
+    idempotency_key text,
+    request_hash    text,
+    created_at      timestamptz   NOT NULL DEFAULT now(),
+    finished_at     timestamptz,
+    UNIQUE (tenant_id, idempotency_key)
+);
+
+CREATE TABLE pipeline_run (
+    id              uuid          PRIMARY KEY,
+    tenant_id       text          NOT NULL,
+    pipeline        text          NOT NULL,              -- document_extract:v1
+    document_id     text          NOT NULL,
+    lane            text          NOT NULL CHECK (lane IN ('interactive', 'batch')),
+    batch_id        uuid          REFERENCES batch (id),
+    status          text          NOT NULL DEFAULT 'queued'
+                    CHECK (status IN ('queued', 'running', 'done', 'failed', 'needs_review',
+                                      'cancelled', 'expired', 'budget_exceeded')),
+    current_step    text,                                -- the only step that may be claimed
+    steps_total     integer       NOT NULL,
+    steps_done      integer       NOT NULL DEFAULT 0,
+    cost_usd        numeric(14,6) NOT NULL DEFAULT 0,    -- sum of llm_call_log.cost_usd
+    budget_usd      numeric(14,6),
+    deadline_at     timestamptz,
+    admitted_at     timestamptz,                         -- batch runs wait in PostgreSQL until set
+    callback_url    text,
+    idempotency_key text          NOT NULL,
+    request_hash    text          NOT NULL,
+    traceparent     text,
+    error           text,
+    created_at      timestamptz   NOT NULL DEFAULT now(),
+    updated_at      timestamptz   NOT NULL DEFAULT now(),
+    finished_at     timestamptz,
+    UNIQUE (tenant_id, idempotency_key),
+    FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id)
+);
+CREATE INDEX pipeline_run_batch_idx ON pipeline_run (batch_id, status) WHERE batch_id IS NOT NULL;
+CREATE INDEX pipeline_run_active_idx ON pipeline_run (status) WHERE status IN ('queued', 'running');
+
+CREATE TABLE pipeline_step_result (
+    run_id           uuid          NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
+    step             text          NOT NULL,
+    step_index       integer       NOT NULL,
+    status           text          NOT NULL DEFAULT 'pending'
+                     CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled')),
+    attempt          integer       NOT NULL DEFAULT 0,
+    generation       integer       NOT NULL DEFAULT 0,   -- bumped by a retry from this step
+    lease_owner      text,
+    lease_expires_at timestamptz,
+    not_before       timestamptz,                        -- a retry waits until then
+    enqueued_at      timestamptz,                        -- last time a message was published
+    output           jsonb,
+    input_tokens     integer,
+    output_tokens    integer,
+    cost_usd         numeric(14,6),
+    model            text,
+    prompt_version   text,
+    error            text,
+    started_at       timestamptz,
+    finished_at      timestamptz,
+    PRIMARY KEY (run_id, step)
+);
+CREATE INDEX pipeline_step_result_lease_idx ON pipeline_step_result (lease_expires_at)
+    WHERE status = 'running';
+CREATE INDEX pipeline_step_result_pending_idx ON pipeline_step_result (enqueued_at)
+    WHERE status = 'pending';
+
+-- One row per provider call attempt, written before the call is sent and completed after.
+-- A row with status 'ok' is also the memo that keeps a retried step from paying twice.
+CREATE TABLE llm_call_log (
+    id             bigserial     PRIMARY KEY,
+    run_id         uuid          NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
+    step           text          NOT NULL,
+    generation     integer       NOT NULL,
+    call_key       text          NOT NULL,
+    step_attempt   integer       NOT NULL,
+    tenant_id      text          NOT NULL,
+    model          text          NOT NULL,
+    prompt_version text          NOT NULL,
+    status         text          NOT NULL DEFAULT 'sent'
+                   CHECK (status IN ('sent', 'ok', 'invalid_output', 'error')),
+    http_status    integer,
+    error_kind     text,
+    error          text,
+    input_tokens   integer,
+    output_tokens  integer,
+    cost_usd       numeric(14,6) NOT NULL DEFAULT 0,
+    latency_ms     integer,
+    response       jsonb,
+    created_at     timestamptz   NOT NULL DEFAULT now(),
+    finished_at    timestamptz
+);
+CREATE INDEX llm_call_log_memo_idx ON llm_call_log (run_id, step, generation, call_key)
+    WHERE status = 'ok';
+CREATE INDEX llm_call_log_run_idx ON llm_call_log (run_id);
+CREATE INDEX llm_call_log_created_idx ON llm_call_log (created_at);
+
+-- Messages to publish, written in the same transaction as the state change that wants them.
+CREATE TABLE outbox (
+    id           bigserial   PRIMARY KEY,
+    topic        text        NOT NULL CHECK (topic IN ('step', 'webhook')),
+    run_id       uuid,
+    step         text,
+    queue        text        NOT NULL,
+    traceparent  text,
+    payload      jsonb       NOT NULL DEFAULT '{}',
+    available_at timestamptz NOT NULL DEFAULT now(),
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    published_at timestamptz
+);
+CREATE INDEX outbox_unpublished_idx ON outbox (available_at) WHERE published_at IS NULL;

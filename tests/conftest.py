@@ -1,0 +1,89 @@
+"""Shared fixtures: a real PostgreSQL (throwaway, started from the local binaries unless
+DOCPIPE_TEST_POSTGRES_URL names a server to use), migrated once per session and emptied
+before each test that asks for ``db``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from docpipe.db import Database
+from docpipe.localstack import LocalPostgres
+from docpipe.migrate import apply_migrations
+from docpipe.settings import Settings
+
+TABLES = ("outbox", "llm_call_log", "pipeline_step_result", "pipeline_run", "batch", "document")
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> Iterator[str]:
+    """URL of a server where the tests may create databases."""
+    if url := os.environ.get("DOCPIPE_TEST_POSTGRES_URL"):
+        yield url
+        return
+    with service_dir("postgres") as state, LocalPostgres(state) as pg:
+        yield pg.url
+
+
+@contextmanager
+def service_dir(name: str) -> Iterator[Path]:
+    """A private state directory that the postgres user can reach when we run as root
+    (pytest's own tmp_path lives under a root-only directory)."""
+    parent = Path(tempfile.mkdtemp(prefix=f"docpipe-{name}-"))
+    parent.chmod(0o711)
+    try:
+        yield parent / "data"
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def create_database(admin_url: str, prefix: str) -> str:
+    """A new empty database on the admin server; returns its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    return psycopg.conninfo.make_conninfo(admin_url, dbname=name)
+
+
+@pytest.fixture(scope="session")
+def database_url(postgres_admin_url: str) -> str:
+    url = create_database(postgres_admin_url, "docpipe_test")
+    apply_migrations(url)
+    return url
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE".encode())
+    database = Database(database_url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    """Settings for in-process tests: short leases and backoff so retries are quick."""
+    return Settings(
+        database_url=database_url,
+        lease_ttl_s=2.0,
+        heartbeat_interval_s=0.5,
+        retry_backoff_base_s=0.05,
+        retry_backoff_cap_s=0.5,
+        llm_timeout_s=2.0,
+        task_soft_time_limit_s=10.0,
+        task_time_limit_s=15.0,
+    )
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

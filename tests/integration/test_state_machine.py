@@ -1,0 +1,270 @@
+"""Transitions of runs and steps against real PostgreSQL, without any broker or model."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from docpipe import runs
+from docpipe.db import Database
+from docpipe.document_extract import DOCUMENT_EXTRACT
+from docpipe.documents import put_document
+from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from tests.factories import TENANT, new_run, scalar
+
+STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
+
+
+def test_same_idempotency_key_twice_gives_one_run(db: Database) -> None:
+    first = new_run(db)
+    again = new_run(db)
+    assert first.created and not again.created
+    assert again.run_id == first.run_id
+    assert scalar(db, "SELECT count(*) FROM pipeline_run") == 1
+    assert scalar(db, "SELECT count(*) FROM outbox") == 1, "a repeat enqueues nothing"
+
+
+def test_same_key_with_a_different_request_is_a_conflict(db: Database) -> None:
+    new_run(db)
+    with pytest.raises(ConflictError, match="already used for a different request"):
+        new_run(db, lane="batch")
+    assert scalar(db, "SELECT count(*) FROM pipeline_run") == 1
+
+
+def test_keys_are_unique_per_tenant_not_globally(db: Database) -> None:
+    a = new_run(db)
+    b = new_run(db, tenant_id="other")
+    assert a.run_id != b.run_id
+
+
+def test_a_new_run_has_pending_steps_and_its_first_step_in_the_outbox(db: Database) -> None:
+    run = new_run(db)
+    progress = runs.run_progress(db, TENANT, run.run_id)
+    assert (progress.status, progress.current_step) == ("queued", STEP1)
+    assert (progress.steps_done, progress.steps_total) == (0, 3)
+    assert [s["status"] for s in progress.steps] == ["pending"] * 3
+    with db.session() as s:
+        msg = s.conn.execute(b"SELECT * FROM outbox").fetchone()
+    assert msg is not None
+    assert (msg["run_id"], msg["step"], msg["queue"]) == (
+        progress.steps[0] and msg["run_id"],
+        STEP1,
+        "llm_interactive",
+    )
+
+
+def test_batch_runs_wait_for_admission(db: Database) -> None:
+    new_run(db, lane="batch")
+    assert scalar(db, "SELECT count(*) FROM outbox") == 0
+    assert scalar(db, "SELECT admitted_at IS NULL FROM pipeline_run") is True
+
+
+def test_a_live_lease_makes_a_second_claim_a_no_op(db: Database) -> None:
+    run = new_run(db)
+    first = runs.claim_step(db, run.run_id, STEP1, owner="w1", lease_s=30)
+    assert first is not None and first.attempt == 1
+    assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None
+    assert scalar(db, "SELECT lease_owner FROM pipeline_step_result WHERE step = %s", STEP1) == "w1"
+    assert runs.run_progress(db, TENANT, run.run_id).status == "running"
+
+
+def test_an_expired_lease_lets_another_worker_claim_with_attempt_2(db: Database) -> None:
+    run = new_run(db)
+    assert runs.claim_step(db, run.run_id, STEP1, owner="dead", lease_s=0.2) is not None
+    time.sleep(0.3)
+    second = runs.claim_step(db, run.run_id, STEP1, owner="alive", lease_s=30)
+    assert second is not None and second.attempt == 2
+    # The dead worker's late renewal and result are refused: the lease is no longer its own.
+    assert not runs.renew_lease(db, run.run_id, STEP1, owner="dead", lease_s=30)
+    refused = runs.record_step_result(
+        db, second, owner="dead", output={}, model="m", prompt_version="v", next_step=STEP2
+    )
+    assert refused is None
+
+
+def test_renewal_extends_only_the_owners_lease(db: Database) -> None:
+    run = new_run(db)
+    runs.claim_step(db, run.run_id, STEP1, owner="w1", lease_s=0.3)
+    assert runs.renew_lease(db, run.run_id, STEP1, owner="w1", lease_s=30)
+    time.sleep(0.4)
+    assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None
+
+
+def test_only_the_current_step_can_be_claimed(db: Database) -> None:
+    run = new_run(db)
+    assert runs.claim_step(db, run.run_id, STEP2, owner="w", lease_s=30) is None
+
+
+def test_recording_a_result_advances_the_run_and_enqueues_the_next_step(db: Database) -> None:
+    run = new_run(db)
+    claim = runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
+    assert claim is not None
+    recorded = runs.record_step_result(
+        db,
+        claim,
+        owner="w",
+        output={"sections": []},
+        model="m",
+        prompt_version="p@v1",
+        next_step=STEP2,
+    )
+    assert recorded is not None and recorded.run_status == "running"
+    assert len(recorded.outbox_ids) == 1
+    progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
+    assert (progress.current_step, progress.steps_done) == (STEP2, 1)
+    assert progress.steps[0]["output"] == {"sections": []}
+    assert progress.steps[0]["prompt_version"] == "p@v1"
+    # A redelivered message for the finished step claims nothing.
+    assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None
+
+
+def test_the_last_step_finishes_the_run(db: Database) -> None:
+    run = new_run(db)
+    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+        claim = runs.claim_step(db, run.run_id, step, owner="w", lease_s=30)
+        assert claim is not None
+        runs.record_step_result(
+            db, claim, owner="w", output={}, model="m", prompt_version="v", next_step=nxt
+        )
+    progress = runs.run_progress(db, TENANT, run.run_id)
+    assert (progress.status, progress.current_step, progress.steps_done) == ("done", None, 3)
+    assert progress.finished_at is not None
+    assert progress.result == {STEP1: None, STEP2: None, STEP3: None}
+
+
+def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
+    run = new_run(db)
+    claim = runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
+    assert claim is not None
+    for tokens, cost in ((100, "0.001000"), (50, "0.000500")):
+        call = db.one(
+            "start_call",
+            run_id=run.run_id,
+            step=STEP1,
+            generation=0,
+            call_key=f"k{tokens}",
+            step_attempt=1,
+            tenant_id=TENANT,
+            model="gpt-4o-mini",
+            prompt_version="v",
+        )
+        assert call is not None
+        db.execute(
+            "finish_call",
+            id=call["id"],
+            status="ok",
+            http_status=200,
+            error_kind=None,
+            error=None,
+            input_tokens=tokens,
+            output_tokens=tokens // 10,
+            cost_usd=cost,
+            latency_ms=5,
+            response=None,
+        )
+    assert str(runs.run_progress(db, TENANT, run.run_id).cost_so_far_usd) == "0.001500"
+    runs.record_step_result(
+        db, claim, owner="w", output={}, model="gpt-4o-mini", prompt_version="v", next_step=STEP2
+    )
+    step = runs.run_progress(db, TENANT, run.run_id).steps[0]
+    assert (step["input_tokens"], step["output_tokens"], str(step["cost_usd"])) == (
+        150,
+        15,
+        "0.001500",
+    )
+
+
+def test_a_released_step_is_claimable_again(db: Database) -> None:
+    run = new_run(db)
+    runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
+    assert runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="429")
+    assert not runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="twice")
+    again = runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30)
+    assert again is not None and again.attempt == 2
+
+
+def test_a_permanent_failure_ends_the_run(db: Database) -> None:
+    run = new_run(db)
+    runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
+    assert runs.fail_run(db, run.run_id, STEP1, owner="w", status="failed", error="empty")
+    progress = runs.run_progress(db, TENANT, run.run_id)
+    assert (progress.status, progress.error) == ("failed", "empty")
+    assert progress.steps[0]["status"] == "failed"
+    assert runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30) is None
+    assert not runs.fail_run(db, run.run_id, STEP1, owner="w", status="failed", error="again")
+
+
+def test_cancel_stops_pending_steps_once(db: Database) -> None:
+    run = new_run(db)
+    assert runs.cancel_run(db, TENANT, run.run_id)
+    assert not runs.cancel_run(db, TENANT, run.run_id)
+    assert not runs.cancel_run(db, "intruder", run.run_id)
+    progress = runs.run_progress(db, TENANT, run.run_id)
+    assert progress.status == "cancelled"
+    assert {s["status"] for s in progress.steps} == {"cancelled"}
+    assert runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30) is None
+
+
+def test_a_run_past_its_deadline_is_not_claimed_and_expires(db: Database) -> None:
+    run = new_run(db, deadline_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30) is None
+    assert runs.expire_run(db, run.run_id)
+    assert runs.run_progress(db, TENANT, run.run_id).status == "expired"
+
+
+def test_restart_from_a_step_keeps_earlier_results_and_bumps_the_generation(db: Database) -> None:
+    run = new_run(db)
+    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+        claim = runs.claim_step(db, run.run_id, step, owner="w", lease_s=30)
+        assert claim is not None
+        runs.record_step_result(
+            db,
+            claim,
+            owner="w",
+            output={"step": step},
+            model="m",
+            prompt_version="v",
+            next_step=nxt,
+        )
+    restarted = runs.restart_run(db, TENANT, run.run_id, STEP2)
+    assert len(restarted.outbox_ids) == 1
+    progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
+    assert (progress.status, progress.current_step, progress.steps_done) == ("queued", STEP2, 1)
+    assert [(s["status"], s["generation"]) for s in progress.steps] == [
+        ("done", 0),
+        ("pending", 1),
+        ("pending", 1),
+    ]
+    assert progress.steps[0]["output"] == {"step": STEP1}
+
+
+def test_restart_refuses_active_runs_and_unknown_steps(db: Database) -> None:
+    run = new_run(db)
+    with pytest.raises(ConflictError, match="only ended runs restart"):
+        runs.restart_run(db, TENANT, run.run_id, STEP1)
+    runs.cancel_run(db, TENANT, run.run_id)
+    with pytest.raises(ConflictError, match="an earlier step is not done"):
+        runs.restart_run(db, TENANT, run.run_id, STEP3)
+    with pytest.raises(InvalidRequestError, match="has no step"):
+        runs.restart_run(db, TENANT, run.run_id, "nope")
+
+
+def test_unknown_runs_and_other_tenants_runs_are_not_found(db: Database) -> None:
+    run = new_run(db)
+    with pytest.raises(NotFoundError):
+        runs.run_progress(db, "other-tenant", run.run_id)
+    with pytest.raises(NotFoundError):
+        runs.run_progress(db, TENANT, "not-a-uuid")
+
+
+def test_documents_are_immutable(db: Database) -> None:
+    with db.session() as s:
+        first = put_document(s, TENANT, "d", "text")
+        again = put_document(s, TENANT, "d", "text")
+        assert first.created and not again.created
+        with pytest.raises(ConflictError, match="immutable"):
+            put_document(s, TENANT, "d", "other text")
+        with pytest.raises(InvalidRequestError, match="document id"):
+            put_document(s, TENANT, "../etc/passwd", "x")

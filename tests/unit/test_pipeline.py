@@ -1,0 +1,55 @@
+import pytest
+
+from docpipe.document_extract import DOCUMENT_EXTRACT, locate_sections
+from docpipe.errors import InvalidRequestError
+from docpipe.pipeline import get_pipeline, pipelines
+
+DOC = "SUPPLY AGREEMENT\nParties here.\n1. DEFINITIONS\nWords.\n2. PRICE\nMoney.\n"
+
+
+def test_document_extract_v1_is_registered_with_three_steps() -> None:
+    assert "document_extract:v1" in pipelines()
+    p = get_pipeline("document_extract:v1")
+    assert p is DOCUMENT_EXTRACT
+    assert p.step_names == ["extract_sections", "extract_fields", "summarize"]
+    assert p.next_step("extract_sections") == "extract_fields"
+    assert p.next_step("summarize") is None
+    for step in p.steps:
+        assert step.prompt_version.startswith(step.name + "@v")
+        assert step.models == ("gpt-4o-mini", "gpt-4o")
+        assert step.system_prompt.startswith(f"docpipe-step: {step.name}\n")
+
+
+def test_unknown_pipeline_and_step_are_clear_errors() -> None:
+    with pytest.raises(InvalidRequestError, match="unknown pipeline 'nope:v1'"):
+        get_pipeline("nope:v1")
+    with pytest.raises(InvalidRequestError, match="has no step 'translate'"):
+        DOCUMENT_EXTRACT.step("translate")
+
+
+def test_sections_are_cut_at_the_named_heading_lines() -> None:
+    sections = locate_sections(
+        DOC,
+        [
+            {"number": "1", "title": "Definitions", "heading": "1. DEFINITIONS"},
+            {"number": "2", "title": "Price", "heading": "2. PRICE"},
+        ],
+    )
+    texts = [DOC[s["start"] : s["end"]] for s in sections]
+    assert [s["number"] for s in sections] == ["0", "1", "2"]
+    assert texts == [
+        "SUPPLY AGREEMENT\nParties here.\n",
+        "1. DEFINITIONS\nWords.\n",
+        "2. PRICE\nMoney.\n",
+    ]
+
+
+def test_headings_the_text_does_not_contain_are_dropped() -> None:
+    sections = locate_sections(DOC, [{"number": "9", "title": "Ghost", "heading": "9. GHOST"}])
+    assert sections == [{"number": "0", "title": "Preamble", "start": 0, "end": len(DOC)}]
+
+
+def test_a_heading_mentioned_inside_a_sentence_is_not_a_section_start() -> None:
+    doc = "Intro refers to 2. PRICE below.\n1. A\nx\n2. PRICE\ny\n"
+    sections = locate_sections(doc, [{"number": "2", "title": "Price", "heading": "2. PRICE"}])
+    assert doc[sections[1]["start"] :].startswith("2. PRICE\ny")
