@@ -5,11 +5,7 @@ before each test that asks for ``db``."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -19,8 +15,19 @@ from docpipe.db import Database
 from docpipe.localstack import LocalPostgres
 from docpipe.migrate import apply_migrations
 from docpipe.settings import Settings
+from tests.servers import create_database, service_dir
 
-TABLES = ("outbox", "llm_call_log", "pipeline_step_result", "pipeline_run", "batch", "document")
+pytest_plugins = ["tests.processes"]
+
+TABLES = (
+    "periodic_job",
+    "outbox",
+    "llm_call_log",
+    "pipeline_step_result",
+    "pipeline_run",
+    "batch",
+    "document",
+)
 
 
 @pytest.fixture(scope="session")
@@ -31,26 +38,6 @@ def postgres_admin_url() -> Iterator[str]:
         return
     with service_dir("postgres") as state, LocalPostgres(state) as pg:
         yield pg.url
-
-
-@contextmanager
-def service_dir(name: str) -> Iterator[Path]:
-    """A private state directory that the postgres user can reach when we run as root
-    (pytest's own tmp_path lives under a root-only directory)."""
-    parent = Path(tempfile.mkdtemp(prefix=f"docpipe-{name}-"))
-    parent.chmod(0o711)
-    try:
-        yield parent / "data"
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
-
-
-def create_database(admin_url: str, prefix: str) -> str:
-    """A new empty database on the admin server; returns its URL."""
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    return psycopg.conninfo.make_conninfo(admin_url, dbname=name)
 
 
 @pytest.fixture(scope="session")

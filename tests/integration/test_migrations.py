@@ -12,7 +12,7 @@ import psycopg
 
 from docpipe.localstack import postgres_bindir
 from docpipe.migrate import apply_migrations, migrations
-from tests.conftest import create_database
+from tests.servers import create_database
 
 
 def schema_dump(url: str) -> str:

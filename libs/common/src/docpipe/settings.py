@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from decimal import Decimal
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
@@ -56,15 +57,29 @@ class Settings(BaseSettings):
     task_time_limit_s: Seconds = 75.0
     broker_visibility_timeout_s: Seconds = 3600.0
 
-    lease_ttl_s: Seconds = 10.0
-    heartbeat_interval_s: Seconds = 3.0
+    # A dead worker's step is handed on within lease_ttl_s + reaper_interval_s.
+    lease_ttl_s: Seconds = 8.0
+    heartbeat_interval_s: Seconds = 2.0
+    reaper_interval_s: Seconds = 2.0
+    # A pending step whose message left the queue this long ago without a claim is re-sent.
+    redrive_grace_s: Seconds = 5.0
+    outbox_sweep_interval_s: Seconds = 1.0
+    # Rows the publisher right after commit should have sent by now (else: it crashed).
+    outbox_grace_s: Seconds = 2.0
     max_step_attempts: int = Field(default=5, ge=1, le=50)
     retry_backoff_base_s: Seconds = 1.0
     retry_backoff_cap_s: Seconds = 60.0
     # Retries due later than this are parked in PostgreSQL instead of as a broker countdown.
     park_delays_over_s: Seconds = 60.0
 
-    max_document_bytes: int = Field(default=2_000_000, ge=1)
+    max_document_bytes: int = Field(default=1_000_000, ge=1)
+
+    # Worker processes: recycled to bound leaks; a liveness file touched while alive.
+    worker_max_tasks_per_child: int = Field(default=1000, ge=1)
+    worker_max_memory_per_child_mb: int = Field(default=512, ge=32)
+    # On SIGQUIT (cold shutdown) running steps get this long before they are requeued.
+    worker_soft_shutdown_s: Seconds = 10.0
+    liveness_file: Path | None = None
 
     @model_validator(mode="after")
     def _limits_are_coherent(self) -> Settings:

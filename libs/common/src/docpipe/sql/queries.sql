@@ -269,3 +269,104 @@ UPDATE pipeline_run r
 SET cost_usd = r.cost_usd + call.cost_usd, updated_at = now()
 FROM call
 WHERE r.id = call.run_id;
+
+-- name: lock_outbox_ids
+-- Unpublished outbox rows among the given ids, locked for this publisher.
+SELECT id, topic, run_id, step, queue, traceparent, payload
+FROM outbox
+WHERE id = ANY(%(ids)s) AND published_at IS NULL
+ORDER BY id
+FOR UPDATE SKIP LOCKED;
+
+-- name: lock_due_outbox
+-- Rows whose publish was lost or whose parked delay is over, oldest first.
+SELECT id, topic, run_id, step, queue, traceparent, payload
+FROM outbox
+WHERE published_at IS NULL AND available_at <= now() - make_interval(secs => %(grace_s)s)
+ORDER BY available_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: mark_published
+-- Record that these rows reached the broker, and when their steps were enqueued.
+WITH published AS (
+    UPDATE outbox SET published_at = now()
+    WHERE id = ANY(%(ids)s)
+    RETURNING topic, run_id, step
+)
+UPDATE pipeline_step_result s
+SET enqueued_at = now()
+FROM published p
+WHERE p.topic = 'step' AND s.run_id = p.run_id AND s.step = p.step AND s.status = 'pending';
+
+-- name: start_periodic_job
+-- Start a periodic job unless it already started less than min_gap_s ago (another beat).
+INSERT INTO periodic_job (name, last_started_at, runs)
+VALUES (%(name)s, now(), 1)
+ON CONFLICT (name) DO UPDATE
+SET last_started_at = now(), runs = periodic_job.runs + 1
+WHERE periodic_job.last_started_at <= now() - make_interval(secs => %(min_gap_s)s)
+RETURNING runs;
+
+-- name: finish_periodic_job
+-- Record when and with what result a periodic job ended.
+UPDATE periodic_job SET last_finished_at = now(), last_result = %(result)s
+WHERE name = %(name)s;
+
+-- name: reap_expired_leases
+-- Hand steps whose worker stopped renewing its lease back to the queue, through the outbox.
+WITH reaped AS (
+    UPDATE pipeline_step_result s
+    SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, enqueued_at = now(),
+        error = 'lease expired: worker lost'
+    FROM pipeline_run r
+    WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
+      AND r.status IN ('queued', 'running') AND r.current_step = s.step
+    RETURNING s.run_id, s.step, r.lane, r.traceparent
+)
+INSERT INTO outbox (topic, run_id, step, queue, traceparent)
+SELECT 'step', run_id, step, 'llm_' || lane, traceparent FROM reaped
+RETURNING id, run_id, step;
+
+-- name: redrive_lost_steps
+-- Re-enqueue pending current steps whose message is gone: published before the oldest
+-- message still waiting in their queue (so it was consumed or lost), and not picked up.
+WITH lost AS (
+    UPDATE pipeline_step_result s
+    SET enqueued_at = now()
+    FROM pipeline_run r
+    WHERE s.status = 'pending' AND r.id = s.run_id AND r.current_step = s.step
+      AND r.status IN ('queued', 'running') AND r.admitted_at IS NOT NULL
+      AND greatest(s.enqueued_at, s.not_before) < now() - make_interval(secs => %(grace_s)s)
+      AND s.enqueued_at < CASE r.lane WHEN 'interactive' THEN %(interactive_cutoff)s::timestamptz
+                                      ELSE %(batch_cutoff)s::timestamptz END
+      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.run_id = s.run_id AND o.step = s.step
+                        AND o.published_at IS NULL)
+    RETURNING s.run_id, s.step, r.lane, r.traceparent
+)
+INSERT INTO outbox (topic, run_id, step, queue, traceparent)
+SELECT 'step', run_id, step, 'llm_' || lane, traceparent FROM lost
+RETURNING id, run_id, step;
+
+-- name: expire_overdue_runs
+-- End every active run whose deadline has passed.
+WITH expired AS (
+    UPDATE pipeline_run
+    SET status = 'expired', error = 'deadline passed before the run finished',
+        finished_at = now(), updated_at = now()
+    WHERE status IN ('queued', 'running') AND deadline_at <= now()
+    RETURNING id
+), steps AS (
+    UPDATE pipeline_step_result s SET status = 'cancelled'
+    FROM expired
+    WHERE s.run_id = expired.id AND s.status = 'pending'
+)
+SELECT id FROM expired;
+
+-- name: abandon_orphaned_steps
+-- Release steps still marked running under an expired lease although their run has ended.
+UPDATE pipeline_step_result s
+SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_at = now()
+FROM pipeline_run r
+WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
+  AND r.status NOT IN ('queued', 'running');

@@ -131,3 +131,12 @@ CREATE TABLE outbox (
     published_at timestamptz
 );
 CREATE INDEX outbox_unpublished_idx ON outbox (available_at) WHERE published_at IS NULL;
+
+-- Periodic jobs run at most once per interval however many beats fire them.
+CREATE TABLE periodic_job (
+    name             text        PRIMARY KEY,
+    last_started_at  timestamptz NOT NULL,
+    last_finished_at timestamptz,
+    runs             bigint      NOT NULL DEFAULT 0,
+    last_result      jsonb
+);

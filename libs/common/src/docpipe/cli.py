@@ -1,0 +1,280 @@
+"""The ``docpipe`` command: migrate, run the local stack, submit and watch documents."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from docpipe.client import ApiError, DocpipeClient
+
+__all__ = ["main"]
+
+console = Console()
+ENDED = {"done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded"}
+DEFAULT_API = os.environ.get("DOCPIPE_API_URL", "http://127.0.0.1:8000")
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from docpipe.migrate import apply_migrations
+    from docpipe.settings import get_settings
+
+    applied = apply_migrations(get_settings().database_url)
+    console.print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+    return 0
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    from docpipe.samples import write_samples
+
+    paths = write_samples(Path(args.directory), args.count, args.seed, with_dummy=args.with_dummy)
+    for path in paths:
+        console.print(str(path))
+    return 0
+
+
+def _stack_options(args: argparse.Namespace) -> Any:
+    from docpipe.stack import StackOptions
+
+    return StackOptions(
+        state_dir=Path(args.state_dir),
+        api_port=args.api_port,
+        interactive_concurrency=args.interactive_concurrency,
+        batch_concurrency=args.batch_concurrency,
+        fake_latency_ms=args.latency_ms,
+        fake_rpm=args.rpm,
+    )
+
+
+def cmd_stack_up(args: argparse.Namespace) -> int:
+    from docpipe.stack import LocalStack
+
+    stack = LocalStack(_stack_options(args))
+    with console.status("starting PostgreSQL, Redis, the fake provider, API, workers, beat"):
+        stack.up()
+    console.print(f"docpipe is up: API {stack.api_url} (OpenAPI at {stack.api_url}/docs)")
+    for proc in stack.processes:
+        console.print(f"  {proc.name:20} pid {proc.pid:<7} log {proc.log_path}")
+    console.print("Ctrl-C stops everything.")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        while not (dead := stack.dead_processes()):
+            time.sleep(0.5)
+        console.print(f"[red]{dead[0].name} exited[/red]; stopping the stack")
+        return 1
+    except KeyboardInterrupt:
+        console.print("stopping...")
+        return 0
+    finally:
+        stack.down()
+
+
+def _submit(client: DocpipeClient, files: Sequence[Path], lane: str) -> list[tuple[str, str]]:
+    """Upload each file as a document named after it and start a run; (document, run_id)."""
+    started = []
+    for path in files:
+        doc_id = path.stem
+        client.put_document(doc_id, path.read_text(encoding="utf-8"))
+        run = client.extract(doc_id, idempotency_key=f"cli:{doc_id}:{lane}", lane=lane)
+        started.append((doc_id, run["run_id"]))
+    return started
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    with DocpipeClient(args.api) as client:
+        started = _submit(client, [Path(f) for f in args.files], args.lane)
+        for doc_id, run_id in started:
+            console.print(f"{run_id}  {doc_id}")
+        if args.watch:
+            return _all_done(_watch(client, started))
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    with DocpipeClient(args.api) as client:
+        return _all_done(_watch(client, [(run_id, run_id) for run_id in args.run_ids]))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with DocpipeClient(args.api) as client:
+        console.print_json(json.dumps(client.run(args.run_id)))
+    return 0
+
+
+def _all_done(final: dict[str, dict[str, Any]]) -> int:
+    return 0 if all(s["status"] == "done" for s in final.values()) else 1
+
+
+def _watch(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """Live progress bars until every run has ended, then a results table; returns the
+    final status of each run by id."""
+    progress = Progress(
+        TextColumn("{task.description:40}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} steps"),
+        TextColumn("{task.fields[status]:13}"),
+        TextColumn("${task.fields[cost]:.6f}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    final: dict[str, dict[str, Any]] = {}
+    with progress:
+        bars = {
+            run_id: progress.add_task(doc_id[:40], total=3, status="queued", cost=0.0)
+            for doc_id, run_id in runs
+        }
+        while len(final) < len(runs):
+            for _, run_id in runs:
+                if run_id in final:
+                    continue
+                status = client.run(run_id)
+                progress.update(
+                    bars[run_id],
+                    total=status["steps_total"],
+                    completed=status["steps_done"],
+                    status=status["status"],
+                    cost=status["cost_so_far_usd"],
+                )
+                if status["status"] in ENDED:
+                    final[run_id] = status
+                    progress.stop_task(bars[run_id])
+            time.sleep(0.5)
+    console.print(results_table([(doc, final[run_id]) for doc, run_id in runs]))
+    return final
+
+
+def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
+    table = Table(title="docpipe results")
+    for column in ("document", "status", "fields found", "tokens", "cost USD", "calls", "note"):
+        table.add_column(column, justify="right" if column in ("tokens", "cost USD") else "left")
+    total_cost = 0.0
+    for doc, status in rows:
+        fields = ((status.get("result") or {}).get("extract_fields") or {}).get("fields") or {}
+        tokens = sum((s["input_tokens"] or 0) + (s["output_tokens"] or 0) for s in status["steps"])
+        attempts = sum(s["attempt"] for s in status["steps"])
+        total_cost += status["cost_so_far_usd"]
+        table.add_row(
+            doc,
+            status["status"],
+            str(len(fields)),
+            f"{tokens:,}",
+            f"{status['cost_so_far_usd']:.6f}",
+            str(attempts),
+            (status.get("error") or "")[:60],
+        )
+    table.add_section()
+    table.add_row("total", "", "", "", f"{total_cost:.6f}", "", "")
+    return table
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job end to end: stack up, the sample contracts, progress, results, stop."""
+    from docpipe.samples import write_samples
+    from docpipe.stack import LocalStack
+
+    stack = LocalStack(_stack_options(args))
+    with console.status(
+        "starting the local stack (PostgreSQL, Redis, fake provider, API, workers, beat)"
+    ):
+        stack.up()
+    try:
+        files = write_samples(Path(args.state_dir) / "samples", args.count, with_dummy=True)
+        console.print(
+            f"submitting {len(files)} documents to {stack.api_url} "
+            "(the empty one shows a permanent failure)"
+        )
+        with DocpipeClient(stack.api_url) as client:
+            started = _submit(client, files, "interactive")
+            final = _watch(client, started)
+    finally:
+        with console.status("stopping the stack"):
+            stack.down()
+    # The empty dummy document must fail (permanently, at step 1); every contract must finish.
+    wrong = [
+        doc
+        for doc, run_id in started
+        if final[run_id]["status"] != ("failed" if doc.startswith("00-dummy") else "done")
+    ]
+    if wrong:
+        console.print(f"[red]unexpected outcome for: {', '.join(wrong)}[/red]")
+    return 1 if wrong else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="docpipe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("migrate", help="apply database migrations (idempotent, concurrency-safe)")
+
+    samples = sub.add_parser("samples", help="write the generated sample contracts to a folder")
+    samples.add_argument("directory")
+    samples.add_argument("--count", type=int, default=8)
+    samples.add_argument("--seed", type=int, default=0)
+    samples.add_argument("--with-dummy", action="store_true", help="also the empty document")
+
+    def stack_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--state-dir", default=".local/stack")
+        p.add_argument("--api-port", type=int, default=8000)
+        p.add_argument("--interactive-concurrency", type=int, default=4)
+        p.add_argument("--batch-concurrency", type=int, default=4)
+        p.add_argument("--latency-ms", default="200:800", help="fake provider latency lo:hi")
+        p.add_argument("--rpm", type=int, default=0, help="fake provider requests/min (0: off)")
+
+    stack = sub.add_parser("stack", help="the local stack")
+    stack_sub = stack.add_subparsers(dest="stack_command", required=True)
+    stack_flags(stack_sub.add_parser("up", help="start everything; Ctrl-C stops all"))
+
+    demo = sub.add_parser("demo", help="stack up, process the sample contracts, stop (make run)")
+    stack_flags(demo)
+    demo.add_argument("--count", type=int, default=8)
+
+    submit = sub.add_parser("submit", help="upload files and start a run for each")
+    submit.add_argument("files", nargs="+")
+    submit.add_argument("--api", default=DEFAULT_API)
+    submit.add_argument("--lane", choices=["interactive", "batch"], default="interactive")
+    submit.add_argument("--watch", action="store_true")
+
+    watch = sub.add_parser("watch", help="live progress bars of runs")
+    watch.add_argument("run_ids", nargs="+")
+    watch.add_argument("--api", default=DEFAULT_API)
+
+    status = sub.add_parser("status", help="a run's status as JSON")
+    status.add_argument("run_id")
+    status.add_argument("--api", default=DEFAULT_API)
+    return parser
+
+
+COMMANDS = {
+    "migrate": cmd_migrate,
+    "samples": cmd_samples,
+    "demo": cmd_demo,
+    "submit": cmd_submit,
+    "watch": cmd_watch,
+    "status": cmd_status,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("DOCPIPE_LOG_LEVEL", "WARNING"))
+    args = build_parser().parse_args(argv)
+    handler = cmd_stack_up if args.command == "stack" else COMMANDS[args.command]
+    try:
+        return handler(args)
+    except ApiError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""What is waiting in the broker: queue lengths and the age of the oldest message.
+
+kombu's Redis transport LPUSHes messages and consumers BRPOP them, so the oldest waiting
+message of a list is at index -1. Messages with a priority live in extra lists named
+``<queue>\\x06\\x16<priority>``; counting a queue must include them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import redis
+
+__all__ = ["ENQUEUED_AT_HEADER", "QueueState", "queue_state", "sub_lists"]
+
+ENQUEUED_AT_HEADER = "docpipe_enqueued_at"
+_PRIORITY_SEP = "\x06\x16"
+_PRIORITY_STEPS = (3, 6, 9)
+
+
+def sub_lists(queue: str) -> list[str]:
+    return [queue, *(f"{queue}{_PRIORITY_SEP}{p}" for p in _PRIORITY_STEPS)]
+
+
+class QueueState:
+    def __init__(self, queue: str, length: int, oldest_enqueued_at: float | None) -> None:
+        self.queue = queue
+        self.length = length
+        # Unix time the oldest waiting message was published; None when the queue is empty
+        # or the message carries no timestamp (published by something else).
+        self.oldest_enqueued_at = oldest_enqueued_at
+
+    def lag_s(self, now: float | None = None) -> float:
+        if self.oldest_enqueued_at is None:
+            return 0.0
+        return max(0.0, (now or time.time()) - self.oldest_enqueued_at)
+
+
+def queue_state(client: redis.Redis, queue: str) -> QueueState:
+    names = sub_lists(queue)
+    with client.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.llen(name)
+        for name in names:
+            pipe.lindex(name, -1)
+        replies = pipe.execute()
+    lengths, tails = replies[: len(names)], replies[len(names) :]
+    stamps = [s for s in (_enqueued_at(t) for t in tails if t is not None) if s is not None]
+    return QueueState(queue, sum(int(n) for n in lengths), min(stamps) if stamps else None)
+
+
+def _enqueued_at(raw: bytes) -> float | None:
+    try:
+        value = json.loads(raw)["headers"][ENQUEUED_AT_HEADER]
+        return float(value)
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,157 @@
+"""Celery tasks: one task runs one pipeline step; periodic tasks keep work moving.
+
+The tasks are shells around docpipe's plain functions. A message carries ``(run_id, step)``
+and nothing else; what to do with it is decided by the step's row in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
+
+import psycopg
+import redis
+from celery import Task, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_process_shutdown
+
+from docpipe import runs
+from docpipe.backoff import retry_delay
+from docpipe.db import Database
+from docpipe.executor import StepExecutor
+from docpipe.llm import LLMClient
+from docpipe.outbox import OutboxMessage, publish_outbox, sweep_outbox
+from docpipe.periodic import run_once_per_interval
+from docpipe.queues import ENQUEUED_AT_HEADER
+from docpipe.recovery import recover_stalled_work
+from docpipe.settings import Settings, get_settings
+
+__all__ = ["CeleryBroker", "Resources", "resources", "run_step"]
+
+log = logging.getLogger(__name__)
+
+
+class CeleryBroker:
+    """Publishes outbox messages as Celery task messages, stamped with their enqueue time
+    (for queue-lag metrics and for telling a lost message from a waiting one)."""
+
+    def publish(self, message: OutboxMessage) -> None:
+        headers = {ENQUEUED_AT_HEADER: time.time()}
+        if message.topic == "step":
+            run_step.apply_async(
+                (message.run_id, message.step),
+                queue=message.queue,
+                headers=headers,
+                retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5},
+            )
+        else:
+            raise ValueError(f"unknown outbox topic {message.topic!r}")
+
+
+@dataclass
+class Resources:
+    """What one worker process needs, created after fork (pools and sockets must not be
+    shared with the parent)."""
+
+    settings: Settings
+    db: Database
+    llm: LLMClient
+    executor: StepExecutor
+    broker_redis: redis.Redis
+    broker: CeleryBroker
+
+    def close(self) -> None:
+        self.llm.close()
+        self.db.close()
+        self.broker_redis.close()
+
+
+@cache
+def _resources_for(pid: int) -> Resources:
+    settings = get_settings()
+    db = Database(settings.database_url, max_size=settings.database_pool_size)
+    llm = LLMClient(
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key.get_secret_value(),
+        timeout_s=settings.llm_timeout_s,
+    )
+    executor = StepExecutor(db, llm, settings, interruptions=(SoftTimeLimitExceeded,))
+    return Resources(
+        settings=settings,
+        db=db,
+        llm=llm,
+        executor=executor,
+        broker_redis=redis.Redis.from_url(settings.redis_url),
+        broker=CeleryBroker(),
+    )
+
+
+def resources() -> Resources:
+    """This process' resources (keyed by pid, so a forked child never uses its parent's)."""
+    return _resources_for(os.getpid())
+
+
+@worker_process_shutdown.connect
+def _close_resources(**_: Any) -> None:
+    if _resources_for.cache_info().currsize:
+        resources().close()
+
+
+@shared_task(name="docpipe.run_step", bind=True, max_retries=None, acks_late=True)
+def run_step(self: Task, run_id: str, step: str) -> None:
+    """Run one step; publish the next through the outbox, or retry after a transient error."""
+    r = resources()
+    try:
+        outcome = r.executor.run_step(run_id, step)
+    except psycopg.OperationalError as exc:
+        # PostgreSQL is unreachable: nothing was recorded, try the message again shortly.
+        delay = retry_delay(
+            self.request.retries + 1,
+            base_s=r.settings.retry_backoff_base_s,
+            cap_s=r.settings.retry_backoff_cap_s,
+        )
+        log.warning("database unavailable for %s/%s, retry in %.1fs: %s", run_id, step, delay, exc)
+        raise self.retry(countdown=delay) from exc
+    if outcome.outbox_ids:
+        publish_outbox(r.db, r.broker, outcome.outbox_ids)
+    if outcome.kind == "retry":
+        assert outcome.retry_in_s is not None
+        if outcome.retry_in_s <= r.settings.park_delays_over_s:
+            raise self.retry(countdown=outcome.retry_in_s)
+        # A long wait is parked in PostgreSQL: a countdown this long would sit in Redis
+        # (and be handed out again after the visibility timeout).
+        due = datetime.now(UTC) + timedelta(seconds=outcome.retry_in_s)
+        with r.db.transaction() as tx:
+            runs.enqueue_step(tx, run_id, step, available_at=due)
+    elif outcome.kind == "busy":
+        # Another worker holds a live lease; look again once it could have expired.
+        raise self.retry(countdown=r.settings.lease_ttl_s)
+
+
+@shared_task(name="docpipe.periodic.recover_stalled_work", ignore_result=True)
+def recover_stalled_work_task() -> None:
+    r = resources()
+
+    def job() -> dict[str, int]:
+        recovered = recover_stalled_work(r.db, r.broker_redis, grace_s=r.settings.redrive_grace_s)
+        publish_outbox(r.db, r.broker, recovered.outbox_ids)
+        if recovered.outbox_ids or recovered.expired_runs:
+            log.info("reaper: %s", recovered.as_dict())
+        return recovered.as_dict()
+
+    run_once_per_interval(r.db, "recover_stalled_work", r.settings.reaper_interval_s, job)
+
+
+@shared_task(name="docpipe.periodic.sweep_outbox", ignore_result=True)
+def sweep_outbox_task() -> None:
+    r = resources()
+
+    def job() -> dict[str, int]:
+        return {"published": sweep_outbox(r.db, r.broker, grace_s=r.settings.outbox_grace_s)}
+
+    run_once_per_interval(r.db, "sweep_outbox", r.settings.outbox_sweep_interval_s, job)

@@ -1,0 +1,173 @@
+"""What routes receive: the process' resources, the caller's tenant and the parsed bodies,
+as ``Annotated`` aliases so route signatures stay short."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated
+
+import redis
+from fastapi import Depends, Header, HTTPException, Request
+from pydantic import ValidationError
+
+from docpipe.db import Database
+from docpipe.errors import InvalidRequestError
+from docpipe.outbox import Broker
+from docpipe.settings import Settings
+from docpipe_api.errors import describe_validation_errors
+from docpipe_api.schemas import DocumentText, ExtractRequest
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "BrokerDep",
+    "DatabaseDep",
+    "DocumentTextDep",
+    "ExtractRequestDep",
+    "IdempotencyKeyDep",
+    "RedisDep",
+    "Resources",
+    "SettingsDep",
+    "TenantDep",
+]
+
+DEFAULT_TENANT = "default"
+# Options are a few hundred bytes; anything near this is not an extraction request.
+MAX_OPTIONS_BYTES = 64 * 1024
+_IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,200}")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Opened by the app's lifespan, closed when it ends."""
+
+    settings: Settings
+    database: Database
+    broker: Broker
+    redis: redis.Redis
+
+
+def _resources(request: Request) -> Resources:
+    resources = request.app.state.docpipe
+    assert isinstance(resources, Resources), "the app's lifespan has not run"
+    return resources
+
+
+def _settings(request: Request) -> Settings:
+    return _resources(request).settings
+
+
+def _database(request: Request) -> Database:
+    return _resources(request).database
+
+
+def _broker(request: Request) -> Broker:
+    return _resources(request).broker
+
+
+def _redis(request: Request) -> redis.Redis:
+    return _resources(request).redis
+
+
+def current_tenant() -> str:
+    """The caller's tenant. One tenant for now; per-tenant API keys replace this function."""
+    return DEFAULT_TENANT
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
+DatabaseDep = Annotated[Database, Depends(_database)]
+BrokerDep = Annotated[Broker, Depends(_broker)]
+RedisDep = Annotated[redis.Redis, Depends(_redis)]
+TenantDep = Annotated[str, Depends(current_tenant)]
+
+
+def _idempotency_key(
+    key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="1-200 printable ASCII characters; the same key returns the same run",
+        ),
+    ] = None,
+) -> str | None:
+    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidRequestError(
+            "the Idempotency-Key header must be 1-200 printable ASCII characters "
+            f"(got {len(key)} characters{'' if key.isascii() else ', not all ASCII'})"
+        )
+    return key
+
+
+IdempotencyKeyDep = Annotated[str | None, Depends(_idempotency_key)]
+
+
+def _media_type(request: Request) -> tuple[str | None, dict[str, str]]:
+    """The Content-Type's ``type/subtype`` (lower case) and its parameters."""
+    value = request.headers.get("content-type")
+    if value is None:
+        return None, {}
+    media_type, *params = (part.strip() for part in value.split(";"))
+    parsed = {}
+    for param in params:
+        name, _, param_value = param.partition("=")
+        parsed[name.strip().lower()] = param_value.strip().strip('"').lower()
+    return media_type.lower(), parsed
+
+
+async def _read_capped(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes: from
+    Content-Length before reading, else while reading (never more than limit + one chunk)."""
+    too_large = HTTPException(413, f"the body is larger than the limit of {limit} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+async def _document_text(request: Request, settings: SettingsDep) -> str:
+    media_type, params = _media_type(request)
+    if media_type not in ("text/plain", "application/json"):
+        raise HTTPException(
+            415,
+            f"send the document as text/plain (UTF-8) or as application/json "
+            f'{{"text": "..."}}, not {media_type or "without a Content-Type"}',
+        )
+    charset = params.get("charset", "utf-8")
+    if media_type == "text/plain" and charset not in ("utf-8", "utf8", "us-ascii"):
+        raise HTTPException(415, f"documents must be UTF-8 text, not charset={charset}")
+    body = await _read_capped(request, settings.max_document_bytes)
+    if media_type == "text/plain":
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRequestError(
+                f"the document is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+            ) from None
+    try:
+        return DocumentText.model_validate_json(body).text
+    except ValidationError as exc:
+        raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
+
+
+async def _extract_request(request: Request) -> ExtractRequest:
+    body = await _read_capped(request, MAX_OPTIONS_BYTES)
+    if not body.strip():
+        return ExtractRequest()
+    media_type, _ = _media_type(request)
+    if media_type != "application/json":
+        raise HTTPException(
+            415, f"send the options as application/json, not {media_type or 'untyped bytes'}"
+        )
+    try:
+        return ExtractRequest.model_validate_json(body)
+    except ValidationError as exc:
+        raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
+
+
+DocumentTextDep = Annotated[str, Depends(_document_text)]
+ExtractRequestDep = Annotated[ExtractRequest, Depends(_extract_request)]

@@ -1,0 +1,64 @@
+"""Wires the app: settings, resources opened for the app's lifetime, error handlers, routes.
+
+Nothing connects at import: ``app`` reads its settings and opens PostgreSQL and Redis in
+its lifespan, so ``uvicorn docpipe_api.main:app`` is configured by DOCPIPE_* variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import redis
+from fastapi import FastAPI
+
+from docpipe import celery_app
+from docpipe.db import Database
+from docpipe.settings import Settings, get_settings
+from docpipe.tasks import CeleryBroker
+from docpipe_api.deps import Resources
+from docpipe_api.errors import install_error_handlers
+from docpipe_api.routes import documents, health, runs
+from docpipe_api.routes.health import CHECK_TIMEOUT_S
+
+__all__ = ["app", "create_app"]
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The API; ``settings`` default to the DOCPIPE_* environment, read at start-up."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        resolved = settings or get_settings()
+        # Celery's "current app" is thread-local: without this, a route running in the
+        # threadpool would publish through Celery's built-in default app (amqp://localhost).
+        celery_app.app.set_default()
+        database = Database(resolved.database_url, max_size=resolved.database_pool_size)
+        broker_redis = redis.Redis.from_url(
+            resolved.redis_url,
+            socket_connect_timeout=CHECK_TIMEOUT_S,
+            socket_timeout=CHECK_TIMEOUT_S,
+        )
+        app.state.docpipe = Resources(
+            settings=resolved, database=database, broker=CeleryBroker(), redis=broker_redis
+        )
+        try:
+            yield
+        finally:
+            broker_redis.close()
+            database.close()
+
+    app = FastAPI(
+        title="docpipe",
+        version="0.1.0",
+        summary="Durable LLM extraction pipelines for contracts",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(documents.router)
+    app.include_router(runs.router)
+    app.include_router(health.router)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,5 @@
+"""One router per resource."""
+
+from docpipe_api.routes import documents, health, runs
+
+__all__ = ["documents", "health", "runs"]

@@ -1,0 +1,172 @@
+"""Documents: store a contract once, read its metadata, start an extraction run on it."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi import APIRouter, Response
+
+from docpipe import runs
+from docpipe.db import Session
+from docpipe.documents import StoredDocument, put_document
+from docpipe.errors import InvalidRequestError, NotFoundError
+from docpipe.faults import crash_point
+from docpipe.outbox import publish_outbox
+from docpipe.pipeline import get_pipeline
+from docpipe_api.deps import (
+    BrokerDep,
+    DatabaseDep,
+    DocumentTextDep,
+    ExtractRequestDep,
+    IdempotencyKeyDep,
+    TenantDep,
+)
+from docpipe_api.errors import error_responses
+from docpipe_api.schemas import DocumentOut, DocumentText, ExtractAccepted, ExtractRequest
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["documents"])
+
+_DOCUMENT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": 'The contract text: UTF-8 text/plain, or JSON {"text": "..."}',
+        "content": {
+            "text/plain": {"schema": {"type": "string"}},
+            "application/json": {"schema": DocumentText.model_json_schema()},
+        },
+    }
+}
+_EXTRACT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": False,
+        "content": {"application/json": {"schema": ExtractRequest.model_json_schema()}},
+    }
+}
+
+
+def _find_document(session: Session, tenant: str, document_id: str) -> DocumentOut:
+    row = session.one("get_document", tenant_id=tenant, id=document_id, with_content=False)
+    if row is None:
+        raise NotFoundError(f"document {document_id[:140]!r} does not exist")
+    return DocumentOut(
+        id=row["id"],
+        sha256=row["content_sha256"],
+        size_bytes=row["size_bytes"],
+        created_at=row["created_at"],
+    )
+
+
+def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
+    response.headers["Location"] = f"/documents/{stored.id}"
+    return DocumentOut(
+        id=stored.id,
+        sha256=stored.sha256,
+        size_bytes=stored.size_bytes,
+        created_at=stored.created_at,
+    )
+
+
+@router.put(
+    "/documents/{document_id}",
+    status_code=201,
+    response_model=DocumentOut,
+    summary="Store a document under this id",
+    responses={
+        200: {"model": DocumentOut, "description": "The same text was already stored"},
+        **error_responses(409, 413, 415, 422, 503),
+    },
+    openapi_extra=_DOCUMENT_BODY,
+)
+def store_document(
+    document_id: str,
+    text: DocumentTextDep,
+    db: DatabaseDep,
+    tenant: TenantDep,
+    response: Response,
+) -> DocumentOut:
+    """201 when stored, 200 when this text was already stored, 409 for other text."""
+    with db.transaction() as tx:
+        stored = put_document(tx, tenant, document_id, text)
+    response.status_code = 201 if stored.created else 200
+    return _stored_out(stored, response)
+
+
+@router.post(
+    "/documents",
+    status_code=201,
+    response_model=DocumentOut,
+    summary="Store a document under a new id",
+    responses=error_responses(413, 415, 422, 503),
+    openapi_extra=_DOCUMENT_BODY,
+)
+def create_document(
+    text: DocumentTextDep, db: DatabaseDep, tenant: TenantDep, response: Response
+) -> DocumentOut:
+    with db.transaction() as tx:
+        stored = put_document(tx, tenant, uuid.uuid4().hex, text)
+    return _stored_out(stored, response)
+
+
+@router.get(
+    "/documents/{document_id}",
+    response_model=DocumentOut,
+    summary="A document's metadata",
+    responses=error_responses(404, 503),
+)
+def read_document(document_id: str, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
+    with db.session() as s:
+        return _find_document(s, tenant, document_id)
+
+
+@router.post(
+    "/documents/{document_id}/extract",
+    status_code=202,
+    response_model=ExtractAccepted,
+    summary="Start an extraction run (idempotent with an Idempotency-Key)",
+    responses=error_responses(404, 409, 413, 415, 422, 503),
+    openapi_extra=_EXTRACT_BODY,
+)
+def start_extraction(
+    document_id: str,
+    options: ExtractRequestDep,
+    key: IdempotencyKeyDep,
+    db: DatabaseDep,
+    broker: BrokerDep,
+    tenant: TenantDep,
+    response: Response,
+) -> ExtractAccepted:
+    """The same Idempotency-Key returns the same run; with other options it is a 409."""
+    pipeline = get_pipeline(options.pipeline)
+    now = datetime.now(UTC)
+    deadline_at = now + timedelta(seconds=options.deadline_s) if options.deadline_s else None
+    if options.start_at is not None:
+        if options.lane != "interactive":
+            raise InvalidRequestError("start_at applies to the interactive lane only")
+        if deadline_at is not None and options.start_at >= deadline_at:
+            raise InvalidRequestError("start_at must be before the deadline (now + deadline_s)")
+    with db.transaction() as tx:
+        _find_document(tx, tenant, document_id)
+        created = runs.create_run(
+            tx,
+            tenant_id=tenant,
+            document_id=document_id,
+            pipeline=pipeline,
+            lane=options.lane,
+            idempotency_key=key or uuid.uuid4().hex,
+            request={"document_id": document_id, **options.fingerprint()},
+            deadline_at=deadline_at,
+            budget_usd=options.budget_usd,
+            callback_url=str(options.callback_url) if options.callback_url else None,
+            start_at=options.start_at,
+        )
+    crash_point("api.after_commit")
+    # A future start stays parked in the outbox; the sweep publishes it when it is due.
+    if options.start_at is None or options.start_at <= now:
+        publish_outbox(db, broker, created.outbox_ids)
+    status = runs.run_progress(db, tenant, created.run_id).status
+    response.headers["Location"] = f"/runs/{created.run_id}"
+    return ExtractAccepted(run_id=created.run_id, status=status, created=created.created)

@@ -1,0 +1,175 @@
+"""What the API accepts and answers, as pydantic models (the OpenAPI document is built from
+these). Request models forbid unknown fields: a misspelt option is an error, not a default."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, HttpUrl
+
+from docpipe.runs import Progress
+
+__all__ = [
+    "DEFAULT_PIPELINE",
+    "MAX_DEADLINE_S",
+    "DocumentOut",
+    "DocumentText",
+    "ErrorBody",
+    "ExtractAccepted",
+    "ExtractRequest",
+    "Health",
+    "Readiness",
+    "RunStatus",
+    "StepStatus",
+]
+
+DEFAULT_PIPELINE = "document_extract:v1"
+MAX_DEADLINE_S = 30 * 24 * 3600.0
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: one human-readable sentence saying what was wrong."""
+
+    detail: str
+
+
+class DocumentText(BaseModel):
+    """The JSON form of a document upload (the other form is the text as text/plain)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+
+
+class DocumentOut(BaseModel):
+    id: str
+    sha256: str = Field(description="SHA-256 of the UTF-8 text, hex")
+    size_bytes: int
+    created_at: datetime
+
+
+class ExtractRequest(BaseModel):
+    """Options of an extraction run; every field may be left out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
+    lane: Literal["interactive", "batch"] = "interactive"
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_DEADLINE_S,
+        allow_inf_nan=False,
+        description="the run must finish within this many seconds of the request",
+    )
+    budget_usd: Decimal | None = Field(
+        default=None,
+        gt=0,
+        max_digits=14,
+        decimal_places=6,
+        description="the run stops as budget_exceeded once its provider calls cost more",
+    )
+    callback_url: HttpUrl | None = Field(
+        default=None, description="called once the run has ended (http or https)"
+    )
+    start_at: AwareDatetime | None = Field(
+        default=None,
+        description="start no earlier than this (ISO 8601 with a time zone); interactive lane",
+    )
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The options in one canonical form, so equal requests compare equal."""
+        return {
+            "pipeline": self.pipeline,
+            "lane": self.lane,
+            "deadline_s": self.deadline_s,
+            "budget_usd": format(self.budget_usd.normalize(), "f") if self.budget_usd else None,
+            "callback_url": str(self.callback_url) if self.callback_url else None,
+            "start_at": self.start_at.isoformat() if self.start_at else None,
+        }
+
+
+class ExtractAccepted(BaseModel):
+    run_id: str
+    status: str
+    created: bool = Field(description="false: the Idempotency-Key named an existing run")
+
+
+class StepStatus(BaseModel):
+    step: str
+    status: str
+    attempt: int
+    model: str | None
+    prompt_version: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: float | None
+    error: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunStatus(BaseModel):
+    run_id: str
+    pipeline: str
+    document_id: str
+    lane: str
+    batch_id: str | None
+    status: str
+    current_step: str | None
+    steps_done: int
+    steps_total: int
+    cost_so_far_usd: float
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    steps: list[StepStatus]
+    result: dict[str, Any] | None = Field(
+        default=None, description="each step's output by step name, once the run is done"
+    )
+
+    @classmethod
+    def from_progress(cls, progress: Progress, *, with_result: bool = True) -> RunStatus:
+        return cls(
+            run_id=progress.run_id,
+            pipeline=progress.pipeline,
+            document_id=progress.document_id,
+            lane=progress.lane,
+            batch_id=progress.batch_id,
+            status=progress.status,
+            current_step=progress.current_step,
+            steps_done=progress.steps_done,
+            steps_total=progress.steps_total,
+            cost_so_far_usd=float(progress.cost_so_far_usd),
+            error=progress.error,
+            created_at=progress.created_at,
+            finished_at=progress.finished_at,
+            steps=[
+                StepStatus(
+                    step=s["step"],
+                    status=s["status"],
+                    attempt=s["attempt"],
+                    model=s["model"],
+                    prompt_version=s["prompt_version"],
+                    input_tokens=s["input_tokens"],
+                    output_tokens=s["output_tokens"],
+                    cost_usd=None if s["cost_usd"] is None else float(s["cost_usd"]),
+                    error=s["error"],
+                    started_at=s["started_at"],
+                    finished_at=s["finished_at"],
+                )
+                for s in progress.steps
+            ],
+            result=progress.result if with_result else None,
+        )
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "unavailable"]
+    checks: dict[str, str] = Field(description="'ok' or what went wrong, per dependency")

@@ -1,0 +1,75 @@
+"""``python -m docpipe_fake_llm``: serve the fake provider with uvicorn in this process.
+
+Runs in the foreground so that ``exec`` makes it the process that receives SIGTERM; uvicorn
+then stops accepting connections and finishes in-flight requests before exiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+
+from docpipe_fake_llm.app import create_app
+from docpipe_fake_llm.config import FakeLLMConfig, parse_latency
+
+__all__ = ["main"]
+
+# Hanging requests (fault "hang") must not hold a shutdown for their whole hang time.
+_GRACEFUL_SHUTDOWN_S = 2
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse flags (environment variables give their defaults) and serve until SIGTERM."""
+    args = _parser().parse_args(argv)
+    config = FakeLLMConfig(
+        latency_ms=args.latency_ms, rpm=args.rpm, burst=args.burst, api_key=args.api_key or None
+    )
+    uvicorn.run(
+        create_app(config),
+        host=args.host,
+        port=args.port,
+        access_log=args.access_log,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="docpipe-fake-llm", description=__doc__)
+    parser.add_argument("--host", default=env("FAKE_LLM_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(env("FAKE_LLM_PORT", "8100")))
+    parser.add_argument(
+        "--latency-ms",
+        type=parse_latency,
+        default=parse_latency(env("FAKE_LLM_LATENCY_MS", "0:0")),
+        help="uniform latency range LOW:HIGH in milliseconds (default 0:0)",
+    )
+    parser.add_argument(
+        "--rpm",
+        type=int,
+        default=int(env("FAKE_LLM_RPM", "0")),
+        help="requests per minute over all requests; 0 means unlimited",
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=int(env("FAKE_LLM_BURST", "0")),
+        help="token bucket size; 0 means one second's worth of --rpm",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=env("FAKE_LLM_API_KEY"),
+        help="if set, require 'Authorization: Bearer <key>'",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    parser.add_argument("--access-log", action="store_true", help="log every request (slower)")
+    return parser
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""``/control/*``: what tests use to inject faults, change settings and read counters."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, Field, model_validator
+
+from docpipe_fake_llm.faults import FaultKind
+from docpipe_fake_llm.provider import FakeProvider
+
+__all__ = ["router"]
+
+# Every route is async so that it runs on the event loop that owns the provider's state,
+# never in FastAPI's thread pool.
+router = APIRouter(prefix="/control")
+
+
+def _provider(request: Request) -> FakeProvider:
+    provider: FakeProvider = request.app.state.provider
+    return provider
+
+
+ProviderDep = Annotated[FakeProvider, Depends(_provider)]
+
+
+class FaultSpec(BaseModel):
+    kind: FaultKind
+    count: int = Field(1, ge=1)
+    step: str | None = None
+    model: str | None = None
+    retry_after: float | None = Field(None, ge=0)
+    hang_s: float | None = Field(None, ge=0)
+
+
+class ConfigChange(BaseModel):
+    """Fields left out keep their value; a null ``rpm`` or ``burst`` means 0 (unlimited)."""
+
+    latency_ms: tuple[int, int] | None = None
+    rpm: int | None = Field(None, ge=0)
+    burst: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _latency_is_a_range(self) -> ConfigChange:
+        if self.latency_ms is not None and not 0 <= self.latency_ms[0] <= self.latency_ms[1]:
+            raise ValueError("latency_ms must be [low, high] with 0 <= low <= high")
+        return self
+
+
+@router.post("/faults")
+async def add_fault(spec: FaultSpec, provider: ProviderDep) -> dict[str, Any]:
+    fault = provider.faults.add(
+        spec.kind,
+        spec.count,
+        step=spec.step,
+        model=spec.model,
+        retry_after=spec.retry_after,
+        hang_s=spec.hang_s,
+    )
+    return fault.as_dict()
+
+
+@router.get("/faults")
+async def list_faults(provider: ProviderDep) -> dict[str, Any]:
+    return {"faults": provider.faults.pending()}
+
+
+@router.delete("/faults")
+async def clear_faults(provider: ProviderDep) -> dict[str, Any]:
+    return {"cleared": provider.faults.clear()}
+
+
+@router.get("/config")
+async def read_config(provider: ProviderDep) -> dict[str, Any]:
+    return provider.settings()
+
+
+@router.post("/config")
+async def change_config(change: ConfigChange, provider: ProviderDep) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if change.latency_ms is not None:
+        changes["latency_ms"] = change.latency_ms
+    for name in ("rpm", "burst"):
+        if name in change.model_fields_set:
+            changes[name] = getattr(change, name) or 0
+    provider.reconfigure(**changes)
+    return provider.settings()
+
+
+@router.post("/reset")
+async def reset(provider: ProviderDep) -> dict[str, Any]:
+    provider.reset()
+    return {"status": "reset", **provider.settings()}
+
+
+@router.get("/stats")
+async def read_stats(provider: ProviderDep) -> dict[str, Any]:
+    return provider.stats.as_dict()

@@ -1,0 +1,48 @@
+"""Counters the tests and benchmarks read back from ``GET /control/stats``."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from typing import Any
+
+__all__ = ["Stats"]
+
+_WINDOW_SECONDS = 3600
+
+
+class Stats:
+    """Counts completion requests by step and status, and 200 answers per wall-clock second."""
+
+    def __init__(self) -> None:
+        self.requests_total = 0
+        self.by_step: Counter[str] = Counter()
+        self.by_status: Counter[str] = Counter()
+        self._per_second: deque[list[int]] = deque()  # [unix second, answers], oldest first
+
+    def record_request(self) -> None:
+        self.requests_total += 1
+
+    def record_step(self, step: str) -> None:
+        self.by_step[step] += 1
+
+    def record_status(self, status: int) -> None:
+        self.by_status[str(status)] += 1
+        if status == 200:
+            self._record_accepted(int(time.time()))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests_total": self.requests_total,
+            "by_step": dict(self.by_step),
+            "by_status": dict(self.by_status),
+            "accepted_per_second": [list(entry) for entry in self._per_second],
+        }
+
+    def _record_accepted(self, second: int) -> None:
+        if self._per_second and self._per_second[-1][0] == second:
+            self._per_second[-1][1] += 1
+        else:
+            self._per_second.append([second, 1])
+        while self._per_second[0][0] <= second - _WINDOW_SECONDS:
+            self._per_second.popleft()

@@ -1,0 +1,137 @@
+"""Fixtures that run docpipe's real processes: Redis, the fake provider, celery workers and
+beat, exactly as the images run them (see docpipe.processes)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from docpipe.celery_app import app
+from docpipe.localstack import LocalRedis
+from docpipe.processes import ManagedProcess, beat_argv, worker_argv
+from docpipe.tasks import CeleryBroker
+from tests.fakellm import FakeLLM, start_fake_llm
+from tests.servers import service_dir
+
+# Short timings so that recovery paths run in seconds; the relations between them are the
+# production ones (validated by Settings at every process start).
+FAST_TIMINGS = {
+    "DOCPIPE_LEASE_TTL_S": "3",
+    "DOCPIPE_HEARTBEAT_INTERVAL_S": "1",
+    "DOCPIPE_REAPER_INTERVAL_S": "1",
+    "DOCPIPE_REDRIVE_GRACE_S": "3",
+    "DOCPIPE_OUTBOX_SWEEP_INTERVAL_S": "1",
+    "DOCPIPE_OUTBOX_GRACE_S": "1",
+    "DOCPIPE_RETRY_BACKOFF_BASE_S": "0.2",
+    "DOCPIPE_RETRY_BACKOFF_CAP_S": "2",
+    "DOCPIPE_LLM_TIMEOUT_S": "5",
+    "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "30",
+    "DOCPIPE_TASK_TIME_LIMIT_S": "40",
+}
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[LocalRedis]:
+    with service_dir("redis") as state, LocalRedis(state, persist=False) as server:
+        yield server
+
+
+@pytest.fixture
+def broker(redis_server: LocalRedis) -> Iterator[redis.Redis]:
+    """The broker's Redis, emptied before the test."""
+    if not redis_server.is_running():
+        redis_server.start()
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def fake_llm_server() -> Iterator[FakeLLM]:
+    with start_fake_llm() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_llm(fake_llm_server: FakeLLM) -> FakeLLM:
+    """The fake provider with default behaviour (no latency, no faults, no rate limit)."""
+    fake_llm_server.control("POST", "/control/reset")
+    return fake_llm_server
+
+
+@pytest.fixture
+def stack_env(
+    database_url: str, redis_server: LocalRedis, fake_llm_server: FakeLLM, tmp_path: Path
+) -> dict[str, str]:
+    return {
+        "DOCPIPE_DATABASE_URL": database_url,
+        "DOCPIPE_REDIS_URL": redis_server.url,
+        "DOCPIPE_LLM_BASE_URL": fake_llm_server.url + "/v1",
+        "DOCPIPE_LLM_API_KEY": "test-key",
+        "DOCPIPE_LIVENESS_FILE": str(tmp_path / "alive"),
+        **FAST_TIMINGS,
+    }
+
+
+ProcessFactory = Callable[..., ManagedProcess]
+
+
+@pytest.fixture
+def start_process(tmp_path: Path, stack_env: dict[str, str]) -> Iterator[ProcessFactory]:
+    """Start docpipe processes for this test; all are stopped (and their logs kept in
+    tmp_path) when it ends."""
+    started: list[ManagedProcess] = []
+
+    def start(name: str, argv: list[str], ready: str | None, **env: str) -> ManagedProcess:
+        proc = ManagedProcess(
+            name, argv, tmp_path / f"{name}-{len(started)}.log", env={**stack_env, **env}
+        ).start()
+        started.append(proc)
+        if ready:
+            proc.wait_for_log(ready, timeout_s=60)
+        return proc
+
+    yield start
+    for proc in reversed(started):
+        proc.stop(timeout_s=20)
+
+
+@pytest.fixture
+def start_worker(start_process: ProcessFactory) -> Callable[..., ManagedProcess]:
+    def start(lane: str = "interactive", concurrency: int = 2, **env: str) -> ManagedProcess:
+        return start_process(
+            f"worker-{lane}", worker_argv(lane, concurrency=concurrency), r"\bready\.", **env
+        )
+
+    return start
+
+
+@pytest.fixture
+def start_beat(start_process: ProcessFactory) -> Callable[..., ManagedProcess]:
+    def start(**env: str) -> ManagedProcess:
+        return start_process("beat", beat_argv(), r"beat: Starting", **env)
+
+    return start
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 60.0, every_s: float = 0.1) -> Any:
+    """The first truthy value of ``predicate()``, polled until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(every_s)
+    raise TimeoutError(f"condition not met within {timeout_s}s")
+
+
+@pytest.fixture(scope="session")
+def publisher(redis_server: LocalRedis) -> CeleryBroker:
+    """Publishes outbox rows from the test process to the test broker."""
+    app.conf.broker_url = redis_server.url  # before the app's first connection
+    return CeleryBroker()
