@@ -8,7 +8,7 @@ reader would look for it; the boilerplate around it never states a competing val
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,7 @@ class _Party:
 class _Section:
     title: str
     paragraphs: list[str]
-    spare: list[str] = field(default_factory=list)  # unused boilerplate, already shuffled
+    spare: list[str]  # boilerplate not used yet, shuffled; shared by sections of one pool
 
 
 # title | provider roles | client roles | deliverable | scope sections | scope pool | fees
@@ -147,33 +147,20 @@ def _names(cell: str, separator: str) -> list[str]:
     return [name.strip() for name in cell.split(separator)]
 
 
-_KINDS = [
-    _Kind(
-        title,
-        _names(providers, ","),
-        _names(clients, ","),
-        deliverable,
-        _names(scopes, ";"),
-        pool,
-        fees,
-        value,
-    )
-    for title, providers, clients, deliverable, scopes, pool, fees, value in _table_rows(
-        _KIND_TABLE
-    )
-]
-_JURISDICTIONS = [
-    _Jurisdiction(
-        law,
-        currency,
-        courts,
-        [
-            (form.strip(), text.strip())
-            for form, text in (pair.split("=") for pair in forms.split(";"))
-        ],
-    )
-    for law, currency, courts, forms in _table_rows(_JURISDICTION_TABLE)
-]
+def _kind(row: list[str]) -> _Kind:
+    title, providers, clients, deliverable, scopes, pool, fees, value = row
+    roles = _names(providers, ","), _names(clients, ",")
+    return _Kind(title, *roles, deliverable, _names(scopes, ";"), pool, fees, value)
+
+
+def _jurisdiction(row: list[str]) -> _Jurisdiction:
+    law, currency, courts, forms = row
+    pairs = [pair.split("=") for pair in forms.split(";")]
+    return _Jurisdiction(law, currency, courts, [(f.strip(), d.strip()) for f, d in pairs])
+
+
+_KINDS = [_kind(row) for row in _table_rows(_KIND_TABLE)]
+_JURISDICTIONS = [_jurisdiction(row) for row in _table_rows(_JURISDICTION_TABLE)]
 
 
 def _words(text: str) -> list[str]:
@@ -499,18 +486,11 @@ _NO_RENEWALS = (
     "This Agreement shall expire at the end of the Initial Term and there shall be no automatic "
     "renewal.",
 )
-_OPTIONAL_TITLES = (
-    "WARRANTIES",
-    "INDEMNIFICATION",
-    "INTELLECTUAL PROPERTY",
-    "DATA PROTECTION",
-    "INSURANCE",
-    "FORCE MAJEURE",
-    "ASSIGNMENT AND SUBCONTRACTING",
-    "NOTICES",
-    "NON-SOLICITATION",
-    "AUDIT AND RECORDS",
+_OPTIONAL_TITLES = _names(
+    "WARRANTIES; INDEMNIFICATION; INTELLECTUAL PROPERTY; DATA PROTECTION; INSURANCE; "
+    "FORCE MAJEURE; ASSIGNMENT AND SUBCONTRACTING; NOTICES; NON-SOLICITATION; AUDIT AND RECORDS; "
     "COMPLIANCE WITH LAWS",
+    ";",
 )
 _GOVERNING_LAW_TITLES = ("GOVERNING LAW", "GOVERNING LAW AND JURISDICTION", "DISPUTE RESOLUTION")
 _LIABILITY_TITLES = ("LIMITATION OF LIABILITY", "LIABILITY")

@@ -38,25 +38,26 @@ def main(argv: list[str] | None = None) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     env = os.environ.get
+    # String defaults go through each flag's type, so a bad variable is reported like a bad flag.
     parser = argparse.ArgumentParser(prog="docpipe-fake-llm", description=__doc__)
     parser.add_argument("--host", default=env("FAKE_LLM_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(env("FAKE_LLM_PORT", "8100")))
+    parser.add_argument("--port", type=int, default=env("FAKE_LLM_PORT", "8100"))
     parser.add_argument(
         "--latency-ms",
         type=parse_latency,
-        default=parse_latency(env("FAKE_LLM_LATENCY_MS", "0:0")),
+        default=env("FAKE_LLM_LATENCY_MS", "0:0"),
         help="uniform latency range LOW:HIGH in milliseconds (default 0:0)",
     )
     parser.add_argument(
         "--rpm",
         type=int,
-        default=int(env("FAKE_LLM_RPM", "0")),
+        default=env("FAKE_LLM_RPM", "0"),
         help="requests per minute over all requests; 0 means unlimited",
     )
     parser.add_argument(
         "--burst",
         type=int,
-        default=int(env("FAKE_LLM_BURST", "0")),
+        default=env("FAKE_LLM_BURST", "0"),
         help="token bucket size; 0 means one second's worth of --rpm",
     )
     parser.add_argument(

@@ -115,7 +115,7 @@ def create_document(
     "/documents/{document_id}",
     response_model=DocumentOut,
     summary="A document's metadata",
-    responses=error_responses(404, 503),
+    responses=error_responses(404, 422, 503),
 )
 def read_document(document_id: str, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
     with db.session() as s:

@@ -39,7 +39,7 @@ def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
     "/runs/{run_id}",
     response_model=RunStatus,
     summary="A run's status, steps, cost and (once done) result",
-    responses=error_responses(404, 503),
+    responses=error_responses(404, 422, 503),
 )
 def read_run(run_id: str, db: DatabaseDep, tenant: TenantDep) -> RunStatus:
     return run_status(db, tenant, run_id)
@@ -49,7 +49,7 @@ def read_run(run_id: str, db: DatabaseDep, tenant: TenantDep) -> RunStatus:
     "/runs/{run_id}/cancel",
     response_model=RunStatus,
     summary="Stop a run; no further steps start",
-    responses=error_responses(404, 409, 503),
+    responses=error_responses(404, 409, 422, 503),
 )
 def cancel_run(run_id: str, db: DatabaseDep, tenant: TenantDep) -> RunStatus:
     runs.run_progress(db, tenant, run_id)  # 404 for unknown runs
@@ -90,7 +90,7 @@ def retry_run(
             "description": "An event stream that closes once the run has ended",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
-        **error_responses(404, 503),
+        **error_responses(404, 422, 503),
     },
 )
 def stream_run_events(

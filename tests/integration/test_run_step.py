@@ -1,0 +1,215 @@
+"""run_step as a plain function (no broker) against the fake provider over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+
+import jsonschema
+import pytest
+
+from docpipe import runs
+from docpipe.db import Database
+from docpipe.document_extract import DOCUMENT_EXTRACT
+from docpipe.errors import PermanentLLMError, TransientLLMError
+from docpipe.executor import StepExecutor
+from docpipe.llm import LLMClient
+from docpipe.samples import SampleContract, dummy_document, sample_contracts
+from docpipe.settings import Settings
+from tests.factories import new_run, scalar
+from tests.fakellm import FakeLLM
+
+STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
+CONTRACTS = sample_contracts(10)
+
+
+@pytest.fixture
+def llm(fake_llm: FakeLLM, settings: Settings) -> Iterator[LLMClient]:
+    client = LLMClient(base_url=fake_llm.url + "/v1", api_key="k", timeout_s=settings.llm_timeout_s)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def executor(db: Database, llm: LLMClient, settings: Settings) -> StepExecutor:
+    return StepExecutor(db, llm, settings, owner="test-worker")
+
+
+def call_count(db: Database, step: str | None = None) -> int:
+    return int(
+        scalar(
+            db, "SELECT count(*) FROM llm_call_log WHERE %s::text IS NULL OR step = %s", step, step
+        )
+    )
+
+
+def run_to_the_end(executor: StepExecutor, run_id: str) -> list[str]:
+    kinds = []
+    for step in DOCUMENT_EXTRACT.step_names:
+        outcome = executor.run_step(run_id, step)
+        kinds.append(outcome.kind)
+        if outcome.kind != "completed":
+            break
+    return kinds
+
+
+def test_run_step_twice_makes_exactly_one_provider_call(
+    db: Database, executor: StepExecutor, fake_llm: FakeLLM
+) -> None:
+    run = new_run(db, CONTRACTS[0].text)
+    first = executor.run_step(run.run_id, STEP1)
+    second = executor.run_step(run.run_id, STEP1)
+    assert (first.kind, first.calls_sent) == ("completed", 1)
+    assert (second.kind, second.calls_sent) == ("already_done", 0)
+    assert call_count(db) == 1
+    assert fake_llm.stats()["requests_total"] == 1
+
+
+@pytest.mark.parametrize("contract", CONTRACTS, ids=lambda c: c.slug)
+def test_every_sample_contract_goes_through_the_three_steps(
+    db: Database, executor: StepExecutor, contract: SampleContract
+) -> None:
+    run = new_run(db, contract.text, document_id=contract.slug)
+    assert run_to_the_end(executor, run.run_id) == ["completed"] * 3
+    with db.session() as s:
+        steps = {r["step"]: r for r in s.all("run_steps", run_id=run.run_id, with_output=True)}
+    for step in DOCUMENT_EXTRACT.steps:
+        jsonschema.validate(steps[step.name]["output"], step.output_schema)
+        assert steps[step.name]["prompt_version"] == step.prompt_version
+        assert steps[step.name]["model"] == step.model
+    # The fake really reads the text: the fields are the generator's ground truth.
+    assert steps[STEP2]["output"]["fields"] == contract.expected
+    sections = steps[STEP1]["output"]["sections"]
+    assert call_count(db, STEP2) == len(sections), "one call per section"
+    assert contract.expected["parties"][0]["name"] in steps[STEP3]["output"]["summary"]
+    # Cost: the run's total is the sum of its calls, and so is each step's.
+    total = Decimal(scalar(db, "SELECT sum(cost_usd) FROM llm_call_log"))
+    assert total > 0
+    assert scalar(db, "SELECT cost_usd FROM pipeline_run") == total
+    assert sum(r["cost_usd"] for r in steps.values()) == total
+
+
+def test_a_transient_error_in_step_2_resends_only_the_calls_that_did_not_finish(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    sent = 0
+
+    @contextmanager
+    def fail_fourth_call(model: str, lane: str) -> Iterator[None]:
+        nonlocal sent
+        sent += 1
+        if sent == 1 + 4:  # step 1's call, then the fourth section call of step 2
+            fake_llm.add_fault("503", count=1, step=STEP2)
+        yield
+
+    executor = StepExecutor(db, llm, settings, gate=fail_fourth_call)
+    run = new_run(db, CONTRACTS[1].text)
+    assert executor.run_step(run.run_id, STEP1).kind == "completed"
+    sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
+                              " WHERE step = %s", STEP1))  # fmt: skip
+    outcome = executor.run_step(run.run_id, STEP2)
+    assert outcome.kind == "retry"
+    assert outcome.calls_sent == 4
+    again = executor.run_step(run.run_id, STEP2)
+    assert again.kind == "completed"
+    assert again.calls_sent == sections - 3, "the three answered sections are not re-sent"
+    assert scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = %s", STEP2) == 2
+
+
+@pytest.mark.parametrize(("kind", "error"), [("429", "rate_limited"), ("500", "server_error"),
+                                             ("503", "server_error")])  # fmt: skip
+def test_429_and_5xx_are_transient(
+    db: Database, llm: LLMClient, executor: StepExecutor, fake_llm: FakeLLM, kind: str, error: str
+) -> None:
+    fake_llm.add_fault(kind, count=1)
+    with pytest.raises(TransientLLMError) as caught:
+        llm.chat(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text))
+    assert caught.value.kind == error
+    run = new_run(db, CONTRACTS[0].text)
+    fake_llm.add_fault(kind, count=1)
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert outcome.kind == "retry"
+    assert scalar(db, "SELECT status FROM pipeline_step_result WHERE step = %s", STEP1) == "pending"
+    assert scalar(db, "SELECT error_kind FROM llm_call_log") == error
+
+
+def test_a_400_is_permanent_and_fails_the_run(
+    db: Database, llm: LLMClient, executor: StepExecutor, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add_fault("400", count=1)
+    with pytest.raises(PermanentLLMError):
+        llm.chat(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text))
+    run = new_run(db, CONTRACTS[0].text)
+    fake_llm.add_fault("400", count=1)
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert (outcome.kind, outcome.run_status) == ("failed", "failed")
+    assert call_count(db) == 1, "no retry of a permanent error"
+
+
+def test_an_empty_document_fails_permanently_without_a_call(
+    db: Database, executor: StepExecutor
+) -> None:
+    run = new_run(db, dummy_document().text)
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert (outcome.kind, outcome.run_status, outcome.calls_sent) == ("failed", "failed", 0)
+    assert "empty" in str(scalar(db, "SELECT error FROM pipeline_run"))
+
+
+def test_invalid_output_goes_to_the_fallback_model(
+    db: Database, executor: StepExecutor, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add_fault("malformed", count=1, step=STEP1, model="gpt-4o-mini")
+    run = new_run(db, CONTRACTS[2].text)
+    assert executor.run_step(run.run_id, STEP1).kind == "completed"
+    with db.session() as s:
+        rows = s.conn.execute(b"SELECT model, status FROM llm_call_log ORDER BY id").fetchall()
+    assert [(r["model"], r["status"]) for r in rows] == [
+        ("gpt-4o-mini", "invalid_output"),
+        ("gpt-4o", "ok"),
+    ]
+    assert scalar(db, "SELECT model FROM pipeline_step_result WHERE step = %s", STEP1) == "gpt-4o"
+
+
+def test_output_invalid_on_both_models_sends_the_run_to_review(
+    db: Database, executor: StepExecutor, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add_fault("invalid", count=2, step=STEP1)
+    run = new_run(db, CONTRACTS[2].text)
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert (outcome.kind, outcome.run_status) == ("failed", "needs_review")
+    assert call_count(db) == 2
+    # The tokens of the invalid answers were paid for, and are counted.
+    assert scalar(db, "SELECT cost_usd FROM pipeline_run") > 0
+
+
+def test_transient_errors_past_the_attempt_limit_send_the_run_to_review(
+    db: Database, llm: LLMClient, fake_llm: FakeLLM, settings: Settings
+) -> None:
+    executor = StepExecutor(db, llm, settings.model_copy(update={"max_step_attempts": 2}))
+    fake_llm.add_fault("503", count=5, step=STEP1)
+    run = new_run(db, CONTRACTS[0].text)
+    assert executor.run_step(run.run_id, STEP1).kind == "retry"
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert (outcome.kind, outcome.run_status) == ("failed", "needs_review")
+    assert "gave up after 2 attempts" in str(scalar(db, "SELECT error FROM pipeline_run"))
+
+
+def test_a_lease_held_by_a_dead_worker_is_taken_over_after_it_expires(
+    db: Database, executor: StepExecutor, settings: Settings
+) -> None:
+    run = new_run(db, CONTRACTS[0].text)
+    assert runs.claim_step(db, run.run_id, STEP1, owner="dead", lease_s=30) is not None
+    assert executor.run_step(run.run_id, STEP1).kind == "busy"
+    with db.session() as s:
+        s.conn.execute(b"UPDATE pipeline_step_result SET lease_expires_at = now() - interval '1 s'")
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert outcome.kind == "completed"
+    assert scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = %s", STEP1) == 2
+
+
+def _messages(step: str, text: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": DOCUMENT_EXTRACT.step(step).system_prompt},
+        {"role": "user", "content": text},
+    ]
