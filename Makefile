@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PACKAGES := libs/common services/fake-llm
+PACKAGES := libs/common services/api services/fake-llm
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
 
@@ -20,7 +20,7 @@ test: deps venv ## the whole suite: unit, integration (real PostgreSQL, Redis, w
 lint: venv ## ruff and mypy (strict on libs/common)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy libs/common/src services/fake-llm/src
+	$(BIN)/mypy libs/common/src services/api/src services/fake-llm/src
 
 fmt: venv
 	$(BIN)/ruff format .

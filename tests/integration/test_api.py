@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from fastapi.testclient import TestClient
 
 from docpipe import celery_app, runs
 from docpipe.db import Database
@@ -28,7 +29,6 @@ from docpipe.document_extract import DOCUMENT_EXTRACT
 from docpipe.localstack import LocalRedis, free_port
 from docpipe.settings import get_settings
 from docpipe_api.main import create_app
-from tests.apiclient import TestClient
 from tests.factories import scalar
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
@@ -159,6 +159,8 @@ def test_unknown_documents_are_not_found(client: TestClient) -> None:
     response = client.get("/documents/nope")
     assert response.status_code == 404
     assert response.json() == {"detail": "document 'nope' does not exist"}
+    assert client.get("/documents/nul%00byte").status_code == 404
+    assert extract(client, document_id="nul%00byte").status_code == 404
 
 
 def test_documents_over_the_size_limit_are_refused_with_413(

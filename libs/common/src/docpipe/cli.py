@@ -21,7 +21,8 @@ from docpipe.client import ApiError, DocpipeClient
 
 __all__ = ["main"]
 
-console = Console()
+# A pipe or CI log gets a fixed width instead of rich's 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 130)
 ENDED = {"done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded"}
 DEFAULT_API = os.environ.get("DOCPIPE_API_URL", "http://127.0.0.1:8000")
 
@@ -156,7 +157,7 @@ def _watch(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[str, 
 
 def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
     table = Table(title="docpipe results")
-    for column in ("document", "status", "fields found", "tokens", "cost USD", "calls", "note"):
+    for column in ("document", "status", "fields found", "tokens", "cost USD", "attempts", "note"):
         table.add_column(column, justify="right" if column in ("tokens", "cost USD") else "left")
     total_cost = 0.0
     for doc, status in rows:

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from docpipe.db import Session
-from docpipe.errors import ConflictError, InvalidRequestError
+from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.runs import _insert_or_existing
 
-__all__ = ["DOCUMENT_ID", "StoredDocument", "put_document"]
+__all__ = ["DOCUMENT_ID", "StoredDocument", "get_document", "put_document"]
 
 DOCUMENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
@@ -38,15 +39,14 @@ def put_document(
         raise InvalidRequestError("document text must not contain NUL characters")
     data = content.encode("utf-8")
     sha256 = hashlib.sha256(data).hexdigest()
-    row = session.one(
-        "put_document",
-        tenant_id=tenant_id,
-        id=document_id,
-        content=content,
-        sha256=sha256,
-        size_bytes=len(data),
-    )
-    assert row is not None
+    params = {
+        "tenant_id": tenant_id,
+        "id": document_id,
+        "content": content,
+        "sha256": sha256,
+        "size_bytes": len(data),
+    }
+    row = _insert_or_existing(session, "put_document", params)
     if row["content_sha256"] != sha256:
         raise ConflictError(
             f"document {document_id!r} already exists with different content; documents are "
@@ -58,4 +58,21 @@ def put_document(
         size_bytes=row["size_bytes"],
         created_at=row["created_at"],
         created=row["created"],
+    )
+
+
+def get_document(session: Session, tenant_id: str, document_id: str) -> StoredDocument:
+    """The stored document's metadata; NotFoundError for ids this tenant never stored."""
+    row = None
+    # A malformed id cannot exist (and a NUL in it would be a database error, not a 404).
+    if DOCUMENT_ID.match(document_id):
+        row = session.one("get_document", tenant_id=tenant_id, id=document_id, with_content=False)
+    if row is None:
+        raise NotFoundError(f"document {document_id[:140]!r} does not exist")
+    return StoredDocument(
+        id=row["id"],
+        sha256=row["content_sha256"],
+        size_bytes=row["size_bytes"],
+        created_at=row["created_at"],
+        created=False,
     )

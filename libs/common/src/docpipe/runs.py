@@ -85,24 +85,23 @@ def create_run(
     if lane not in ("interactive", "batch"):
         raise InvalidRequestError(f"lane must be 'interactive' or 'batch', not {lane!r}")
     fingerprint = request_hash(request)
-    row = session.one(
-        "create_run",
-        id=uuid.uuid4(),
-        tenant_id=tenant_id,
-        pipeline=pipeline.key,
-        document_id=document_id,
-        lane=lane,
-        batch_id=batch_id,
-        steps=pipeline.step_names,
-        budget_usd=budget_usd,
-        deadline_at=deadline_at,
-        admitted=lane == "interactive",
-        callback_url=callback_url,
-        idempotency_key=idempotency_key,
-        request_hash=fingerprint,
-        traceparent=traceparent,
-    )
-    assert row is not None
+    params = {
+        "id": uuid.uuid4(),
+        "tenant_id": tenant_id,
+        "pipeline": pipeline.key,
+        "document_id": document_id,
+        "lane": lane,
+        "batch_id": batch_id,
+        "steps": pipeline.step_names,
+        "budget_usd": budget_usd,
+        "deadline_at": deadline_at,
+        "admitted": lane == "interactive",
+        "callback_url": callback_url,
+        "idempotency_key": idempotency_key,
+        "request_hash": fingerprint,
+        "traceparent": traceparent,
+    }
+    row = _insert_or_existing(session, "create_run", params)
     run_id = str(row["id"])
     if not row["created"]:
         if row["request_hash"] != fingerprint:
@@ -115,6 +114,17 @@ def create_run(
     if lane == "interactive":
         outbox_ids = enqueue_step(session, run_id, pipeline.steps[0].name, available_at=start_at)
     return CreatedRun(run_id, created=True, outbox_ids=outbox_ids)
+
+
+def _insert_or_existing(session: Session, query: str, params: Mapping[str, Any]) -> Row:
+    """Run an ``INSERT ... ON CONFLICT DO NOTHING`` query that otherwise returns the existing
+    row. When a concurrent transaction inserts the same key, our INSERT waits for it and
+    then does nothing, but the statement's snapshot predates that row: the second try,
+    with a fresh snapshot, sees it."""
+    for _ in range(2):
+        if (row := session.one(query, **params)) is not None:
+            return row
+    raise RuntimeError(f"{query}: neither inserted nor found a row")
 
 
 def enqueue_step(

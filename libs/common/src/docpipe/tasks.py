@@ -16,11 +16,11 @@ from typing import Any
 
 import psycopg
 import redis
-from celery import Task, shared_task
+from celery import Celery, Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_shutdown
 
-from docpipe import runs
+from docpipe import celery_app, runs
 from docpipe.backoff import retry_delay
 from docpipe.db import Database
 from docpipe.executor import StepExecutor
@@ -35,15 +35,24 @@ __all__ = ["CeleryBroker", "Resources", "resources", "run_step"]
 
 log = logging.getLogger(__name__)
 
+RUN_STEP = "docpipe.run_step"
+
 
 class CeleryBroker:
     """Publishes outbox messages as Celery task messages, stamped with their enqueue time
-    (for queue-lag metrics and for telling a lost message from a waiting one)."""
+    (for queue-lag metrics and for telling a lost message from a waiting one).
+
+    Tasks are looked up on docpipe's app explicitly: Celery's "current app" is per thread,
+    and a web server's worker thread would otherwise publish through Celery's default app.
+    """
+
+    def __init__(self, app: Celery = celery_app.app) -> None:
+        self._app = app
 
     def publish(self, message: OutboxMessage) -> None:
         headers = {ENQUEUED_AT_HEADER: time.time()}
         if message.topic == "step":
-            run_step.apply_async(
+            self._app.tasks[RUN_STEP].apply_async(
                 (message.run_id, message.step),
                 queue=message.queue,
                 headers=headers,
@@ -102,7 +111,7 @@ def _close_resources(**_: Any) -> None:
         resources().close()
 
 
-@shared_task(name="docpipe.run_step", bind=True, max_retries=None, acks_late=True)
+@shared_task(name=RUN_STEP, bind=True, max_retries=None, acks_late=True)
 def run_step(self: Task, run_id: str, step: str) -> None:
     """Run one step; publish the next through the outbox, or retry after a transient error."""
     r = resources()

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 import redis
 from fastapi import FastAPI
 
-from docpipe import celery_app
 from docpipe.db import Database
 from docpipe.settings import Settings, get_settings
 from docpipe.tasks import CeleryBroker
@@ -30,9 +29,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resolved = settings or get_settings()
-        # Celery's "current app" is thread-local: without this, a route running in the
-        # threadpool would publish through Celery's built-in default app (amqp://localhost).
-        celery_app.app.set_default()
         database = Database(resolved.database_url, max_size=resolved.database_pool_size)
         broker_redis = redis.Redis.from_url(
             resolved.redis_url,

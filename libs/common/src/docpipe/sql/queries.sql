@@ -271,10 +271,10 @@ FROM call
 WHERE r.id = call.run_id;
 
 -- name: lock_outbox_ids
--- Unpublished outbox rows among the given ids, locked for this publisher.
+-- Unpublished outbox rows among the given ids that are due, locked for this publisher.
 SELECT id, topic, run_id, step, queue, traceparent, payload
 FROM outbox
-WHERE id = ANY(%(ids)s) AND published_at IS NULL
+WHERE id = ANY(%(ids)s) AND published_at IS NULL AND available_at <= now()
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
 

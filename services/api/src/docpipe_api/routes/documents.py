@@ -9,9 +9,8 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from docpipe import runs
-from docpipe.db import Session
-from docpipe.documents import StoredDocument, put_document
-from docpipe.errors import InvalidRequestError, NotFoundError
+from docpipe.documents import StoredDocument, get_document, put_document
+from docpipe.errors import InvalidRequestError
 from docpipe.faults import crash_point
 from docpipe.outbox import publish_outbox
 from docpipe.pipeline import get_pipeline
@@ -48,20 +47,12 @@ _EXTRACT_BODY: dict[str, Any] = {
 }
 
 
-def _find_document(session: Session, tenant: str, document_id: str) -> DocumentOut:
-    row = session.one("get_document", tenant_id=tenant, id=document_id, with_content=False)
-    if row is None:
-        raise NotFoundError(f"document {document_id[:140]!r} does not exist")
-    return DocumentOut(
-        id=row["id"],
-        sha256=row["content_sha256"],
-        size_bytes=row["size_bytes"],
-        created_at=row["created_at"],
-    )
-
-
 def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
     response.headers["Location"] = f"/documents/{stored.id}"
+    return _document_out(stored)
+
+
+def _document_out(stored: StoredDocument) -> DocumentOut:
     return DocumentOut(
         id=stored.id,
         sha256=stored.sha256,
@@ -119,7 +110,7 @@ def create_document(
 )
 def read_document(document_id: str, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
     with db.session() as s:
-        return _find_document(s, tenant, document_id)
+        return _document_out(get_document(s, tenant, document_id))
 
 
 @router.post(
@@ -149,7 +140,7 @@ def start_extraction(
         if deadline_at is not None and options.start_at >= deadline_at:
             raise InvalidRequestError("start_at must be before the deadline (now + deadline_s)")
     with db.transaction() as tx:
-        _find_document(tx, tenant, document_id)
+        get_document(tx, tenant, document_id)  # 404 before the foreign key can object
         created = runs.create_run(
             tx,
             tenant_id=tenant,
@@ -164,9 +155,8 @@ def start_extraction(
             start_at=options.start_at,
         )
     crash_point("api.after_commit")
-    # A future start stays parked in the outbox; the sweep publishes it when it is due.
-    if options.start_at is None or options.start_at <= now:
-        publish_outbox(db, broker, created.outbox_ids)
+    # A future start is not due yet: it stays parked and the sweep publishes it in time.
+    publish_outbox(db, broker, created.outbox_ids)
     status = runs.run_progress(db, tenant, created.run_id).status
     response.headers["Location"] = f"/runs/{created.run_id}"
     return ExtractAccepted(run_id=created.run_id, status=status, created=created.created)
