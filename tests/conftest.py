@@ -68,6 +68,7 @@ def settings(database_url: str) -> Settings:
         llm_timeout_s=2.0,
         task_soft_time_limit_s=10.0,
         task_time_limit_s=15.0,
+        limiter_max_wait_s=5.0,
     )
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from docpipe.db import Database
-from docpipe.errors import InvalidOutputError, LLMError
+from docpipe.db import Database, Row
+from docpipe.errors import BudgetExceededError, InvalidOutputError, LLMError, RunStoppedError
 from docpipe.llm import Completion, LLMClient, parse_output
 from docpipe.pipeline import Step
 from docpipe.settings import ModelPrice, Settings
@@ -57,15 +57,18 @@ class StepContext:
         Tries the step's model, then its fallback model if the answer stays invalid; raises
         InvalidOutputError when both fail, or the provider's Transient/PermanentLLMError.
         """
-        memo = self.db.one(
-            "memoised_call",
+        check = self.db.one(
+            "call_precheck",
             run_id=self.run_id,
             step=self.step.name,
             generation=self.generation,
             call_key=call_key,
         )
-        if memo is not None:
-            return dict(memo["response"])
+        if check is None or check["status"] not in ("queued", "running"):
+            raise RunStoppedError(f"run {self.run_id} is no longer running")
+        if check["memo"] is not None:
+            return dict(check["memo"])
+        _check_budgets(check)
         messages = [
             {"role": "system", "content": self.step.system_prompt},
             {"role": "user", "content": user},
@@ -151,4 +154,20 @@ class _CallRecord:
             cost_usd=cost,
             latency_ms=round(latency_s * 1000),
             response=Jsonb(response) if response is not None else None,
+        )
+
+
+def _check_budgets(check: Row) -> None:
+    """Refuse a call once the run or its batch has spent its budget (the call in flight
+    when the budget is crossed completes and is paid; no further one is sent)."""
+    if check["budget_usd"] is not None and check["cost_usd"] >= check["budget_usd"]:
+        raise BudgetExceededError(
+            f"run budget of ${check['budget_usd']} reached (spent ${check['cost_usd']})",
+            scope="run",
+        )
+    budget = check["batch_budget_usd"]
+    if budget is not None and check["batch_cost_usd"] >= budget:
+        raise BudgetExceededError(
+            f"batch budget of ${budget} reached (spent ${check['batch_cost_usd']})",
+            scope="batch",
         )

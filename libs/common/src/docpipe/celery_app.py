@@ -27,6 +27,8 @@ def periodic_jobs(settings: Settings) -> dict[str, float]:
     return {
         "docpipe.periodic.recover_stalled_work": settings.reaper_interval_s,
         "docpipe.periodic.sweep_outbox": settings.outbox_sweep_interval_s,
+        "docpipe.periodic.admit_batch_runs": settings.admission_interval_s,
+        "docpipe.periodic.finish_batches_and_notify": settings.admission_interval_s,
     }
 
 

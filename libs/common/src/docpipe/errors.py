@@ -6,6 +6,8 @@ boundary where they happen, so the executor decides on retries from the class al
     │   ├── TransientLLMError         retry later: timeout, connection, 429, 5xx
     │   └── PermanentLLMError         never retry: 4xx, empty input
     │       └── InvalidOutputError    output failed its schema after repairs and fallback
+    ├── RunStoppedError               the run ended (cancelled, expired) while a step ran
+    ├── BudgetExceededError           the next call would spend past a run's or batch's budget
     ├── NotFoundError                 an id the caller named does not exist (for this tenant)
     ├── ConflictError                 the request contradicts stored state
     └── InvalidRequestError           the request itself is malformed
@@ -14,6 +16,7 @@ boundary where they happen, so the executor decides on retries from the class al
 from __future__ import annotations
 
 __all__ = [
+    "BudgetExceededError",
     "ConflictError",
     "DocpipeError",
     "InvalidOutputError",
@@ -21,6 +24,7 @@ __all__ = [
     "LLMError",
     "NotFoundError",
     "PermanentLLMError",
+    "RunStoppedError",
     "TransientLLMError",
 ]
 
@@ -62,6 +66,18 @@ class InvalidOutputError(PermanentLLMError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="invalid_output")
+
+
+class RunStoppedError(DocpipeError):
+    """The step's run is no longer active: its remaining calls are not sent."""
+
+
+class BudgetExceededError(DocpipeError):
+    """Spending reached the budget of the run or of its batch (``scope``)."""
+
+    def __init__(self, message: str, *, scope: str) -> None:
+        super().__init__(message)
+        self.scope = scope
 
 
 class NotFoundError(DocpipeError):

@@ -21,9 +21,16 @@ import jsonschema
 
 from docpipe import runs
 from docpipe.backoff import retry_delay
+from docpipe.batches import stop_batch
 from docpipe.calls import CallGate, StepContext, _no_gate
 from docpipe.db import Database
-from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
+from docpipe.errors import (
+    BudgetExceededError,
+    InvalidOutputError,
+    PermanentLLMError,
+    RunStoppedError,
+    TransientLLMError,
+)
 from docpipe.llm import LLMClient
 from docpipe.pipeline import get_pipeline
 from docpipe.settings import Settings
@@ -107,6 +114,11 @@ class StepExecutor:
             return self._retry_or_give_up(claim, str(exc), exc.retry_after, ctx.calls_sent)
         except self.interruptions as exc:
             return self._retry_or_give_up(claim, f"interrupted: {exc!r}", None, ctx.calls_sent)
+        except RunStoppedError:
+            runs.abandon_step(self.db, run_id, step, owner=self.owner)
+            return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="run stopped")
+        except BudgetExceededError as exc:
+            return self._stop_for_budget(claim, exc, ctx.calls_sent)
         except InvalidOutputError as exc:
             return self._fail(claim, "needs_review", str(exc), ctx.calls_sent)
         except PermanentLLMError as exc:
@@ -172,6 +184,18 @@ class StepExecutor:
             error,
         )
         return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=error)
+
+    def _stop_for_budget(
+        self, claim: runs.Claim, exc: BudgetExceededError, calls_sent: int
+    ) -> StepOutcome:
+        if exc.scope == "batch" and claim.batch_id is not None:
+            stop_batch(self.db, claim.tenant_id, claim.batch_id, status="budget_exceeded",
+                       reason=str(exc))  # fmt: skip
+            runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
+            log.warning("batch %s stopped: %s", claim.batch_id, exc)
+            return StepOutcome("failed", run_status="budget_exceeded", calls_sent=calls_sent,
+                               error=str(exc))  # fmt: skip
+        return self._fail(claim, "budget_exceeded", str(exc), calls_sent)
 
     def _fail(self, claim: runs.Claim, status: str, error: str, calls_sent: int = 0) -> StepOutcome:
         runs.fail_run(

@@ -12,9 +12,17 @@ import time
 
 import redis
 
-__all__ = ["ENQUEUED_AT_HEADER", "QueueState", "queue_state", "sub_lists"]
+__all__ = [
+    "ENQUEUED_AT_HEADER",
+    "RUN_ID_HEADER",
+    "QueueState",
+    "purge_runs",
+    "queue_state",
+    "sub_lists",
+]
 
 ENQUEUED_AT_HEADER = "docpipe_enqueued_at"
+RUN_ID_HEADER = "docpipe_run_id"
 _PRIORITY_SEP = "\x06\x16"
 _PRIORITY_STEPS = (3, 6, 9)
 
@@ -50,9 +58,29 @@ def queue_state(client: redis.Redis, queue: str) -> QueueState:
     return QueueState(queue, sum(int(n) for n in lengths), min(stamps) if stamps else None)
 
 
-def _enqueued_at(raw: bytes) -> float | None:
+def _enqueued_at(raw: bytes | str) -> float | None:
+    value = _header(raw, ENQUEUED_AT_HEADER)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def purge_runs(client: redis.Redis, queue: str, run_ids: set[str]) -> int:
+    """Remove the waiting messages of these runs from ``queue``; returns how many.
+
+    Messages a worker already took are not in the list: they finish as no-ops (their run
+    has ended) and are acknowledged.
+    """
+    removed = 0
+    for name in sub_lists(queue):
+        for raw in client.lrange(name, 0, -1):
+            if str(_header(raw, RUN_ID_HEADER)) in run_ids:
+                # kombu's messages are JSON, so decoding and re-encoding keeps them exact.
+                message = raw.decode() if isinstance(raw, bytes) else raw
+                removed += int(client.lrem(name, 1, message))
+    return removed
+
+
+def _header(raw: bytes | str, name: str) -> object:
     try:
-        value = json.loads(raw)["headers"][ENQUEUED_AT_HEADER]
-        return float(value)
-    except (ValueError, KeyError, TypeError):
+        return json.loads(raw)["headers"].get(name)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None

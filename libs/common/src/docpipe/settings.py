@@ -74,6 +74,34 @@ class Settings(BaseSettings):
 
     max_document_bytes: int = Field(default=1_000_000, ge=1)
 
+    # The batch lane: how many batch runs may be in flight (admitted, not ended) at once;
+    # the rest wait in PostgreSQL. About twice the batch workers' total concurrency.
+    batch_admission_window: int = Field(default=16, ge=1)
+    # Beat tops the window up this often; workers also admit as soon as a batch run ends.
+    admission_interval_s: Seconds = 1.0
+    # Fair admission remembers how much each tenant was served for this long.
+    batch_fairness_memory_s: Seconds = 600.0
+    max_batch_documents: int = Field(default=10_000, ge=1)
+    max_batch_bytes: int = Field(default=64_000_000, ge=1)
+
+    # The provider limit shared by every worker (in Redis). 0 requests/min: no rate limit.
+    provider_rpm: int = Field(default=0, ge=0)
+    provider_burst: int = Field(default=0, ge=0)  # 0: one second's worth of provider_rpm
+    provider_max_concurrency: int = Field(default=64, ge=1)
+    # Share of the rate and concurrency that batch calls leave free for interactive ones.
+    limiter_interactive_reserve: float = Field(default=0.25, ge=0, lt=1)
+    # On a 429 the allowed rate is multiplied by this (at most once per second) ...
+    limiter_decrease_factor: float = Field(default=0.5, gt=0, lt=1)
+    # ... and every successful call adds this share of provider_rpm back.
+    limiter_recovery_per_call: float = Field(default=0.02, gt=0, le=1)
+    # A call waiting longer than this for the limiter hands its step back (transient).
+    limiter_max_wait_s: Seconds = 20.0
+
+    webhook_secret: SecretStr = SecretStr("")
+    webhook_timeout_s: Seconds = 10.0
+    webhook_max_attempts: int = Field(default=8, ge=1)
+    webhook_retry_base_s: Seconds = 5.0
+
     # Worker processes: recycled to bound leaks; a liveness file touched while alive.
     worker_max_tasks_per_child: int = Field(default=1000, ge=1)
     worker_max_memory_per_child_mb: int = Field(default=512, ge=32)
@@ -101,6 +129,11 @@ class Settings(BaseSettings):
                 f"DOCPIPE_HEARTBEAT_INTERVAL_S={self.heartbeat_interval_s:g} must be at most half "
                 f"of DOCPIPE_LEASE_TTL_S={self.lease_ttl_s:g}, or one late heartbeat loses a "
                 f"live worker's lease"
+            )
+        if self.limiter_max_wait_s >= self.task_soft_time_limit_s:
+            raise ValueError(
+                f"DOCPIPE_LIMITER_MAX_WAIT_S={self.limiter_max_wait_s:g} must be below "
+                f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}"
             )
         if self.retry_backoff_base_s > self.retry_backoff_cap_s:
             raise ValueError(

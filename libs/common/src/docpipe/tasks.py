@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
+import httpx
 import psycopg
 import redis
 from celery import Celery, Task, shared_task
@@ -21,21 +22,27 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_shutdown
 
 from docpipe import celery_app, runs
+from docpipe.admission import admit_batch_runs
 from docpipe.backoff import retry_delay
+from docpipe.batches import finish_batches
+from docpipe.celery_app import PERIODIC_QUEUE
 from docpipe.db import Database
 from docpipe.executor import StepExecutor
+from docpipe.limiter import ProviderLimiter
 from docpipe.llm import LLMClient
 from docpipe.outbox import OutboxMessage, publish_outbox, sweep_outbox
 from docpipe.periodic import run_once_per_interval
-from docpipe.queues import ENQUEUED_AT_HEADER
+from docpipe.queues import ENQUEUED_AT_HEADER, RUN_ID_HEADER
 from docpipe.recovery import recover_stalled_work
 from docpipe.settings import Settings, get_settings
+from docpipe.webhooks import deliver_webhook, queue_webhooks
 
 __all__ = ["CeleryBroker", "Resources", "resources", "run_step"]
 
 log = logging.getLogger(__name__)
 
 RUN_STEP = "docpipe.run_step"
+DELIVER_WEBHOOK = "docpipe.deliver_webhook"
 
 
 class CeleryBroker:
@@ -50,16 +57,21 @@ class CeleryBroker:
         self._app = app
 
     def publish(self, message: OutboxMessage) -> None:
-        headers = {ENQUEUED_AT_HEADER: time.time()}
+        headers: dict[str, object] = {ENQUEUED_AT_HEADER: time.time()}
+        args: tuple[object, ...]
         if message.topic == "step":
-            self._app.tasks[RUN_STEP].apply_async(
-                (message.run_id, message.step),
-                queue=message.queue,
-                headers=headers,
-                retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5},
-            )
+            task, args = RUN_STEP, (message.run_id, message.step)
+            headers[RUN_ID_HEADER] = message.run_id
+        elif message.topic == "webhook":
+            task, args = DELIVER_WEBHOOK, (message.payload["delivery_id"],)
         else:
             raise ValueError(f"unknown outbox topic {message.topic!r}")
+        self._app.tasks[task].apply_async(
+            args,
+            queue=message.queue,
+            headers=headers,
+            retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5},
+        )
 
 
 @dataclass
@@ -73,8 +85,11 @@ class Resources:
     executor: StepExecutor
     broker_redis: redis.Redis
     broker: CeleryBroker
+    limiter: ProviderLimiter
+    webhook_http: httpx.Client
 
     def close(self) -> None:
+        self.webhook_http.close()
         self.llm.close()
         self.db.close()
         self.broker_redis.close()
@@ -89,14 +104,20 @@ def _resources_for(pid: int) -> Resources:
         api_key=settings.llm_api_key.get_secret_value(),
         timeout_s=settings.llm_timeout_s,
     )
-    executor = StepExecutor(db, llm, settings, interruptions=(SoftTimeLimitExceeded,))
+    broker_redis = redis.Redis.from_url(settings.redis_url)
+    limiter = ProviderLimiter(broker_redis, settings)
+    executor = StepExecutor(
+        db, llm, settings, gate=limiter.slot, interruptions=(SoftTimeLimitExceeded,)
+    )
     return Resources(
         settings=settings,
         db=db,
         llm=llm,
         executor=executor,
-        broker_redis=redis.Redis.from_url(settings.redis_url),
+        broker_redis=broker_redis,
         broker=CeleryBroker(),
+        limiter=limiter,
+        webhook_http=httpx.Client(follow_redirects=False),
     )
 
 
@@ -128,6 +149,9 @@ def run_step(self: Task, run_id: str, step: str) -> None:
         raise self.retry(countdown=delay) from exc
     if outcome.outbox_ids:
         publish_outbox(r.db, r.broker, outcome.outbox_ids)
+    if outcome.run_status in runs.ENDED_RUN_STATUSES:
+        # A run ended: if it was a batch run, its slot in the admission window is free now.
+        publish_outbox(r.db, r.broker, admit_batch_runs(r.db, r.settings))
     if outcome.kind == "retry":
         assert outcome.retry_in_s is not None
         if outcome.retry_in_s <= r.settings.park_delays_over_s:
@@ -164,3 +188,34 @@ def sweep_outbox_task() -> None:
         return {"published": sweep_outbox(r.db, r.broker, grace_s=r.settings.outbox_grace_s)}
 
     run_once_per_interval(r.db, "sweep_outbox", r.settings.outbox_sweep_interval_s, job)
+
+
+@shared_task(name="docpipe.periodic.admit_batch_runs", ignore_result=True)
+def admit_batch_runs_task() -> None:
+    r = resources()
+
+    def job() -> dict[str, int]:
+        admitted = admit_batch_runs(r.db, r.settings)
+        publish_outbox(r.db, r.broker, admitted)
+        return {"admitted": len(admitted)}
+
+    run_once_per_interval(r.db, "admit_batch_runs", r.settings.admission_interval_s, job)
+
+
+@shared_task(name="docpipe.periodic.finish_batches_and_notify", ignore_result=True)
+def finish_batches_and_notify_task() -> None:
+    r = resources()
+
+    def job() -> dict[str, int]:
+        finished = finish_batches(r.db)
+        queued = queue_webhooks(r.db, PERIODIC_QUEUE)
+        publish_outbox(r.db, r.broker, queued)
+        return {"batches_finished": finished, "webhooks_queued": len(queued)}
+
+    run_once_per_interval(r.db, "finish_batches_and_notify", r.settings.admission_interval_s, job)
+
+
+@shared_task(name=DELIVER_WEBHOOK, ignore_result=True, acks_late=True)
+def deliver_webhook_task(delivery_id: int) -> None:
+    r = resources()
+    deliver_webhook(r.db, r.settings, delivery_id, PERIODIC_QUEUE, r.webhook_http)

@@ -180,6 +180,9 @@ WITH cancelled AS (
     UPDATE pipeline_step_result s SET status = 'cancelled'
     FROM cancelled
     WHERE s.run_id = cancelled.id AND s.status = 'pending'
+), unsent AS (
+    DELETE FROM outbox o USING cancelled
+    WHERE o.run_id = cancelled.id AND o.published_at IS NULL
 )
 SELECT id FROM cancelled;
 
@@ -203,7 +206,7 @@ SELECT id FROM expired;
 WITH reopened AS (
     UPDATE pipeline_run
     SET status = 'queued', current_step = %(step)s, steps_done = %(step_index)s, error = NULL,
-        finished_at = NULL, deadline_at = NULL, updated_at = now()
+        finished_at = NULL, deadline_at = NULL, notified_at = NULL, updated_at = now()
     WHERE id = %(run_id)s AND tenant_id = %(tenant_id)s
       AND status IN ('done', 'failed', 'needs_review', 'cancelled', 'expired', 'budget_exceeded')
       AND NOT EXISTS (SELECT 1 FROM pipeline_step_result
@@ -221,12 +224,15 @@ WHERE s.run_id = reopened.id AND s.step_index >= %(step_index)s
 RETURNING s.step;
 
 -- name: run_status
--- A run as its owner sees it.
-SELECT id, tenant_id, pipeline, document_id, lane, batch_id, status, current_step, steps_done,
-       steps_total, cost_usd, budget_usd, deadline_at, callback_url, error, created_at,
-       updated_at, finished_at
-FROM pipeline_run
-WHERE id = %(run_id)s AND tenant_id = %(tenant_id)s;
+-- A run as its owner sees it, with its latest webhook delivery.
+SELECT r.id, r.tenant_id, r.pipeline, r.document_id, r.lane, r.batch_id, r.status,
+       r.current_step, r.steps_done, r.steps_total, r.cost_usd, r.budget_usd, r.deadline_at,
+       r.callback_url, r.error, r.created_at, r.updated_at, r.finished_at,
+       (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at
+                                 FROM webhook_delivery WHERE run_id = r.id
+                                 ORDER BY id DESC LIMIT 1) w) AS webhook
+FROM pipeline_run r
+WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s;
 
 -- name: run_steps
 -- Every step of a run in pipeline order, with what it cost.
@@ -237,14 +243,20 @@ FROM pipeline_step_result
 WHERE run_id = %(run_id)s
 ORDER BY step_index;
 
--- name: memoised_call
--- The accepted answer of a call made earlier in this step's generation, if there is one.
-SELECT response
-FROM llm_call_log
-WHERE run_id = %(run_id)s AND step = %(step)s AND generation = %(generation)s
-  AND call_key = %(call_key)s AND status = 'ok'
-ORDER BY id DESC
-LIMIT 1;
+-- name: call_precheck
+-- Before a call: its memoised answer if any, whether the run still runs, and the spending
+-- of the run and its batch against their budgets.
+SELECT (SELECT response
+        FROM llm_call_log
+        WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s
+          AND call_key = %(call_key)s AND status = 'ok'
+        ORDER BY id DESC
+        LIMIT 1) AS memo,
+       r.status, r.cost_usd, r.budget_usd, b.cost_usd AS batch_cost_usd,
+       b.budget_usd AS batch_budget_usd
+FROM pipeline_run r
+LEFT JOIN batch b ON b.id = r.batch_id
+WHERE r.id = %(run_id)s;
 
 -- name: start_call
 -- Log a provider call before it is sent.
@@ -255,7 +267,7 @@ VALUES (%(run_id)s, %(step)s, %(generation)s, %(call_key)s, %(step_attempt)s, %(
 RETURNING id;
 
 -- name: finish_call
--- Complete a call's log row and add its cost to the run.
+-- Complete a call's log row and add its cost to the run and to the run's batch.
 WITH call AS (
     UPDATE llm_call_log
     SET status = %(status)s, http_status = %(http_status)s, error_kind = %(error_kind)s,
@@ -264,11 +276,17 @@ WITH call AS (
         finished_at = now()
     WHERE id = %(id)s AND status = 'sent'
     RETURNING run_id, cost_usd
+), run AS (
+    UPDATE pipeline_run r
+    SET cost_usd = r.cost_usd + call.cost_usd, updated_at = now()
+    FROM call
+    WHERE r.id = call.run_id
+    RETURNING r.batch_id, call.cost_usd
 )
-UPDATE pipeline_run r
-SET cost_usd = r.cost_usd + call.cost_usd, updated_at = now()
-FROM call
-WHERE r.id = call.run_id;
+UPDATE batch b
+SET cost_usd = b.cost_usd + run.cost_usd
+FROM run
+WHERE b.id = run.batch_id AND run.cost_usd > 0;
 
 -- name: lock_outbox_ids
 -- Unpublished outbox rows among the given ids that are due, locked for this publisher.
@@ -370,3 +388,243 @@ SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_
 FROM pipeline_run r
 WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
   AND r.status NOT IN ('queued', 'running');
+
+-- name: create_batch
+-- Insert a batch unless this tenant already used the idempotency key.
+WITH new_batch AS (
+    INSERT INTO batch (id, tenant_id, pipeline, runs_total, budget_usd, run_budget_usd,
+                       callback_url, deadline_at, idempotency_key, request_hash)
+    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(runs_total)s, %(budget_usd)s,
+            %(run_budget_usd)s, %(callback_url)s, %(deadline_at)s, %(idempotency_key)s,
+            %(request_hash)s)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING id, request_hash
+)
+SELECT id, request_hash, true AS created FROM new_batch
+UNION ALL
+SELECT id, request_hash, false AS created
+FROM batch
+WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s
+  AND NOT EXISTS (SELECT 1 FROM new_batch);
+
+-- name: put_documents
+-- Store many documents at once; returns the ids that already hold other text.
+WITH incoming AS (
+    SELECT *
+    FROM unnest(%(ids)s::text[], %(contents)s::text[], %(sha256s)s::text[],
+                %(sizes)s::integer[]) AS d (id, content, sha256, size_bytes)
+), inserted AS (
+    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes)
+    SELECT %(tenant_id)s, id, content, sha256, size_bytes FROM incoming
+    ON CONFLICT (tenant_id, id) DO NOTHING
+)
+SELECT i.id
+FROM incoming i
+JOIN document d ON d.tenant_id = %(tenant_id)s AND d.id = i.id
+WHERE d.content_sha256 <> i.sha256;
+
+-- name: missing_documents
+-- Which of these ids this tenant has not stored (at most 10, for the error message).
+SELECT i.id
+FROM unnest(%(ids)s::text[]) AS i (id)
+WHERE NOT EXISTS (SELECT 1 FROM document d WHERE d.tenant_id = %(tenant_id)s AND d.id = i.id)
+LIMIT 10;
+
+-- name: create_batch_runs
+-- One waiting run (and its pending steps) per document of a new batch.
+WITH new_runs AS (
+    INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id,
+                              current_step, steps_total, budget_usd, deadline_at,
+                              idempotency_key, request_hash, traceparent)
+    SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, d.document_id, 'batch',
+           %(batch_id)s, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
+           %(run_budget_usd)s, %(deadline_at)s, 'batch:' || %(batch_id)s || ':' || d.ordinality,
+           d.document_id, %(traceparent)s
+    FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
+    RETURNING id
+)
+INSERT INTO pipeline_step_result (run_id, step, step_index)
+SELECT new_runs.id, s.step, s.ordinality - 1
+FROM new_runs, unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality);
+
+-- name: batch_progress
+-- A batch's runs per status, steps, spending and pace, in one request.
+WITH runs AS (
+    SELECT status, admitted_at, steps_done, steps_total
+    FROM pipeline_run
+    WHERE batch_id = %(batch_id)s
+)
+SELECT b.id, b.tenant_id, b.pipeline, b.status, b.runs_total, b.cost_usd, b.budget_usd,
+       b.run_budget_usd, b.callback_url, b.created_at, b.finished_at, now() AS now,
+       (SELECT jsonb_object_agg(status, n)
+        FROM (SELECT status, count(*) AS n FROM runs GROUP BY status) per_status)
+           AS runs_by_status,
+       (SELECT count(*) FROM runs WHERE status = 'queued' AND admitted_at IS NULL)
+           AS waiting_admission,
+       (SELECT coalesce(sum(steps_done), 0) FROM runs) AS steps_done,
+       (SELECT coalesce(sum(steps_total), 0) FROM runs) AS steps_total,
+       (SELECT coalesce(sum(steps_total - steps_done), 0) FROM runs
+        WHERE status IN ('queued', 'running')) AS steps_remaining,
+       (SELECT min(admitted_at) FROM runs) AS first_admitted_at,
+       (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at
+                                 FROM webhook_delivery WHERE batch_id = b.id
+                                 ORDER BY id DESC LIMIT 1) w) AS webhook
+FROM batch b
+WHERE b.id = %(batch_id)s AND b.tenant_id = %(tenant_id)s;
+
+-- name: batch_runs
+-- A page of a batch's runs (keyset pagination by run id).
+SELECT id, document_id, status, current_step, steps_done, steps_total, cost_usd, error
+FROM pipeline_run
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: stop_batch
+-- End a running batch ('cancelled' or 'budget_exceeded'): its unfinished runs stop, their
+-- pending steps are dropped with their unpublished messages; running steps finish the call
+-- in flight and send no other.
+WITH stopped_batch AS (
+    UPDATE batch SET status = %(status)s, finished_at = now()
+    WHERE id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
+    RETURNING id
+), stopped AS (
+    UPDATE pipeline_run r
+    SET status = %(status)s, error = %(reason)s, finished_at = now(), updated_at = now()
+    FROM stopped_batch
+    WHERE r.batch_id = stopped_batch.id AND r.status IN ('queued', 'running')
+    RETURNING r.id
+), steps AS (
+    UPDATE pipeline_step_result s SET status = 'cancelled'
+    FROM stopped
+    WHERE s.run_id = stopped.id AND s.status = 'pending'
+), unsent AS (
+    DELETE FROM outbox o USING stopped
+    WHERE o.run_id = stopped.id AND o.published_at IS NULL
+)
+SELECT (SELECT count(*) FROM stopped_batch) AS batches, array(SELECT id::text FROM stopped) AS run_ids;
+
+-- name: finish_batches
+-- Mark running batches whose runs have all ended as done.
+UPDATE batch b SET status = 'done', finished_at = now()
+WHERE b.status = 'running'
+  AND NOT EXISTS (SELECT 1 FROM pipeline_run r
+                  WHERE r.batch_id = b.id AND r.status IN ('queued', 'running'))
+RETURNING id;
+
+-- name: admit_batch_runs
+-- Admit waiting batch runs up to the window of runs in flight, fairly: the next slot goes
+-- to the tenant (then the batch) served least so far (least attained service), so a
+-- client's 10 documents are not queued behind another's 500. Each admitted run's first
+-- step goes into the outbox in the same statement.
+WITH inflight AS (
+    SELECT count(*) AS n FROM pipeline_run
+    WHERE lane = 'batch' AND admitted_at IS NOT NULL AND status IN ('queued', 'running')
+), waiting AS (
+    SELECT id, tenant_id, batch_id, created_at,
+           row_number() OVER (PARTITION BY batch_id ORDER BY created_at, id) AS batch_rank
+    FROM pipeline_run
+    WHERE lane = 'batch' AND status = 'queued' AND admitted_at IS NULL
+), served_batch AS (
+    SELECT batch_id, count(*) AS n FROM pipeline_run
+    WHERE batch_id IN (SELECT DISTINCT batch_id FROM waiting) AND admitted_at IS NOT NULL
+    GROUP BY batch_id
+), served_tenant AS (
+    SELECT tenant_id, count(*) AS n FROM pipeline_run
+    WHERE lane = 'batch'
+      AND admitted_at > now() - make_interval(secs => %(memory_s)s)
+    GROUP BY tenant_id
+), turns AS (
+    SELECT w.id, w.tenant_id, w.created_at, coalesce(sb.n, 0) + w.batch_rank AS batch_turn
+    FROM waiting w LEFT JOIN served_batch sb USING (batch_id)
+), ordered AS (
+    SELECT t.id, t.batch_turn, t.created_at,
+           coalesce(st.n, 0)
+             + row_number() OVER (PARTITION BY t.tenant_id ORDER BY t.batch_turn, t.created_at)
+             AS tenant_turn
+    FROM turns t LEFT JOIN served_tenant st USING (tenant_id)
+), admitted AS (
+    UPDATE pipeline_run r SET admitted_at = now(), updated_at = now()
+    WHERE r.id IN (SELECT id FROM ordered
+                   ORDER BY tenant_turn, batch_turn, created_at
+                   LIMIT greatest(0, %(window)s - (SELECT n FROM inflight)))
+      AND r.admitted_at IS NULL AND r.status = 'queued'
+    RETURNING r.id, r.current_step, r.traceparent
+), first_steps AS (
+    UPDATE pipeline_step_result s SET enqueued_at = now()
+    FROM admitted a
+    WHERE s.run_id = a.id AND s.step = a.current_step
+)
+INSERT INTO outbox (topic, run_id, step, queue, traceparent)
+SELECT 'step', id, current_step, 'llm_batch', traceparent FROM admitted
+RETURNING id;
+
+-- name: queue_run_webhooks
+-- Queue the completion webhook of ended runs that carry a callback URL.
+WITH ended AS (
+    UPDATE pipeline_run SET notified_at = now()
+    WHERE callback_url IS NOT NULL AND notified_at IS NULL
+      AND status NOT IN ('queued', 'running')
+    RETURNING id, callback_url, tenant_id, batch_id, document_id, status, steps_done,
+              steps_total, cost_usd, error, finished_at
+), deliveries AS (
+    INSERT INTO webhook_delivery (run_id, url, payload)
+    SELECT id, callback_url,
+           jsonb_build_object('event', 'run.ended', 'run_id', id, 'document_id', document_id,
+                              'batch_id', batch_id, 'status', status, 'steps_done', steps_done,
+                              'steps_total', steps_total, 'cost_usd', cost_usd, 'error', error,
+                              'finished_at', finished_at)
+    FROM ended
+    RETURNING id
+)
+INSERT INTO outbox (topic, queue, payload)
+SELECT 'webhook', %(queue)s, jsonb_build_object('delivery_id', id) FROM deliveries
+RETURNING id;
+
+-- name: queue_batch_webhooks
+-- Queue the completion webhook of ended batches that carry a callback URL.
+WITH ended AS (
+    UPDATE batch SET notified_at = now()
+    WHERE callback_url IS NOT NULL AND notified_at IS NULL AND status <> 'running'
+    RETURNING id, callback_url, status, runs_total, cost_usd, finished_at
+), deliveries AS (
+    INSERT INTO webhook_delivery (batch_id, url, payload)
+    SELECT e.id, e.callback_url,
+           jsonb_build_object('event', 'batch.ended', 'batch_id', e.id, 'status', e.status,
+                              'runs_total', e.runs_total, 'cost_usd', e.cost_usd,
+                              'finished_at', e.finished_at,
+                              'runs_by_status', (SELECT jsonb_object_agg(status, n)
+                                                 FROM (SELECT status, count(*) AS n
+                                                       FROM pipeline_run WHERE batch_id = e.id
+                                                       GROUP BY status) s))
+    FROM ended e
+    RETURNING id
+)
+INSERT INTO outbox (topic, queue, payload)
+SELECT 'webhook', %(queue)s, jsonb_build_object('delivery_id', id) FROM deliveries
+RETURNING id;
+
+-- name: webhook_to_deliver
+-- A pending delivery with its target and body.
+SELECT id, url, payload, attempts FROM webhook_delivery WHERE id = %(id)s AND status = 'pending';
+
+-- name: record_webhook_attempt
+-- Count one delivery attempt; it ends as delivered, or failed once attempts run out.
+UPDATE webhook_delivery
+SET attempts = attempts + 1, last_status = %(http_status)s, last_error = %(error)s,
+    last_attempt_at = now(),
+    delivered_at = CASE WHEN %(delivered)s THEN now() END,
+    status = CASE WHEN %(delivered)s THEN 'delivered'
+                  WHEN attempts + 1 >= %(max_attempts)s THEN 'failed'
+                  ELSE 'pending' END
+WHERE id = %(id)s AND status = 'pending'
+RETURNING status, attempts;
+
+-- name: schedule_webhook_retry
+-- Park the next attempt of a delivery in the outbox until it is due.
+INSERT INTO outbox (topic, queue, payload, available_at)
+VALUES ('webhook', %(queue)s, jsonb_build_object('delivery_id', %(id)s::bigint),
+        now() + make_interval(secs => %(delay_s)s))
+RETURNING id;

@@ -25,6 +25,10 @@ CREATE TABLE batch (
     request_hash    text,
     created_at      timestamptz   NOT NULL DEFAULT now(),
     finished_at     timestamptz,
+    cost_usd        numeric(14,6) NOT NULL DEFAULT 0,    -- kept with each call, like the run's
+    run_budget_usd  numeric(14,6),
+    deadline_at     timestamptz,
+    notified_at     timestamptz,                         -- its webhook was queued
     UNIQUE (tenant_id, idempotency_key)
 );
 
@@ -53,11 +57,20 @@ CREATE TABLE pipeline_run (
     created_at      timestamptz   NOT NULL DEFAULT now(),
     updated_at      timestamptz   NOT NULL DEFAULT now(),
     finished_at     timestamptz,
+    notified_at     timestamptz,                         -- its webhook was queued
     UNIQUE (tenant_id, idempotency_key),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id)
 );
 CREATE INDEX pipeline_run_batch_idx ON pipeline_run (batch_id, status) WHERE batch_id IS NOT NULL;
 CREATE INDEX pipeline_run_active_idx ON pipeline_run (status) WHERE status IN ('queued', 'running');
+-- Batch runs wait until admitted; fairness is computed over this index.
+CREATE INDEX pipeline_run_admission_idx ON pipeline_run (batch_id, created_at)
+    WHERE lane = 'batch' AND status = 'queued' AND admitted_at IS NULL;
+-- Admitted batch runs still in flight bound the admission window.
+CREATE INDEX pipeline_run_batch_inflight_idx ON pipeline_run (tenant_id, admitted_at)
+    WHERE lane = 'batch' AND admitted_at IS NOT NULL;
+CREATE INDEX pipeline_run_unnotified_idx ON pipeline_run (finished_at)
+    WHERE callback_url IS NOT NULL AND notified_at IS NULL;
 
 CREATE TABLE pipeline_step_result (
     run_id           uuid          NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
@@ -140,3 +153,22 @@ CREATE TABLE periodic_job (
     runs             bigint      NOT NULL DEFAULT 0,
     last_result      jsonb
 );
+
+CREATE TABLE webhook_delivery (
+    id              bigserial   PRIMARY KEY,
+    run_id          uuid        REFERENCES pipeline_run (id) ON DELETE CASCADE,
+    batch_id        uuid        REFERENCES batch (id) ON DELETE CASCADE,
+    url             text        NOT NULL,
+    payload         jsonb       NOT NULL,
+    status          text        NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'delivered', 'failed')),
+    attempts        integer     NOT NULL DEFAULT 0,
+    last_status     integer,
+    last_error      text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    last_attempt_at timestamptz,
+    delivered_at    timestamptz,
+    CHECK ((run_id IS NULL) <> (batch_id IS NULL))
+);
+CREATE INDEX webhook_delivery_run_idx ON webhook_delivery (run_id) WHERE run_id IS NOT NULL;
+CREATE INDEX webhook_delivery_batch_idx ON webhook_delivery (batch_id) WHERE batch_id IS NOT NULL;

@@ -1,0 +1,237 @@
+"""Batches: many documents submitted at once, processed in the batch lane.
+
+A batch's runs are created in one transaction and wait in PostgreSQL; ``admission`` lets
+them into the ``llm_batch`` queue at the pace the workers absorb, so the Redis queue stays
+short and a cancel is instant: nothing but a handful of messages was ever enqueued.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import redis
+
+from docpipe.db import Database, Session
+from docpipe.documents import DOCUMENT_ID
+from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.pipeline import Pipeline
+from docpipe.queues import purge_runs
+from docpipe.runs import _insert_or_existing, request_hash
+
+__all__ = [
+    "BatchDocument",
+    "BatchProgress",
+    "CreatedBatch",
+    "batch_progress",
+    "create_batch",
+    "stop_batch",
+]
+
+
+@dataclass(frozen=True)
+class BatchDocument:
+    """A document of a batch: new text to store under ``id``, or (text None) an id stored
+    earlier."""
+
+    id: str
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class CreatedBatch:
+    batch_id: str
+    created: bool
+    runs_total: int
+
+
+def create_batch(
+    session: Session,
+    *,
+    tenant_id: str,
+    pipeline: Pipeline,
+    documents: Sequence[BatchDocument],
+    idempotency_key: str,
+    request: dict[str, Any],
+    budget_usd: Decimal | None = None,
+    run_budget_usd: Decimal | None = None,
+    callback_url: str | None = None,
+    deadline_at: datetime | None = None,
+    traceparent: str | None = None,
+) -> CreatedBatch:
+    """Store the new documents and create the batch with one waiting run per document, all
+    in the caller's transaction. The same idempotency key returns the existing batch."""
+    if not documents:
+        raise InvalidRequestError("a batch needs at least one document")
+    ids = [d.id for d in documents]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequestError("document ids must be unique within a batch")
+    if bad := next((i for i in ids if not DOCUMENT_ID.match(i)), None):
+        raise InvalidRequestError(f"document id {bad[:140]!r} is not a valid id")
+    fingerprint = request_hash(request)
+    batch_id = uuid.uuid4()
+    row = _insert_or_existing(
+        session,
+        "create_batch",
+        {
+            "id": batch_id,
+            "tenant_id": tenant_id,
+            "pipeline": pipeline.key,
+            "runs_total": len(documents),
+            "budget_usd": budget_usd,
+            "run_budget_usd": run_budget_usd,
+            "callback_url": callback_url,
+            "deadline_at": deadline_at,
+            "idempotency_key": idempotency_key,
+            "request_hash": fingerprint,
+        },
+    )
+    if not row["created"]:
+        if row["request_hash"] != fingerprint:
+            raise ConflictError(
+                f"idempotency key {idempotency_key!r} was already used for a different batch"
+            )
+        return CreatedBatch(str(row["id"]), created=False, runs_total=len(documents))
+    _store_documents(session, tenant_id, [d for d in documents if d.text is not None])
+    if missing := session.all("missing_documents", tenant_id=tenant_id, ids=ids):
+        raise NotFoundError(
+            "documents not found: "
+            + ", ".join(repr(r["id"]) for r in missing)
+            + (" (and more)" if len(missing) == 10 else "")
+        )
+    session.execute(
+        "create_batch_runs",
+        tenant_id=tenant_id,
+        pipeline=pipeline.key,
+        batch_id=str(batch_id),
+        steps=pipeline.step_names,
+        run_budget_usd=run_budget_usd,
+        deadline_at=deadline_at,
+        document_ids=ids,
+        traceparent=traceparent,
+    )
+    return CreatedBatch(str(batch_id), created=True, runs_total=len(documents))
+
+
+def _store_documents(session: Session, tenant_id: str, documents: Sequence[BatchDocument]) -> None:
+    if not documents:
+        return
+    texts = [d.text or "" for d in documents]
+    if any("\x00" in t for t in texts):
+        raise InvalidRequestError("document text must not contain NUL characters")
+    encoded = [t.encode("utf-8") for t in texts]
+    conflicts = session.all(
+        "put_documents",
+        tenant_id=tenant_id,
+        ids=[d.id for d in documents],
+        contents=texts,
+        sha256s=[hashlib.sha256(b).hexdigest() for b in encoded],
+        sizes=[len(b) for b in encoded],
+    )
+    if conflicts:
+        raise ConflictError(
+            "documents already stored with different content (documents are immutable): "
+            + ", ".join(repr(r["id"]) for r in conflicts[:10])
+        )
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    batch_id: str
+    pipeline: str
+    status: str
+    runs_total: int
+    runs_by_status: dict[str, int]
+    waiting_admission: int
+    steps_done: int
+    steps_total: int
+    cost_so_far_usd: Decimal
+    budget_usd: Decimal | None
+    eta_s: float | None
+    created_at: datetime
+    finished_at: datetime | None
+    webhook: dict[str, Any] | None
+
+
+def batch_progress(db: Database, tenant_id: str, batch_id: str) -> BatchProgress:
+    """Counts per status, steps, cost so far and an ETA, from one query."""
+    try:
+        uuid.UUID(batch_id)
+    except ValueError:
+        raise NotFoundError(f"batch {batch_id!r} does not exist") from None
+    row = db.one("batch_progress", tenant_id=tenant_id, batch_id=batch_id)
+    if row is None:
+        raise NotFoundError(f"batch {batch_id} does not exist")
+    return BatchProgress(
+        batch_id=str(row["id"]),
+        pipeline=row["pipeline"],
+        status=row["status"],
+        runs_total=row["runs_total"],
+        runs_by_status=dict(row["runs_by_status"] or {}),
+        waiting_admission=row["waiting_admission"],
+        steps_done=int(row["steps_done"]),
+        steps_total=int(row["steps_total"]),
+        cost_so_far_usd=row["cost_usd"],
+        budget_usd=row["budget_usd"],
+        eta_s=_eta(row),
+        created_at=row["created_at"],
+        finished_at=row["finished_at"],
+        webhook=row["webhook"],
+    )
+
+
+def _eta(row: dict[str, Any]) -> float | None:
+    """Seconds until the remaining steps are done at the pace observed since admission."""
+    remaining = int(row["steps_remaining"])
+    if row["status"] != "running" or remaining == 0:
+        return 0.0 if row["status"] != "running" else None
+    started = row["first_admitted_at"]
+    elapsed = (row["now"] - started).total_seconds() if started else 0.0
+    if elapsed <= 0 or not row["steps_done"]:
+        return None
+    return round(remaining / (int(row["steps_done"]) / elapsed), 1)
+
+
+def batch_runs(
+    db: Database,
+    tenant_id: str,
+    batch_id: str,
+    *,
+    status: str | None = None,
+    after: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    batch_progress(db, tenant_id, batch_id)  # 404 for unknown batches
+    rows = db.all("batch_runs", tenant_id=tenant_id, batch_id=batch_id, status=status,
+                  after=after, limit=limit)  # fmt: skip
+    return [{**r, "id": str(r["id"])} for r in rows]
+
+
+def stop_batch(
+    db: Database,
+    tenant_id: str,
+    batch_id: str,
+    *,
+    status: str,
+    reason: str,
+    broker_redis: redis.Redis | None = None,
+) -> list[str]:
+    """End a running batch as ``status``; returns the runs it stopped (empty if the batch
+    had already ended). Their waiting messages are removed from the broker when given."""
+    row = db.one("stop_batch", tenant_id=tenant_id, batch_id=batch_id, status=status,
+                 reason=reason)  # fmt: skip
+    assert row is not None
+    run_ids: list[str] = row["run_ids"]
+    if broker_redis is not None and run_ids:
+        purge_runs(broker_redis, "llm_batch", set(run_ids))
+    return run_ids
+
+
+def finish_batches(db: Database) -> int:
+    """Mark batches whose runs have all ended as done; returns how many."""
+    return len(db.all("finish_batches"))
