@@ -10,11 +10,15 @@ from typing import Any
 
 import pytest
 import redis
+from fastapi.testclient import TestClient
 
 from docpipe.celery_app import app
+from docpipe.db import Database
 from docpipe.localstack import LocalRedis
 from docpipe.processes import ManagedProcess, beat_argv, worker_argv
+from docpipe.settings import get_settings
 from docpipe.tasks import CeleryBroker
+from docpipe_api.main import create_app
 from tests.fakellm import FakeLLM, start_fake_llm
 from tests.servers import service_dir
 
@@ -130,8 +134,46 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 60.0, every_s: f
     raise TimeoutError(f"condition not met within {timeout_s}s")
 
 
-@pytest.fixture(scope="session")
-def publisher(redis_server: LocalRedis) -> CeleryBroker:
+def use_celery_broker(url: str) -> None:
+    """Point docpipe's Celery app at ``url``: its connection and producer pools are looked up
+    per broker URL on first use, so forget the ones it holds for the previous URL."""
+    app.conf.broker_url = url
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def publisher(redis_server: LocalRedis) -> Iterator[CeleryBroker]:
     """Publishes outbox rows from the test process to the test broker."""
-    app.conf.broker_url = redis_server.url  # before the app's first connection
-    return CeleryBroker()
+    previous = app.conf.broker_url
+    use_celery_broker(redis_server.url)
+    yield CeleryBroker()
+    use_celery_broker(previous)
+
+
+@pytest.fixture
+def make_api_client(
+    db: Database, database_url: str, redis_server: LocalRedis, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., TestClient]]:
+    """The API in-process against the test PostgreSQL and Redis; keyword arguments are
+    DOCPIPE_* settings (``max_batch_documents=5``)."""
+    clients: list[TestClient] = []
+    previous = app.conf.broker_url
+
+    def make(**settings: object) -> TestClient:
+        monkeypatch.setenv("DOCPIPE_DATABASE_URL", database_url)
+        monkeypatch.setenv("DOCPIPE_REDIS_URL", redis_server.url)
+        for name, value in settings.items():
+            monkeypatch.setenv(f"DOCPIPE_{name.upper()}", str(value))
+        get_settings.cache_clear()
+        use_celery_broker(redis_server.url)
+        client = TestClient(create_app())
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+    use_celery_broker(previous)
+    get_settings.cache_clear()

@@ -30,6 +30,7 @@ from docpipe.localstack import LocalRedis, free_port
 from docpipe.settings import get_settings
 from docpipe_api.main import create_app
 from tests.factories import scalar
+from tests.processes import use_celery_broker
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
 TENANT = "default"
@@ -57,15 +58,6 @@ def broker_redis(redis_server: LocalRedis) -> Iterator[redis.Redis]:
     client.close()
 
 
-def _use_celery_broker(url: str) -> None:
-    """Point docpipe's Celery app at ``url``: its connection and producer pools are looked up
-    per broker URL on first use, so forget the ones it holds for the previous URL."""
-    app = celery_app.app
-    app.conf.broker_url = url
-    app._pool = None
-    app.amqp._producer_pool = None
-
-
 @pytest.fixture
 def client(
     db: Database,
@@ -79,12 +71,12 @@ def client(
     monkeypatch.setenv("DOCPIPE_MAX_DOCUMENT_BYTES", str(MAX_DOCUMENT_BYTES))
     get_settings.cache_clear()
     previous_broker = celery_app.app.conf.broker_url
-    _use_celery_broker(redis_server.url)
+    use_celery_broker(redis_server.url)
     try:
         with TestClient(create_app()) as test_client:
             yield test_client
     finally:
-        _use_celery_broker(previous_broker)
+        use_celery_broker(previous_broker)
         get_settings.cache_clear()
 
 

@@ -308,6 +308,7 @@ class Progress:
     created_at: datetime
     finished_at: datetime | None
     steps: list[Row]
+    webhook: dict[str, Any] | None = None
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -345,4 +346,5 @@ def run_progress(
         created_at=run["created_at"],
         finished_at=run["finished_at"],
         steps=steps,
+        webhook=run["webhook"],
     )

@@ -29,6 +29,8 @@ __all__ = [
     "Resources",
     "SettingsDep",
     "TenantDep",
+    "read_capped",
+    "require_json",
 ]
 
 DEFAULT_TENANT = "default"
@@ -114,7 +116,16 @@ def _media_type(request: Request) -> tuple[str | None, dict[str, str]]:
     return media_type.lower(), parsed
 
 
-async def _read_capped(request: Request, limit: int) -> bytes:
+def require_json(request: Request) -> None:
+    """415 unless the body is declared as JSON."""
+    media_type, _ = _media_type(request)
+    if media_type != "application/json":
+        raise HTTPException(
+            415, f"send the body as application/json, not {media_type or 'untyped bytes'}"
+        )
+
+
+async def read_capped(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes: from
     Content-Length before reading, else while reading (never more than limit + one chunk)."""
     too_large = HTTPException(413, f"the body is larger than the limit of {limit} bytes")
@@ -140,7 +151,7 @@ async def _document_text(request: Request, settings: SettingsDep) -> str:
     charset = params.get("charset", "utf-8")
     if media_type == "text/plain" and charset not in ("utf-8", "utf8", "us-ascii"):
         raise HTTPException(415, f"documents must be UTF-8 text, not charset={charset}")
-    body = await _read_capped(request, settings.max_document_bytes)
+    body = await read_capped(request, settings.max_document_bytes)
     if media_type == "text/plain":
         try:
             return body.decode("utf-8")
@@ -155,7 +166,7 @@ async def _document_text(request: Request, settings: SettingsDep) -> str:
 
 
 async def _extract_request(request: Request) -> ExtractRequest:
-    body = await _read_capped(request, MAX_OPTIONS_BYTES)
+    body = await read_capped(request, MAX_OPTIONS_BYTES)
     if not body.strip():
         return ExtractRequest()
     media_type, _ = _media_type(request)

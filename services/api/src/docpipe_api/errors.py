@@ -23,7 +23,7 @@ __all__ = ["describe_validation_errors", "error_responses", "install_error_handl
 log = logging.getLogger(__name__)
 
 _DESCRIPTIONS = {
-    404: "No such document or run",
+    404: "No such document, run or batch",
     409: "The request contradicts stored state",
     413: "The body is larger than allowed",
     415: "The body's Content-Type is not accepted",

@@ -17,7 +17,7 @@ from docpipe.settings import Settings, get_settings
 from docpipe.tasks import CeleryBroker
 from docpipe_api.deps import Resources
 from docpipe_api.errors import install_error_handlers
-from docpipe_api.routes import documents, health, runs
+from docpipe_api.routes import batches, documents, health, runs
 from docpipe_api.routes.health import CHECK_TIMEOUT_S
 
 __all__ = ["app", "create_app"]
@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(documents.router)
     app.include_router(runs.router)
+    app.include_router(batches.router)
     app.include_router(health.router)
     return app
 

@@ -7,13 +7,20 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
+from docpipe.batches import BatchProgress
 from docpipe.runs import Progress
 
 __all__ = [
     "DEFAULT_PIPELINE",
     "MAX_DEADLINE_S",
+    "BatchAccepted",
+    "BatchDocumentIn",
+    "BatchRequest",
+    "BatchRun",
+    "BatchRunsPage",
+    "BatchStatus",
     "DocumentOut",
     "DocumentText",
     "ErrorBody",
@@ -23,6 +30,7 @@ __all__ = [
     "Readiness",
     "RunStatus",
     "StepStatus",
+    "WebhookStatus",
 ]
 
 DEFAULT_PIPELINE = "document_extract:v1"
@@ -126,6 +134,7 @@ class RunStatus(BaseModel):
     created_at: datetime
     finished_at: datetime | None
     steps: list[StepStatus]
+    webhook: WebhookStatus | None = None
     result: dict[str, Any] | None = Field(
         default=None, description="each step's output by step name, once the run is done"
     )
@@ -162,8 +171,119 @@ class RunStatus(BaseModel):
                 )
                 for s in progress.steps
             ],
+            webhook=None
+            if progress.webhook is None
+            else WebhookStatus.model_validate(progress.webhook),
             result=progress.result if with_result else None,
         )
+
+
+class WebhookStatus(BaseModel):
+    """The latest completion-webhook delivery of a run or batch."""
+
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    last_status: int | None = Field(description="the receiver's last HTTP status")
+    last_error: str | None
+    delivered_at: datetime | None
+
+
+class BatchDocumentIn(BaseModel):
+    """A new document (``text``, with an optional ``id``) or one stored earlier (``id``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _id_or_text(self) -> BatchDocumentIn:
+        if self.id is None and self.text is None:
+            raise ValueError("give the document's text, its stored id, or both")
+        return self
+
+
+class BatchRequest(BaseModel):
+    """Many documents processed in the batch lane, with shared options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[BatchDocumentIn] = Field(min_length=1)
+    pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
+    budget_usd: Decimal | None = Field(
+        default=None, gt=0, max_digits=14, decimal_places=6,
+        description="the whole batch stops as budget_exceeded once its calls cost more",
+    )  # fmt: skip
+    run_budget_usd: Decimal | None = Field(
+        default=None, gt=0, max_digits=14, decimal_places=6,
+        description="each run stops as budget_exceeded once its calls cost more",
+    )  # fmt: skip
+    callback_url: HttpUrl | None = Field(
+        default=None, description="called once the batch has ended (http or https)"
+    )
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
+        description="every run must finish within this many seconds of the request",
+    )  # fmt: skip
+
+
+class BatchAccepted(BaseModel):
+    batch_id: str
+    status: str
+    runs_total: int
+    created: bool = Field(description="false: the Idempotency-Key named an existing batch")
+
+
+class BatchStatus(BaseModel):
+    batch_id: str
+    pipeline: str
+    status: str
+    runs_total: int
+    runs_by_status: dict[str, int]
+    waiting_admission: int = Field(description="runs still waiting in PostgreSQL")
+    steps_done: int
+    steps_total: int
+    cost_so_far_usd: float
+    budget_usd: float | None
+    eta_s: float | None = Field(description="seconds to go at the pace so far (null: unknown)")
+    created_at: datetime
+    finished_at: datetime | None
+    webhook: WebhookStatus | None
+
+    @classmethod
+    def from_progress(cls, p: BatchProgress) -> BatchStatus:
+        return cls(
+            batch_id=p.batch_id,
+            pipeline=p.pipeline,
+            status=p.status,
+            runs_total=p.runs_total,
+            runs_by_status=p.runs_by_status,
+            waiting_admission=p.waiting_admission,
+            steps_done=p.steps_done,
+            steps_total=p.steps_total,
+            cost_so_far_usd=float(p.cost_so_far_usd),
+            budget_usd=None if p.budget_usd is None else float(p.budget_usd),
+            eta_s=p.eta_s,
+            created_at=p.created_at,
+            finished_at=p.finished_at,
+            webhook=None if p.webhook is None else WebhookStatus.model_validate(p.webhook),
+        )
+
+
+class BatchRun(BaseModel):
+    run_id: str
+    document_id: str
+    status: str
+    current_step: str | None
+    steps_done: int
+    steps_total: int
+    cost_usd: float
+    error: str | None
+
+
+class BatchRunsPage(BaseModel):
+    runs: list[BatchRun]
+    next_after: str | None = Field(description="pass as ?after= for the next page")
 
 
 class Health(BaseModel):

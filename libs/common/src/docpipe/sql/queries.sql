@@ -437,8 +437,9 @@ WITH new_runs AS (
                               current_step, steps_total, budget_usd, deadline_at,
                               idempotency_key, request_hash, traceparent)
     SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, d.document_id, 'batch',
-           %(batch_id)s, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
-           %(run_budget_usd)s, %(deadline_at)s, 'batch:' || %(batch_id)s || ':' || d.ordinality,
+           %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
+           %(run_budget_usd)s, %(deadline_at)s,
+           'batch:' || %(batch_id)s::text || ':' || d.ordinality,
            d.document_id, %(traceparent)s
     FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
     RETURNING id

@@ -1,0 +1,181 @@
+"""Batches: submit many documents at once, follow them in one request, cancel them."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from anyio.to_thread import run_sync
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from pydantic import ValidationError
+
+from docpipe import batches
+from docpipe.db import Database
+from docpipe.errors import ConflictError, InvalidRequestError
+from docpipe.pipeline import get_pipeline
+from docpipe_api.deps import (
+    DatabaseDep,
+    IdempotencyKeyDep,
+    RedisDep,
+    SettingsDep,
+    TenantDep,
+    read_capped,
+    require_json,
+)
+from docpipe_api.errors import describe_validation_errors, error_responses
+from docpipe_api.schemas import (
+    BatchAccepted,
+    BatchRequest,
+    BatchRun,
+    BatchRunsPage,
+    BatchStatus,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["batches"])
+
+RUN_STATUSES = "queued|running|done|failed|needs_review|cancelled|expired|budget_exceeded"
+
+
+@router.post(
+    "/batches",
+    status_code=202,
+    response_model=BatchAccepted,
+    summary="Submit many documents (inline texts or stored ids) for the batch lane",
+    responses=error_responses(404, 409, 413, 415, 422, 503),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": BatchRequest.model_json_schema()}},
+        }
+    },
+)
+async def submit_batch(
+    request: Request,
+    key: IdempotencyKeyDep,
+    settings: SettingsDep,
+    db: DatabaseDep,
+    tenant: TenantDep,
+    response: Response,
+) -> BatchAccepted:
+    """All runs are created in one transaction and wait in PostgreSQL for admission."""
+    require_json(request)
+    body = await read_capped(request, settings.max_batch_bytes)
+    try:
+        batch = BatchRequest.model_validate_json(body)
+    except ValidationError as exc:
+        raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
+    if len(batch.documents) > settings.max_batch_documents:
+        raise HTTPException(
+            413,
+            f"{len(batch.documents)} documents in one batch; the limit is "
+            f"{settings.max_batch_documents} (split it into several batches)",
+        )
+    # Creating thousands of runs blocks for a while: keep it off the event loop.
+    created = await run_sync(_create, db, tenant, batch, key)
+    response.headers["Location"] = f"/batches/{created.batch_id}"
+    return BatchAccepted(
+        batch_id=created.batch_id,
+        status="running",
+        runs_total=created.runs_total,
+        created=created.created,
+    )
+
+
+def _create(
+    db: Database, tenant: str, batch: BatchRequest, key: str | None
+) -> batches.CreatedBatch:
+    pipeline = get_pipeline(batch.pipeline)
+    documents = [
+        batches.BatchDocument(id=d.id or uuid.uuid4().hex, text=d.text) for d in batch.documents
+    ]
+    # The fingerprint names each document by id and content hash: equal requests compare
+    # equal without keeping megabytes of text around.
+    fingerprint = {
+        "pipeline": pipeline.key,
+        "documents": [
+            [d.id, hashlib.sha256(d.text.encode()).hexdigest() if d.text is not None else None]
+            for d in documents
+        ],
+        **batch.model_dump(mode="json", exclude={"documents", "pipeline"}),
+    }
+    deadline_at = (
+        datetime.now(UTC) + timedelta(seconds=batch.deadline_s) if batch.deadline_s else None
+    )
+    with db.transaction() as tx:
+        return batches.create_batch(
+            tx,
+            tenant_id=tenant,
+            pipeline=pipeline,
+            documents=documents,
+            idempotency_key=key or uuid.uuid4().hex,
+            request=fingerprint,
+            budget_usd=batch.budget_usd,
+            run_budget_usd=batch.run_budget_usd,
+            callback_url=str(batch.callback_url) if batch.callback_url else None,
+            deadline_at=deadline_at,
+        )
+
+
+@router.get(
+    "/batches/{batch_id}",
+    response_model=BatchStatus,
+    summary="Runs per status, steps, cost so far and ETA of a batch, in one request",
+    responses=error_responses(404, 422, 503),
+)
+def read_batch(batch_id: str, db: DatabaseDep, tenant: TenantDep) -> BatchStatus:
+    return BatchStatus.from_progress(batches.batch_progress(db, tenant, batch_id))
+
+
+@router.get(
+    "/batches/{batch_id}/runs",
+    response_model=BatchRunsPage,
+    summary="A page of the batch's runs",
+    responses=error_responses(404, 422, 503),
+)
+def list_batch_runs(
+    batch_id: str,
+    db: DatabaseDep,
+    tenant: TenantDep,
+    status: Annotated[str | None, Query(pattern=f"^({RUN_STATUSES})$")] = None,
+    after: Annotated[uuid.UUID | None, Query(description="next_after of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> BatchRunsPage:
+    rows = batches.batch_runs(db, tenant, batch_id, status=status,
+                              after=str(after) if after else None, limit=limit)  # fmt: skip
+    return BatchRunsPage(
+        runs=[
+            BatchRun(
+                run_id=r["id"],
+                document_id=r["document_id"],
+                status=r["status"],
+                current_step=r["current_step"],
+                steps_done=r["steps_done"],
+                steps_total=r["steps_total"],
+                cost_usd=float(r["cost_usd"]),
+                error=r["error"],
+            )
+            for r in rows
+        ],
+        next_after=rows[-1]["id"] if len(rows) == limit else None,
+    )
+
+
+@router.post(
+    "/batches/{batch_id}/cancel",
+    response_model=BatchStatus,
+    summary="Stop a batch: no step that has not started will run; nothing stays queued",
+    responses=error_responses(404, 409, 422, 503),
+)
+def cancel_batch(
+    batch_id: str, db: DatabaseDep, broker_redis: RedisDep, tenant: TenantDep
+) -> BatchStatus:
+    current = batches.batch_progress(db, tenant, batch_id)  # 404 for unknown batches
+    if current.status != "running":
+        raise ConflictError(f"batch {batch_id} has already ended ({current.status})")
+    batches.stop_batch(db, tenant, batch_id, status="cancelled", reason="batch cancelled",
+                       broker_redis=broker_redis)  # fmt: skip
+    return BatchStatus.from_progress(batches.batch_progress(db, tenant, batch_id))

@@ -1,0 +1,364 @@
+"""Batches: submission through the API, admission, cancel, budgets and webhooks, with real
+PostgreSQL, Redis, workers and beat."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from docpipe.admission import admit_batch_runs
+from docpipe.batches import BatchDocument, create_batch
+from docpipe.db import Database
+from docpipe.document_extract import DOCUMENT_EXTRACT
+from docpipe.processes import ManagedProcess
+from docpipe.queues import RUN_ID_HEADER, sub_lists
+from docpipe.samples import sample_contracts
+from docpipe.settings import Settings
+from tests.factories import scalar
+from tests.fakellm import FakeLLM
+from tests.processes import wait_until
+
+CONTRACTS = sample_contracts(120)
+SECRET = "whsec-test"
+
+
+def batch_body(count: int, prefix: str = "c", **options: Any) -> dict[str, Any]:
+    documents = [{"id": f"{prefix}-{i}", "text": CONTRACTS[i % 120].text} for i in range(count)]
+    return {"documents": documents, **options}
+
+
+def submit(client: TestClient, body: dict[str, Any], key: str | None = None) -> Any:
+    headers = {"Idempotency-Key": key} if key else {}
+    response = client.post("/batches", json=body, headers=headers)
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def batch_messages(broker: redis.Redis, run_ids: set[str]) -> int:
+    """Messages of these runs still in Redis: waiting in a queue or unacknowledged."""
+    found = 0
+    for queue in ("llm_batch", "llm_interactive"):
+        for name in sub_lists(queue):
+            found += sum(
+                json.loads(raw)["headers"].get(RUN_ID_HEADER) in run_ids
+                for raw in broker.lrange(name, 0, -1)
+            )
+    for raw in broker.hvals("unacked"):
+        message = json.loads(raw)[0]
+        found += message["headers"].get(RUN_ID_HEADER) in run_ids
+    return found
+
+
+def run_ids_of(db: Database, batch_id: str) -> set[str]:
+    with db.session() as s:
+        rows = s.conn.execute(
+            b"SELECT id::text AS id FROM pipeline_run WHERE batch_id = %s", (batch_id,)
+        ).fetchall()
+    return {r["id"] for r in rows}
+
+
+# --- submission (API, no workers) ---------------------------------------------------------
+
+
+def test_a_batch_of_120_documents_is_accepted_at_once_and_waits_in_postgresql(
+    make_api_client: Callable[..., TestClient], db: Database, broker: redis.Redis
+) -> None:
+    client = make_api_client()
+    accepted = submit(client, batch_body(120), key="b-1")
+    assert (accepted["runs_total"], accepted["created"]) == (120, True)
+    assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE lane = 'batch'") == 120
+    assert scalar(db, "SELECT count(*) FROM pipeline_step_result") == 360
+    assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE admitted_at IS NOT NULL") == 0
+    assert broker.llen("llm_batch") == 0, "nothing is enqueued before admission"
+
+    status = client.get(f"/batches/{accepted['batch_id']}").json()
+    assert status["runs_by_status"] == {"queued": 120}
+    assert (status["waiting_admission"], status["steps_done"], status["steps_total"]) == (
+        120, 0, 360,
+    )  # fmt: skip
+    assert status["status"] == "running"
+
+
+def test_the_same_key_returns_the_same_batch_and_another_body_conflicts(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    client = make_api_client()
+    first = submit(client, batch_body(3), key="k")
+    again = submit(client, batch_body(3), key="k")
+    assert (again["batch_id"], again["created"]) == (first["batch_id"], False)
+    other = client.post("/batches", json=batch_body(4), headers={"Idempotency-Key": "k"})
+    assert other.status_code == 409
+    assert scalar(db, "SELECT count(*) FROM batch") == 1
+
+
+def test_documents_stored_earlier_can_be_named_by_id(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    client = make_api_client()
+    client.put("/documents/stored", content=b"TEXT", headers={"Content-Type": "text/plain"})
+    accepted = submit(client, {"documents": [{"id": "stored"}, {"text": "inline"}]})
+    assert accepted["runs_total"] == 2
+    missing = client.post("/batches", json={"documents": [{"id": "nope"}]})
+    assert missing.status_code == 404
+    assert "nope" in missing.json()["detail"]
+    changed = client.post("/batches", json={"documents": [{"id": "stored", "text": "other"}]})
+    assert changed.status_code == 409
+    assert scalar(db, "SELECT count(*) FROM batch") == 1, "a refused batch leaves nothing"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "detail"),
+    [
+        ({"documents": []}, 422, "documents"),
+        ({"documents": [{}]}, 422, "text, its stored id, or both"),
+        ({"documents": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}, 422, "unique"),
+        ({"documents": [{"id": "../x", "text": "x"}]}, 422, "not a valid id"),
+        ({"documents": [{"text": "x"}], "colour": "red"}, 422, "colour"),
+        ({"documents": [{"text": "x"}], "budget_usd": -1}, 422, "budget_usd"),
+        ({"documents": [{"text": "x"}], "pipeline": "nope:v9"}, 422, "unknown pipeline"),
+        ({"documents": [{"text": "x"}] * 6}, 413, "the limit is 5"),
+    ],
+)
+def test_bad_batches_get_a_clear_error_and_change_nothing(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    body: dict[str, Any],
+    status: int,
+    detail: str,
+) -> None:
+    client = make_api_client(max_batch_documents=5)
+    response = client.post("/batches", json=body)
+    assert response.status_code == status, response.text
+    assert detail in response.json()["detail"]
+    assert scalar(db, "SELECT count(*) FROM pipeline_run") == 0
+
+
+def test_oversized_and_non_json_batches_are_refused(
+    make_api_client: Callable[..., TestClient],
+) -> None:
+    client = make_api_client(max_batch_bytes=1000)
+    assert client.post("/batches", json=batch_body(1)).status_code == 413
+    text = client.post("/batches", content=b"x", headers={"Content-Type": "text/plain"})
+    assert text.status_code == 415
+    assert client.get("/batches/not-a-uuid").status_code == 404
+    assert client.get("/batches/00000000-0000-0000-0000-000000000000").status_code == 404
+
+
+# --- admission (PostgreSQL only) ----------------------------------------------------------
+
+
+def admitted(db: Database, tenant: str | None = None) -> int:
+    return int(scalar(db, "SELECT count(*) FROM pipeline_run WHERE admitted_at IS NOT NULL"
+                          " AND (%s::text IS NULL OR tenant_id = %s)", tenant, tenant))  # fmt: skip
+
+
+def finish_admitted(db: Database, tenant: str, count: int) -> None:
+    with db.session() as s:
+        s.conn.execute(
+            b"UPDATE pipeline_run SET status = 'done' WHERE id IN (SELECT id FROM pipeline_run"
+            b" WHERE tenant_id = %s AND admitted_at IS NOT NULL AND status = 'queued' LIMIT %s)",
+            (tenant, count),
+        )
+
+
+def test_admission_fills_only_the_window_and_enqueues_first_steps(
+    make_api_client: Callable[..., TestClient], db: Database, settings: Settings
+) -> None:
+    submit(make_api_client(), batch_body(30))
+    window = settings.model_copy(update={"batch_admission_window": 8})
+    assert len(admit_batch_runs(db, window)) == 8
+    assert admit_batch_runs(db, window) == (), "the window is full"
+    finish_admitted(db, "default", 3)
+    assert len(admit_batch_runs(db, window)) == 3
+    assert admitted(db) == 11
+    assert scalar(db, "SELECT count(DISTINCT step) FROM outbox") == 1
+    assert scalar(db, "SELECT min(queue) FROM outbox") == "llm_batch"
+
+
+def create(db: Database, tenant: str, count: int, prefix: str) -> None:
+    documents = [BatchDocument(f"{prefix}-{i}", CONTRACTS[i].text) for i in range(count)]
+    with db.transaction() as tx:
+        create_batch(tx, tenant_id=tenant, pipeline=DOCUMENT_EXTRACT, documents=documents,
+                     idempotency_key=prefix, request={"prefix": prefix})  # fmt: skip
+
+
+def test_admission_serves_the_least_served_tenant_first(db: Database, settings: Settings) -> None:
+    window = settings.model_copy(update={"batch_admission_window": 8})
+    create(db, "a", 100, "a")
+    admit_batch_runs(db, window)
+    create(db, "b", 10, "b")  # tenant b arrives later with 10 documents
+    finish_admitted(db, "a", 6)
+    admit_batch_runs(db, window)
+    # Tenant a was served 8 runs already; the newcomer gets every freed slot.
+    assert admitted(db, "b") == 6
+    finish_admitted(db, "a", 2)
+    finish_admitted(db, "b", 6)
+    admit_batch_runs(db, window)
+    assert admitted(db, "b") == 10, "the rest of the small batch goes first"
+    assert admitted(db, "a") == 12
+
+
+def test_admission_alternates_between_batches_of_one_tenant(
+    db: Database, settings: Settings
+) -> None:
+    window = settings.model_copy(update={"batch_admission_window": 6})
+    create(db, "a", 20, "first")
+    create(db, "a", 20, "second")
+    admit_batch_runs(db, window)
+    with db.session() as s:
+        counts = [r["n"] for r in s.conn.execute(
+            b"SELECT count(*) AS n FROM pipeline_run WHERE admitted_at IS NOT NULL"
+            b" GROUP BY batch_id").fetchall()]  # fmt: skip
+    assert sorted(counts) == [3, 3]
+
+
+# --- with workers -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def batch_stack(
+    start_worker: Callable[..., ManagedProcess], start_beat: Callable[..., ManagedProcess]
+) -> Callable[..., None]:
+    def start(window: int = 4, concurrency: int = 2, **env: str) -> None:
+        settings = {"DOCPIPE_BATCH_ADMISSION_WINDOW": str(window), **env}
+        start_worker("batch", concurrency=concurrency, **settings)
+        start_beat(**settings)
+
+    return start
+
+
+def test_a_batch_runs_through_the_batch_lane_with_a_short_queue(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    broker: redis.Redis,
+    fake_llm: FakeLLM,
+    batch_stack: Callable[..., None],
+) -> None:
+    client = make_api_client()
+    batch_id = submit(client, batch_body(12))["batch_id"]
+    batch_stack(window=4)
+    longest = 0
+    while client.get(f"/batches/{batch_id}").json()["status"] == "running":
+        longest = max(longest, broker.llen("llm_batch"))
+        time.sleep(0.05)
+    status = client.get(f"/batches/{batch_id}").json()
+    assert status["status"] == "done"
+    assert status["runs_by_status"] == {"done": 12}
+    assert (status["steps_done"], status["steps_total"]) == (36, 36)
+    spent = scalar(db, "SELECT sum(cost_usd) FROM llm_call_log")
+    assert status["cost_so_far_usd"] == pytest.approx(float(spent))
+    assert longest <= 4, "admission keeps the Redis queue within the window"
+
+
+def test_cancelling_a_running_batch_sends_no_new_call_and_leaves_nothing_queued(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    broker: redis.Redis,
+    fake_llm: FakeLLM,
+    batch_stack: Callable[..., None],
+) -> None:
+    fake_llm.configure(latency_ms=[100, 100])
+    client = make_api_client()
+    batch_id = submit(client, batch_body(60))["batch_id"]
+    batch_stack(window=6, concurrency=3)
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") >= 3)
+
+    cancelled = client.post(f"/batches/{batch_id}/cancel")
+    cancelled_at = scalar(db, "SELECT now()")
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] == "cancelled"
+    calls_at_cancel = scalar(db, "SELECT count(*) FROM llm_call_log")
+    time.sleep(3)  # in-flight calls finish; nothing else may start
+    late = scalar(db, "SELECT count(*) FROM llm_call_log WHERE created_at > %s", cancelled_at)
+    assert late == 0, "no provider call was sent after the cancel"
+    assert scalar(db, "SELECT count(*) FROM llm_call_log WHERE status = 'sent'") == 0
+    assert scalar(db, "SELECT count(*) FROM llm_call_log") == calls_at_cancel
+    assert batch_messages(broker, run_ids_of(db, batch_id)) == 0
+    statuses = client.get(f"/batches/{batch_id}").json()["runs_by_status"]
+    assert set(statuses) <= {"done", "cancelled"}
+    assert client.post(f"/batches/{batch_id}/cancel").status_code == 409
+
+
+def test_a_batch_budget_stops_the_batch_when_reached(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    broker: redis.Redis,
+    fake_llm: FakeLLM,
+    batch_stack: Callable[..., None],
+) -> None:
+    client = make_api_client()
+    batch_id = submit(client, batch_body(20, budget_usd="0.004"))["batch_id"]
+    batch_stack(window=2, concurrency=1)
+    wait_until(lambda: client.get(f"/batches/{batch_id}").json()["status"] != "running")
+    status = client.get(f"/batches/{batch_id}").json()
+    assert status["status"] == "budget_exceeded"
+    assert status["runs_by_status"].get("budget_exceeded", 0) > 0
+    # Spending stops at the budget plus at most the calls already in flight.
+    biggest_call = scalar(db, "SELECT max(cost_usd) FROM llm_call_log")
+    assert status["cost_so_far_usd"] <= 0.004 + 2 * float(biggest_call)
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    answers: list[int]
+    received: list[tuple[dict[str, str], bytes]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append((dict(self.headers), body))
+        self.send_response(self.answers.pop(0) if self.answers else 200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, type[_Receiver]]]:
+    handler = type("Receiver", (_Receiver,), {"answers": [500], "received": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_finished_run_and_batch_call_their_webhooks_signed_with_retries(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    broker: redis.Redis,
+    fake_llm: FakeLLM,
+    batch_stack: Callable[..., None],
+    receiver: tuple[str, type[_Receiver]],
+) -> None:
+    url, handler = receiver
+    client = make_api_client()
+    batch_id = submit(client, batch_body(2, callback_url=url))["batch_id"]
+    batch_stack(DOCPIPE_WEBHOOK_SECRET=SECRET, DOCPIPE_WEBHOOK_RETRY_BASE_S="0.2")
+    wait_until(lambda: (client.get(f"/batches/{batch_id}").json()["webhook"] or {})
+               .get("status") == "delivered", timeout_s=60)  # fmt: skip
+    webhook = client.get(f"/batches/{batch_id}").json()["webhook"]
+    assert (webhook["attempts"], webhook["last_status"]) == (2, 200), "the 500 was retried"
+    headers, body = handler.received[-1]
+    timestamp, signature = (p.split("=", 1)[1] for p in headers["Docpipe-Signature"].split(","))
+    expected = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    assert hmac.compare_digest(signature, expected.hexdigest())
+    event = json.loads(body)
+    assert (event["event"], event["batch_id"], event["status"]) == (
+        "batch.ended", batch_id, "done",
+    )  # fmt: skip
+    assert event["runs_by_status"] == {"done": 2}
+
+
+def test_steps_are_the_pipelines_steps() -> None:
+    assert DOCUMENT_EXTRACT.step_names == ["extract_sections", "extract_fields", "summarize"]

@@ -1,0 +1,170 @@
+"""The shared provider limiter against real Redis: several limiter objects stand for
+several worker processes, as they share nothing but Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from docpipe.errors import TransientLLMError
+from docpipe.limiter import ProviderLimiter
+from docpipe.localstack import LocalRedis
+from docpipe.settings import Settings
+
+
+def limiter(broker: redis.Redis, **overrides: object) -> ProviderLimiter:
+    settings = Settings(**{"provider_rpm": 0, "limiter_max_wait_s": 5.0, **overrides})  # type: ignore[arg-type]
+    return ProviderLimiter(broker, settings)
+
+
+@pytest.fixture
+def client(broker: redis.Redis, redis_server: LocalRedis) -> Iterator[redis.Redis]:
+    """A client whose pool (used from several threads here) is fully closed afterwards."""
+    own = redis.Redis.from_url(redis_server.url)
+    yield own
+    own.connection_pool.disconnect()
+
+
+def test_concurrency_is_capped_across_processes(client: redis.Redis) -> None:
+    workers = [limiter(client, provider_max_concurrency=3) for _ in range(4)]
+    in_flight = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def call(gate: ProviderLimiter) -> None:
+        nonlocal in_flight, peak
+        with gate.slot("m", "interactive"):
+            with lock:
+                in_flight += 1
+                peak = max(peak, in_flight)
+            time.sleep(0.05)
+            with lock:
+                in_flight -= 1
+
+    threads = [threading.Thread(target=call, args=(workers[i % 4],)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak == 3
+
+
+def test_the_rate_is_a_shared_token_bucket(client: redis.Redis) -> None:
+    gates = [limiter(client, provider_rpm=1200, provider_burst=1) for _ in range(3)]  # 20/s
+    started = time.monotonic()
+    threads = [
+        threading.Thread(
+            target=lambda g=g: [g.slot("m", "interactive").__enter__() for _ in range(10)]
+        )
+        for g in gates
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    # 30 calls at 20/s with a bucket of 1: at least 29/20 s, whatever the number of callers.
+    assert elapsed >= 1.4
+
+
+def test_interactive_calls_go_before_waiting_batch_calls(client: redis.Redis) -> None:
+    gate = limiter(client, provider_max_concurrency=1, limiter_interactive_reserve=0.0)
+    order: list[str] = []
+    holder = gate.slot("m", "interactive")
+    holder.__enter__()  # the only slot is taken
+
+    def call(lane: str) -> None:
+        with gate.slot("m", lane):
+            order.append(lane)
+            time.sleep(0.02)
+
+    batch = [threading.Thread(target=call, args=("batch",)) for _ in range(3)]
+    for t in batch:
+        t.start()
+    time.sleep(0.2)  # the batch calls are waiting
+    interactive = threading.Thread(target=call, args=("interactive",))
+    interactive.start()
+    time.sleep(0.2)
+    holder.__exit__(None, None, None)
+    for t in [*batch, interactive]:
+        t.join()
+    assert order[0] == "interactive"
+    assert sorted(order) == ["batch", "batch", "batch", "interactive"]
+
+
+def test_batch_leaves_a_reserve_of_concurrency_to_interactive_calls(client: redis.Redis) -> None:
+    gate = limiter(client, provider_max_concurrency=4, limiter_interactive_reserve=0.25,
+                   limiter_max_wait_s=0.3)  # fmt: skip
+    held = [gate.slot("m", "batch") for _ in range(3)]
+    for slot in held:
+        slot.__enter__()
+    with pytest.raises(TransientLLMError) as caught, gate.slot("m", "batch"):
+        pass
+    assert caught.value.kind == "throttled"
+    with gate.slot("m", "interactive"):  # the reserved fourth slot
+        pass
+
+
+def test_a_429_halves_the_rate_pauses_everyone_and_success_brings_it_back(
+    client: redis.Redis,
+) -> None:
+    gate = limiter(client, provider_rpm=600, limiter_recovery_per_call=0.1)
+    assert gate.state().allowed_rpm == pytest.approx(600)
+    with pytest.raises(TransientLLMError), gate.slot("m", "batch"):
+        raise TransientLLMError("429", kind="rate_limited", retry_after=0.5)
+    assert gate.state().allowed_rpm == pytest.approx(300)
+    started = time.monotonic()
+    with gate.slot("m", "interactive"):
+        pass
+    assert time.monotonic() - started >= 0.4, "everyone waits out the Retry-After"
+    # Each success adds 10 % of the configured rate back, up to the configured rate.
+    for _ in range(10):
+        with gate.slot("m", "interactive"):
+            pass
+    assert gate.state().allowed_rpm == pytest.approx(600)
+
+
+def test_concurrent_429s_are_one_congestion_signal(client: redis.Redis) -> None:
+    gate = limiter(client, provider_rpm=600)
+    slots = [gate.slot("m", "interactive") for _ in range(5)]
+    for slot in slots:  # five calls in flight together ...
+        slot.__enter__()
+    for slot in slots:  # ... all answered 429
+        error = TransientLLMError("429", kind="rate_limited", retry_after=0.01)
+        assert slot.__exit__(type(error), error, None) is False  # re-raised to the caller
+    assert gate.state().allowed_rpm == pytest.approx(300)
+
+
+def test_a_caller_that_cannot_get_a_slot_in_time_gives_up_transiently(
+    client: redis.Redis,
+) -> None:
+    gate = limiter(client, provider_max_concurrency=1, limiter_max_wait_s=0.3)
+    holder = gate.slot("m", "interactive")
+    holder.__enter__()
+    with pytest.raises(TransientLLMError) as caught, gate.slot("m", "interactive"):
+        pass
+    holder.__exit__(None, None, None)
+    assert caught.value.kind == "throttled"
+    assert gate.state().waiting_interactive == 0 or gate.state().in_flight == 0
+
+
+def test_a_crashed_holder_frees_its_slot_after_the_slot_ttl(client: redis.Redis) -> None:
+    gate = limiter(client, provider_max_concurrency=1, llm_timeout_s=0.5,
+                   task_soft_time_limit_s=10.0, limiter_max_wait_s=8.0)  # fmt: skip
+    crashed = gate.slot("m", "interactive")
+    crashed.__enter__()  # never released: its worker died
+    started = time.monotonic()
+    with gate.slot("m", "interactive"):
+        pass
+    assert 4 <= time.monotonic() - started <= 7.5
+    del crashed
+
+
+def test_without_redis_calls_are_let_through() -> None:
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    with limiter(dead).slot("m", "interactive"):
+        pass
