@@ -74,3 +74,27 @@ class DocpipeClient:
     def retry(self, run_id: str, from_step: str | None = None) -> dict[str, Any]:
         params = {"from_step": from_step} if from_step else {}
         return dict(self._call("POST", f"/runs/{run_id}/retry", params=params))
+
+    def submit_batch(
+        self,
+        documents: list[dict[str, str]],
+        *,
+        idempotency_key: str | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """Submit ``[{"id": ..., "text": ...}]`` to the batch lane."""
+        key = idempotency_key or uuid.uuid4().hex
+        return dict(
+            self._call(
+                "POST",
+                "/batches",
+                json={"documents": documents, **options},
+                headers={"Idempotency-Key": key},
+            )
+        )
+
+    def batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/batches/{batch_id}"))
+
+    def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/batches/{batch_id}/cancel"))
