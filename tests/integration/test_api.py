@@ -69,6 +69,7 @@ def client(
     monkeypatch.setenv("DOCPIPE_DATABASE_URL", database_url)
     monkeypatch.setenv("DOCPIPE_REDIS_URL", redis_server.url)
     monkeypatch.setenv("DOCPIPE_MAX_DOCUMENT_BYTES", str(MAX_DOCUMENT_BYTES))
+    monkeypatch.setenv("DOCPIPE_AUTH", "none")  # tenant "default"; keys: test_tenants.py
     get_settings.cache_clear()
     previous_broker = celery_app.app.conf.broker_url
     use_celery_broker(redis_server.url)
@@ -369,7 +370,7 @@ def test_batch_runs_are_accepted_and_wait_for_admission(
 RUN_FIELDS = {
     "run_id", "pipeline", "document_id", "lane", "batch_id", "status", "current_step",
     "steps_done", "steps_total", "cost_so_far_usd", "error", "created_at", "finished_at",
-    "steps", "result",
+    "steps", "webhook", "result",
 }  # fmt: skip
 STEP_FIELDS = {
     "step", "status", "attempt", "model", "prompt_version", "input_tokens", "output_tokens",
@@ -540,6 +541,10 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("post", "/runs/{run_id}/cancel"): {"200", "404", "409"},
         ("post", "/runs/{run_id}/retry"): {"202", "404", "409", "422"},
         ("get", "/runs/{run_id}/events"): {"200", "404"},
+        ("post", "/batches"): {"202", "404", "409", "413", "415", "422"},
+        ("get", "/batches/{batch_id}"): {"200", "404"},
+        ("get", "/batches/{batch_id}/runs"): {"200", "404", "422"},
+        ("post", "/batches/{batch_id}/cancel"): {"200", "404", "409"},
         ("get", "/healthz"): {"200"},
         ("get", "/readyz"): {"200", "503"},
     }
@@ -575,6 +580,7 @@ def test_a_crash_between_commit_and_publish_leaves_the_message_in_the_outbox(
         "DOCPIPE_DATABASE_URL": database_url,
         "DOCPIPE_REDIS_URL": redis_server.url,
         "DOCPIPE_CRASH_AT": "api.after_commit",
+        "DOCPIPE_AUTH": "none",
     }
     log_path = tmp_path / "uvicorn.log"
     with log_path.open("wb") as log:

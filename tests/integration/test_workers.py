@@ -16,6 +16,7 @@ from docpipe.db import Database
 from docpipe.outbox import publish_outbox
 from docpipe.processes import ManagedProcess
 from docpipe.samples import sample_contracts
+from docpipe.settings import Settings
 from docpipe.tasks import CeleryBroker
 from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
@@ -112,10 +113,11 @@ def test_killed_worker_resumes_at_step_2_without_repaying_step_1(
         )
         == 1
     )
-    # At most the one call in flight at the kill was sent again.
+    # At most the calls in flight at the kill (the step's parallelism) were sent again.
     sections = scalar(db, "SELECT jsonb_array_length(output->'sections') FROM pipeline_step_result"
                           " WHERE step = 'extract_sections'")  # fmt: skip
-    assert calls(db, run_id, "extract_fields") <= sections + 1
+    in_flight = Settings().step_call_concurrency
+    assert calls(db, run_id, "extract_fields") <= sections + in_flight
     recovery_s = float(resumed_at) - killed_at
     assert recovery_s <= 15, f"step 2 ran again {recovery_s:.1f}s after the kill"
 
@@ -159,7 +161,8 @@ def test_429_on_step_2_is_retried_with_backoff_then_done(
         "POST", "/control/faults",
         json={"kind": "429", "count": 2, "step": "extract_fields", "retry_after": 0.5},
     )  # fmt: skip
-    start_worker()
+    # One call at a time, so that each 429 fails a whole attempt of the step.
+    start_worker(DOCPIPE_STEP_CALL_CONCURRENCY="1")
     run_id = submit(db, publisher)
     assert wait_for_end(db, run_id) == "done"
     assert scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = 'extract_fields'") == 3

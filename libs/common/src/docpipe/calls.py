@@ -7,8 +7,10 @@ a step that is retried after a crash re-sends only the calls that had not finish
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -50,6 +52,28 @@ class StepContext:
     outputs: Mapping[str, Any]
     gate: CallGate = _no_gate
     calls_sent: int = field(default=0, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def ask_all(
+        self, requests: Sequence[tuple[str, str, Mapping[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """``ask`` for each (call_key, user, schema), up to ``step_call_concurrency`` at once;
+        answers in request order. Every call finishes (and is memoised) before the first
+        error is raised, so a retry re-sends only what failed."""
+        parallel = min(self.settings.step_call_concurrency, len(requests))
+        if parallel <= 1:
+            return [self.ask(*r) for r in requests]
+        pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="step-call")
+        try:
+            futures = [pool.submit(self.ask, *r) for r in requests]
+            wait(futures)
+        except BaseException:
+            # Interrupted from outside (soft time limit): calls in flight finish on their
+            # own and are memoised; nothing new starts.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return [f.result() for f in futures]
 
     def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         """The answer to ``user`` under the step's prompt, valid against ``schema``.
@@ -101,7 +125,8 @@ class StepContext:
         )
         assert row is not None
         call = _CallRecord(self.db, row["id"], self.settings.price_of(model))
-        self.calls_sent += 1
+        with self._lock:
+            self.calls_sent += 1
         started = time.monotonic()
         try:
             with self.gate(model, self.lane):

@@ -150,10 +150,18 @@ def extract_fields(ctx: StepContext) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     found_in: dict[str, str] = {}
     sections: list[dict[str, Any]] = ctx.outputs["extract_sections"]["sections"]
-    for i, section in enumerate(sections):
-        text = ctx.document[int(section["start"]) : int(section["end"])]
-        prompt = f"Section {section['number']}. {section['title']}\n\n{text}"
-        answer = ctx.ask(f"section:{i}", prompt, _FIELDS_ANSWER)["fields"]
+    answers = ctx.ask_all(
+        [
+            (
+                f"section:{i}",
+                f"Section {s['number']}. {s['title']}\n\n"
+                + ctx.document[int(s["start"]) : int(s["end"])],
+                _FIELDS_ANSWER,
+            )
+            for i, s in enumerate(sections)
+        ]
+    )
+    for section, answer in zip(sections, (a["fields"] for a in answers), strict=True):
         for name, value in answer.items():
             if name == "parties" and "parties" in fields:
                 known = {p["name"] for p in fields["parties"]}

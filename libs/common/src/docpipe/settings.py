@@ -10,7 +10,7 @@ import itertools
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     park_delays_over_s: Seconds = 60.0
 
     max_document_bytes: int = Field(default=1_000_000, ge=1)
+    # Independent calls of one step (a section each) in flight at once, per step.
+    step_call_concurrency: int = Field(default=4, ge=1, le=64)
 
     # The batch lane: how many batch runs may be in flight (admitted, not ended) at once;
     # the rest wait in PostgreSQL. About twice the batch workers' total concurrency.
@@ -101,6 +103,20 @@ class Settings(BaseSettings):
     webhook_timeout_s: Seconds = 10.0
     webhook_max_attempts: int = Field(default=8, ge=1)
     webhook_retry_base_s: Seconds = 5.0
+
+    # The API: "keys" wants a tenant's API key (docpipe api-key create) on every request;
+    # "none" serves every request as tenant "default" (local development only).
+    auth: Literal["keys", "none"] = "keys"
+    # Requests per minute allowed to one API key (a fixed window in Redis); 0: no limit.
+    api_key_rpm: int = Field(default=600, ge=0)
+
+    # Retention: beat deletes what is older than this many days (0: keep forever), in
+    # batches of retention_batch_size rows, each its own short transaction.
+    retention_call_log_days: int = Field(default=30, ge=0)  # calls of ended runs
+    retention_outbox_days: int = Field(default=7, ge=0)  # published messages
+    retention_runs_days: int = Field(default=90, ge=0)  # ended runs, their steps, batches
+    retention_batch_size: int = Field(default=500, ge=1, le=10_000)
+    retention_interval_s: Seconds = 300.0
 
     # Worker processes: recycled to bound leaks; a liveness file touched while alive.
     worker_max_tasks_per_child: int = Field(default=1000, ge=1)
