@@ -11,6 +11,7 @@ from typing import Any
 from celery import Celery
 from kombu.entity import Queue
 
+from docpipe import observability  # noqa: F401  (connects the metrics/tracing signal handlers)
 from docpipe.heartbeat import LivenessFile
 from docpipe.settings import Settings, get_settings
 
@@ -29,6 +30,7 @@ def periodic_jobs(settings: Settings) -> dict[str, float]:
         "docpipe.periodic.sweep_outbox": settings.outbox_sweep_interval_s,
         "docpipe.periodic.admit_batch_runs": settings.admission_interval_s,
         "docpipe.periodic.finish_batches_and_notify": settings.admission_interval_s,
+        "docpipe.periodic.prune_retention": settings.retention_interval_s,
     }
 
 
@@ -55,7 +57,7 @@ def _config(settings: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
-        "task_queues": [Queue(q) for q in (*LANE_QUEUES.values(), PERIODIC_QUEUE)],
+        "task_queues": [Queue(q, routing_key=q) for q in (*LANE_QUEUES.values(), PERIODIC_QUEUE)],
         "task_default_queue": LANE_QUEUES["interactive"],
         "task_create_missing_queues": False,
         "task_soft_time_limit": settings.task_soft_time_limit_s,

@@ -8,7 +8,8 @@
   ones (the reserve costs batch no throughput: the bucket refills at the same rate);
 - adaptive (AIMD): a 429 multiplies the allowed rate by ``limiter_decrease_factor`` (at most
   once per second), empties the bucket and pauses everyone for the provider's Retry-After;
-  every successful call adds ``limiter_recovery_per_call`` of the configured rate back.
+  while calls succeed, the rate climbs back by ``limiter_recovery_per_s`` of the configured
+  rate per second.
 
 Clocks come from Redis' TIME, so workers on different hosts agree. If Redis is unreachable
 the limiter lets calls through (the broker is then down too, and the provider's own 429s
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 import redis
 
+from docpipe import metrics
 from docpipe.errors import TransientLLMError
 from docpipe.settings import Settings
 
@@ -87,15 +89,21 @@ local max_rate, min_rate = tonumber(ARGV[4]), tonumber(ARGV[5])
 local factor, step = tonumber(ARGV[6]), tonumber(ARGV[7])
 redis.call('ZREM', KEYS[2], slot)
 if max_rate <= 0 then return '0' end
-local st = redis.call('HMGET', KEYS[1], 'rate', 'last_decrease', 'blocked_until')
+local st = redis.call('HMGET', KEYS[1], 'rate', 'last_decrease', 'blocked_until',
+                     'last_increase')
 local rate = math.min(tonumber(st[1]) or max_rate, max_rate)
 if outcome == 'ok' then
-  rate = math.min(max_rate, rate + step)
+  -- Additive increase in time, not per call: a throttled-down rate sends few calls and
+  -- would otherwise climb back slowest exactly when it is lowest.
+  local since = math.max(0, now - (tonumber(st[4]) or now))
+  rate = math.min(max_rate, rate + step * since)
+  redis.call('HSET', KEYS[1], 'last_increase', now)
 elseif outcome == 'rate_limited' then
   -- One burst of 429s from concurrent calls is one congestion signal, not many.
   if now - (tonumber(st[2]) or 0) >= 1 then
     rate = math.max(min_rate, rate * factor)
-    redis.call('HSET', KEYS[1], 'last_decrease', now, 'tokens', 0, 'ts', now)
+    redis.call('HSET', KEYS[1], 'last_decrease', now, 'last_increase', now, 'tokens', 0,
+               'ts', now)
   end
   if retry_after > 0 and now + retry_after > (tonumber(st[3]) or 0) then
     redis.call('HSET', KEYS[1], 'blocked_until', now + retry_after)
@@ -135,7 +143,11 @@ class ProviderLimiter:
     def slot(self, model: str, lane: str) -> Iterator[None]:
         """Hold a provider slot for one call; a 429 inside slows every worker down."""
         slot_id = uuid.uuid4().hex
-        granted = self._wait_for_slot(slot_id, lane)
+        asked = time.monotonic()
+        try:
+            granted = self._wait_for_slot(slot_id, lane)
+        finally:
+            metrics.observe_limiter_wait(lane, time.monotonic() - asked)
         outcome, retry_after = "error", 0.0
         try:
             yield
@@ -177,7 +189,7 @@ class ProviderLimiter:
             self._release(keys=self._keys, args=[
                 slot_id, outcome, retry_after, self._max_rate,
                 self._max_rate * 0.05, s.limiter_decrease_factor,
-                self._max_rate * s.limiter_recovery_per_call,
+                self._max_rate * s.limiter_recovery_per_s,
             ])  # fmt: skip
         except redis.RedisError:
             log.warning("provider limiter unavailable; slot %s expires on its own", slot_id)

@@ -9,21 +9,29 @@ workers finish (or hand back) the steps they are running.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import pwd
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psycopg
 
+from docpipe.db import Database
 from docpipe.localstack import LocalPostgres, LocalRedis, free_port
 from docpipe.migrate import apply_migrations
 from docpipe.processes import ManagedProcess, api_argv, beat_argv, fake_llm_argv, worker_argv
+from docpipe.settings import get_settings
+from docpipe.tenants import DEFAULT_TENANT, create_api_key, revoke_api_key
 
 __all__ = ["LocalStack", "StackOptions"]
+
+_METRICS_PORT_OFFSETS = {"worker-interactive": 0, "worker-batch": 1, "beat": 2}
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,9 @@ class StackOptions:
     batch_concurrency: int = 4
     fake_latency_ms: str = "200:800"
     fake_rpm: int = 0
+    # Workers and beat serve /metrics on this port and the next ones (0: off); the API on
+    # its own port.
+    metrics_port: int = 9808
 
 
 @dataclass
@@ -44,12 +55,25 @@ class LocalStack:
     options: StackOptions = field(default_factory=StackOptions)
     processes: list[ManagedProcess] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    # A key of tenant "default" for the demo and the CLI (DOCPIPE_AUTH=keys), revoked by down().
+    api_key: str | None = None
+    _api_key_id: str | None = None
+    _database_url: str | None = None
     _postgres: LocalPostgres | None = None
     _redis: LocalRedis | None = None
 
     @property
     def api_url(self) -> str:
         return f"http://{self.options.api_host}:{self.options.api_port}"
+
+    def metrics_urls(self) -> dict[str, str]:
+        """Each process' Prometheus endpoint, by process name (a scrape config's targets)."""
+        urls = {"api": f"{self.api_url}/metrics"}
+        if self.options.metrics_port:
+            for name, offset in _METRICS_PORT_OFFSETS.items():
+                port = self.options.metrics_port + offset
+                urls[name] = f"http://{self.options.api_host}:{port}/metrics"
+        return urls
 
     def up(self) -> LocalStack:
         """Start everything and wait until the API answers; stops what started on failure."""
@@ -73,6 +97,11 @@ class LocalStack:
         self.env["DOCPIPE_DATABASE_URL"] = database_url
         applied = apply_migrations(database_url)
         log.info("database ready (%d migrations applied now)", len(applied))
+        self._database_url = database_url
+        if get_settings().auth == "keys":
+            with _database(database_url) as db:
+                created = create_api_key(db, DEFAULT_TENANT, "docpipe stack")
+            self.api_key, self._api_key_id = created.plaintext, created.key.id
         if not (redis_url := os.environ.get("DOCPIPE_REDIS_URL")):
             self._redis = LocalRedis(state / "redis", free_port(), persist=True)
             self._redis.start()
@@ -110,10 +139,30 @@ class LocalStack:
         self, name: str, argv: list[str], logs: Path, *, liveness: Path | None = None
     ) -> ManagedProcess:
         env = {**self.env, **({"DOCPIPE_LIVENESS_FILE": str(liveness)} if liveness else {})}
+        if name in _METRICS_PORT_OFFSETS:  # one port each: they share the host here
+            base, host = self.options.metrics_port, self.options.api_host
+            port = base + _METRICS_PORT_OFFSETS[name] if base else 0
+            env |= {"DOCPIPE_METRICS_PORT": str(port), "DOCPIPE_METRICS_HOST": host}
         proc = ManagedProcess(name, argv, logs / f"{name}.log", env=env).start()
         self.processes.append(proc)
         log.info("started %s (pid %d), log: %s", name, proc.pid, proc.log_path)
         return proc
+
+    def process(self, name: str) -> ManagedProcess:
+        return next(p for p in self.processes if p.name == name and p.alive())
+
+    def replace(self, name: str, *, kill: bool) -> ManagedProcess:
+        """Stop ``name`` (SIGKILL of its whole process tree, or SIGTERM and wait) and start
+        it again with the same command line, as a container restart would."""
+        old = self.process(name)
+        if kill:
+            old.kill_group()
+        else:
+            old.stop(timeout_s=120)
+        self.processes.remove(old)
+        new = ManagedProcess(name, old.argv, old.log_path, env=old.env).start()
+        self.processes.append(new)
+        return new
 
     def dead_processes(self) -> list[ManagedProcess]:
         return [p for p in self.processes if not p.alive()]
@@ -124,10 +173,23 @@ class LocalStack:
             code = proc.stop(timeout_s=90)
             log.info("stopped %s (exit %s)", proc.name, code)
         self.processes.clear()
+        if self._api_key_id is not None and self._database_url is not None:
+            with contextlib.suppress(psycopg.Error), _database(self._database_url) as db:
+                revoke_api_key(db, self._api_key_id)
+            self.api_key = self._api_key_id = None
         if self._redis is not None:
             self._redis.stop()
         if self._postgres is not None:
             self._postgres.stop()
+
+
+@contextlib.contextmanager
+def _database(url: str) -> Iterator[Database]:
+    db = Database(url, max_size=1)
+    try:
+        yield db
+    finally:
+        db.close()
 
 
 def _reachable_dir(path: Path) -> Path:

@@ -1,0 +1,302 @@
+{{/*
+Names, labels, images, environment and the checks every template shares.
+Helpers that need a component take a dict: (dict "root" $ "component" "api").
+*/}}
+
+{{- define "docpipe.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "docpipe.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Object name of a component: <fullname>-<component>, at most 63 characters. */}}
+{{- define "docpipe.componentName" -}}
+{{- printf "%s-%s" (include "docpipe.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "docpipe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "docpipe.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- with .pool }}
+docpipe.io/pool: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "docpipe.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{ include "docpipe.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: docpipe
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that every pod of this release carries (NetworkPolicy peers). */}}
+{{- define "docpipe.releasePodLabels" -}}
+app.kubernetes.io/name: {{ include "docpipe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* <registry>/<name>:<tag> of one of the five docpipe images. */}}
+{{- define "docpipe.image" -}}
+{{- $image := .root.Values.image }}
+{{- printf "%s/%s:%s" (trimSuffix "/" $image.registry) .name (default .root.Chart.AppVersion $image.tag) }}
+{{- end }}
+
+{{- define "docpipe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "docpipe.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "docpipe.secretName" -}}
+{{- default (include "docpipe.fullname" .) .Values.secrets.existingSecret }}
+{{- end }}
+
+{{- define "docpipe.llmBaseUrl" -}}
+{{- if .Values.fakeLlm.enabled }}
+{{- printf "http://%s:%d/v1" (include "docpipe.componentName" (dict "root" . "component" "fake-llm")) (int .Values.fakeLlm.port) }}
+{{- else if .Values.config.llmBaseUrl }}
+{{- .Values.config.llmBaseUrl }}
+{{- else }}
+{{- fail "config.llmBaseUrl is empty: set it to your provider's OpenAI-compatible base URL, or enable fakeLlm for a test cluster" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The time-limit rule, for the global settings or one worker pool:
+llm timeout < task soft limit < task hard limit < broker visibility timeout.
+Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "hard" 75
+"hardName" "workers.batch.taskTimeLimitSeconds"): the names say where a value came from.
+*/}}
+{{- define "docpipe.checkTimeLimits" -}}
+{{- $c := .root.Values.config }}
+{{- $chain := list
+    (list "config.llmTimeoutSeconds" $c.llmTimeoutSeconds)
+    (list .softName .soft)
+    (list .hardName .hard)
+    (list "config.brokerVisibilityTimeoutSeconds" $c.brokerVisibilityTimeoutSeconds) }}
+{{- range $i, $inner := initial $chain }}
+{{- $outer := index $chain (add1 $i) }}
+{{- if not (lt (float64 (index $inner 1)) (float64 (index $outer 1))) }}
+{{- fail (printf "incoherent time limits: %s=%v must be below %s=%v (rule: llm timeout < task soft limit < task hard limit < broker visibility timeout; see the README, \"The time-limit rule\")" (index $inner 0) (index $inner 1) (index $outer 0) (index $outer 1)) }}
+{{- end }}
+{{- end }}
+{{- if not (lt (float64 $c.limiterMaxWaitSeconds) (float64 .soft)) }}
+{{- fail (printf "config.limiterMaxWaitSeconds=%v must be below %s=%v: a call waiting for the provider limiter hands its step back before the soft limit interrupts it" $c.limiterMaxWaitSeconds .softName .soft) }}
+{{- end }}
+{{- end }}
+
+{{/* Global checks, run once from the ConfigMap. */}}
+{{- define "docpipe.checkValues" -}}
+{{- $c := .Values.config }}
+{{- include "docpipe.checkTimeLimits" (dict "root" . "soft" $c.taskSoftTimeLimitSeconds "softName" "config.taskSoftTimeLimitSeconds" "hard" $c.taskTimeLimitSeconds "hardName" "config.taskTimeLimitSeconds") }}
+{{- if gt (mulf 2.0 (float64 $c.heartbeatIntervalSeconds)) (float64 $c.leaseTtlSeconds) }}
+{{- fail (printf "config.heartbeatIntervalSeconds=%v must be at most half of config.leaseTtlSeconds=%v, or one late heartbeat loses a live worker's lease" $c.heartbeatIntervalSeconds $c.leaseTtlSeconds) }}
+{{- end }}
+{{- if gt (float64 $c.retryBackoffBaseSeconds) (float64 $c.retryBackoffCapSeconds) }}
+{{- fail "config.retryBackoffBaseSeconds must not exceed config.retryBackoffCapSeconds" }}
+{{- end }}
+{{- if and .Values.secrets.existingSecret (or .Values.postgresql.enabled .Values.redis.enabled) }}
+{{- fail "secrets.existingSecret is for external PostgreSQL and Redis: with postgresql.enabled or redis.enabled the chart creates the credentials itself" }}
+{{- end }}
+{{- if not .Values.secrets.existingSecret }}
+{{- if and (not .Values.postgresql.enabled) (not .Values.secrets.databaseUrl) }}
+{{- fail "no database: set secrets.databaseUrl (or secrets.existingSecret), or enable the bundled postgresql" }}
+{{- end }}
+{{- if and (not .Values.redis.enabled) (not .Values.secrets.redisUrl) }}
+{{- fail "no broker: set secrets.redisUrl (or secrets.existingSecret), or enable the bundled redis" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A worker pool's effective limits as YAML: soft, hard, softShutdown (seconds) and
+terminationGracePeriodSeconds = hard limit + soft shutdown + margin, rounded up.
+Takes (dict "root" $ "pool" $pool).
+*/}}
+{{- define "docpipe.poolLimits" -}}
+{{- $c := .root.Values.config }}
+{{- $soft := .pool.taskSoftTimeLimitSeconds | default $c.taskSoftTimeLimitSeconds }}
+{{- $hard := .pool.taskTimeLimitSeconds | default $c.taskTimeLimitSeconds }}
+{{- $shutdown := .pool.softShutdownSeconds | default $c.workerSoftShutdownSeconds }}
+{{- $grace := addf (float64 $hard) (float64 $shutdown) (float64 .pool.terminationGraceMarginSeconds) | ceil | int }}
+soft: {{ $soft }}
+hard: {{ $hard }}
+softShutdown: {{ $shutdown }}
+terminationGracePeriodSeconds: {{ $grace }}
+{{- end }}
+
+{{/* config.<key> -> the DOCPIPE_* variable it is passed as (the ConfigMap's data). */}}
+{{- define "docpipe.configEnvNames" -}}
+admissionIntervalSeconds: DOCPIPE_ADMISSION_INTERVAL_S
+apiKeyRpm: DOCPIPE_API_KEY_RPM
+batchAdmissionWindow: DOCPIPE_BATCH_ADMISSION_WINDOW
+batchFairnessMemorySeconds: DOCPIPE_BATCH_FAIRNESS_MEMORY_S
+brokerVisibilityTimeoutSeconds: DOCPIPE_BROKER_VISIBILITY_TIMEOUT_S
+databasePoolSize: DOCPIPE_DATABASE_POOL_SIZE
+heartbeatIntervalSeconds: DOCPIPE_HEARTBEAT_INTERVAL_S
+leaseTtlSeconds: DOCPIPE_LEASE_TTL_S
+limiterDecreaseFactor: DOCPIPE_LIMITER_DECREASE_FACTOR
+limiterInteractiveReserve: DOCPIPE_LIMITER_INTERACTIVE_RESERVE
+limiterMaxWaitSeconds: DOCPIPE_LIMITER_MAX_WAIT_S
+limiterRecoveryPerSecond: DOCPIPE_LIMITER_RECOVERY_PER_S
+llmTimeoutSeconds: DOCPIPE_LLM_TIMEOUT_S
+maxBatchBytes: DOCPIPE_MAX_BATCH_BYTES
+maxBatchDocuments: DOCPIPE_MAX_BATCH_DOCUMENTS
+maxDocumentBytes: DOCPIPE_MAX_DOCUMENT_BYTES
+maxStepAttempts: DOCPIPE_MAX_STEP_ATTEMPTS
+outboxGraceSeconds: DOCPIPE_OUTBOX_GRACE_S
+outboxSweepIntervalSeconds: DOCPIPE_OUTBOX_SWEEP_INTERVAL_S
+parkDelaysOverSeconds: DOCPIPE_PARK_DELAYS_OVER_S
+providerBurst: DOCPIPE_PROVIDER_BURST
+providerMaxConcurrency: DOCPIPE_PROVIDER_MAX_CONCURRENCY
+providerRpm: DOCPIPE_PROVIDER_RPM
+reaperIntervalSeconds: DOCPIPE_REAPER_INTERVAL_S
+redriveGraceSeconds: DOCPIPE_REDRIVE_GRACE_S
+retentionBatchSize: DOCPIPE_RETENTION_BATCH_SIZE
+retentionCallLogDays: DOCPIPE_RETENTION_CALL_LOG_DAYS
+retentionIntervalSeconds: DOCPIPE_RETENTION_INTERVAL_S
+retentionOutboxDays: DOCPIPE_RETENTION_OUTBOX_DAYS
+retentionRunsDays: DOCPIPE_RETENTION_RUNS_DAYS
+retryBackoffBaseSeconds: DOCPIPE_RETRY_BACKOFF_BASE_S
+retryBackoffCapSeconds: DOCPIPE_RETRY_BACKOFF_CAP_S
+stepCallConcurrency: DOCPIPE_STEP_CALL_CONCURRENCY
+taskSoftTimeLimitSeconds: DOCPIPE_TASK_SOFT_TIME_LIMIT_S
+taskTimeLimitSeconds: DOCPIPE_TASK_TIME_LIMIT_S
+webhookMaxAttempts: DOCPIPE_WEBHOOK_MAX_ATTEMPTS
+webhookRetryBaseSeconds: DOCPIPE_WEBHOOK_RETRY_BASE_S
+webhookTimeoutSeconds: DOCPIPE_WEBHOOK_TIMEOUT_S
+workerMaxMemoryPerChildMb: DOCPIPE_WORKER_MAX_MEMORY_PER_CHILD_MB
+workerMaxTasksPerChild: DOCPIPE_WORKER_MAX_TASKS_PER_CHILD
+workerSoftShutdownSeconds: DOCPIPE_WORKER_SOFT_SHUTDOWN_S
+{{- end }}
+
+{{/* A number as the library parses it: integral values without an exponent or a ".0". */}}
+{{- define "docpipe.number" -}}
+{{- if eq (float64 .) (floor .) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- end }}
+
+{{/* DOCPIPE_* settings from the ConfigMap and the Secret, then extra variables. */}}
+{{- define "docpipe.envFrom" -}}
+- configMapRef:
+    name: {{ include "docpipe.fullname" . }}
+{{- end }}
+
+{{- define "docpipe.secretEnv" -}}
+- name: DOCPIPE_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "docpipe.secretName" . }}
+      key: DOCPIPE_DATABASE_URL
+- name: DOCPIPE_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "docpipe.secretName" . }}
+      key: DOCPIPE_REDIS_URL
+- name: DOCPIPE_LLM_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "docpipe.secretName" . }}
+      key: DOCPIPE_LLM_API_KEY
+      optional: true
+- name: DOCPIPE_WEBHOOK_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "docpipe.secretName" . }}
+      key: DOCPIPE_WEBHOOK_SECRET
+      optional: true
+{{- with .Values.config.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Pod annotations that roll the pods when their configuration changes (the Secret's only when
+the chart owns it).
+*/}}
+{{- define "docpipe.checksums" -}}
+checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- if not .Values.secrets.existingSecret }}
+checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end }}
+{{- end }}
+
+{{/*
+Init container: waits until every migration shipped in `image` is applied (the migrations
+Job applies them). Takes (dict "root" $ "image" "...").
+*/}}
+{{- define "docpipe.waitForSchema" -}}
+- name: wait-for-schema
+  image: {{ .image }}
+  imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+  command: ["python", "/opt/docpipe-scripts/wait_for_database.py", "--schema"]
+  envFrom:
+    {{- include "docpipe.envFrom" .root | nindent 4 }}
+  env:
+    {{- include "docpipe.secretEnv" .root | nindent 4 }}
+    - name: DOCPIPE_WAIT_TIMEOUT_S
+      value: {{ .root.Values.migrations.waitTimeoutSeconds | quote }}
+  securityContext:
+    {{- toYaml .root.Values.containerSecurityContext | nindent 4 }}
+  resources:
+    {{- toYaml .root.Values.migrations.resources | nindent 4 }}
+  volumeMounts:
+    - name: scripts
+      mountPath: /opt/docpipe-scripts
+      readOnly: true
+    - name: tmp
+      mountPath: /tmp
+{{- end }}
+
+{{/*
+Exec probe of a worker or beat: the main loop's heartbeat file is younger than maxAge seconds.
+A shell and two coreutils, never a Python process per probe.
+*/}}
+{{- define "docpipe.heartbeatCommand" -}}
+exec:
+  command:
+    - /bin/sh
+    - -c
+    - test $(( $(date +%s) - $(stat -c %Y "$DOCPIPE_LIVENESS_FILE") )) -lt {{ int . }}
+{{- end }}
+
+{{/* Volumes of every docpipe pod: /tmp, the heartbeat file's directory, the scripts. */}}
+{{- define "docpipe.volumes" -}}
+- name: tmp
+  emptyDir: {}
+- name: liveness
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+- name: scripts
+  configMap:
+    name: {{ include "docpipe.componentName" (dict "root" . "component" "scripts") }}
+{{- end }}
+
+{{- define "docpipe.imagePullSecrets" -}}
+{{- range .Values.image.pullSecrets }}
+- name: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the cluster serves the Prometheus Operator's API. */}}
+{{- define "docpipe.hasPrometheusOperator" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- end }}
