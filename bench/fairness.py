@@ -41,10 +41,11 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=500)
     parser.add_argument("--small", type=int, default=10)
     parser.add_argument("--latency-ms", default="100:300")
+    parser.add_argument("--window", type=int, default=4, help="= the batch workers' concurrency")
     args = parser.parse_args()
     contracts = sample_contracts(args.big + args.small)
     small_docs = [{"id": f"b{i}", "text": c.text} for i, c in enumerate(contracts[: args.small])]
-    env = {"DOCPIPE_BATCH_ADMISSION_WINDOW": "8"}
+    env = {"DOCPIPE_BATCH_ADMISSION_WINDOW": str(args.window)}
     with bench_stack(env=env, batch_concurrency=4, latency_ms=args.latency_ms) as bench:
         tenant_a, tenant_b = tenant_client(bench, "tenant-a"), tenant_client(bench, "tenant-b")
         alone_id = tenant_b.submit_batch(small_docs, idempotency_key="alone")["batch_id"]
@@ -72,7 +73,7 @@ def main() -> None:
         f"""# Fair admission across tenants
 
 `python -m bench.fairness --big {args.big} --small {args.small}`: 4 batch worker processes,
-admission window 8, fake provider at {args.latency_ms} ms per call. Tenant B submits
+admission window {args.window}, fake provider at {args.latency_ms} ms per call. Tenant B submits
 {args.small} documents alone; later tenant A submits {args.big}, and once A's batch is
 running B submits the same {args.small} again.
 

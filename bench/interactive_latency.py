@@ -63,7 +63,6 @@ def main() -> None:
     env = {
         "DOCPIPE_PROVIDER_RPM": str(args.rpm),
         "DOCPIPE_PROVIDER_BURST": str(max(1, args.rpm // 120)),
-        "DOCPIPE_BATCH_ADMISSION_WINDOW": "16",
     }
     with bench_stack(env=env, interactive_concurrency=4, batch_concurrency=8,
                      latency_ms=args.latency_ms, rpm=args.rpm) as bench:  # fmt: skip
@@ -114,7 +113,7 @@ def main() -> None:
 `python -m bench.interactive_latency --docs {args.docs} --parallel {args.parallel} --batch \
 {args.batch} --rpm {args.rpm}`. Fake provider: {args.latency_ms} ms per call, limited to
 {args.rpm} requests/min; docpipe's shared limiter set to the same rate; 4 interactive and 8
-batch worker processes, 4 calls in flight per step, admission window 16.
+batch worker processes, 4 calls in flight per step, admission window 8.
 
 End to end per document (run created -> done), {args.parallel} documents at a time:
 

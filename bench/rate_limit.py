@@ -35,7 +35,6 @@ def main() -> None:
     env = {
         "DOCPIPE_PROVIDER_RPM": str(args.rpm),
         "DOCPIPE_PROVIDER_BURST": str(max(1, args.rpm // 120)),
-        "DOCPIPE_BATCH_ADMISSION_WINDOW": "24",
     }
     contracts = sample_contracts(args.docs)
     samples: list[tuple[float, float]] = []  # (seconds since start, allowed req/s)

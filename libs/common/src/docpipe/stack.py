@@ -107,6 +107,9 @@ class LocalStack:
             self._redis.start()
             redis_url = self._redis.url
         self.env["DOCPIPE_REDIS_URL"] = redis_url
+        # One batch run in flight per batch worker process (see DOCPIPE_BATCH_ADMISSION_WINDOW).
+        window = os.environ.get("DOCPIPE_BATCH_ADMISSION_WINDOW", str(opts.batch_concurrency))
+        self.env["DOCPIPE_BATCH_ADMISSION_WINDOW"] = window
         if not os.environ.get("DOCPIPE_LLM_BASE_URL"):
             port = free_port()
             fake = self._spawn(
