@@ -9,7 +9,7 @@ PACKAGES := libs/common services/api services/fake-llm
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
 
-.PHONY: run test lint fmt deps venv clean constraints
+.PHONY: run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag
 
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
@@ -44,3 +44,46 @@ clean:
 constraints: venv ## re-pin every third-party version the venv holds
 	{ echo "# Pinned versions of everything the venv installs; regenerate with 'make constraints'."; \
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^docpipe'; } > constraints.txt
+
+# --- Images, the Helm chart and Kubernetes (kind) ----------------------------------------
+# Images are localhost/docpipe/<component>:$(IMAGE_TAG); BASE_IMAGE is any Debian-based image
+# with python3 >= 3.11 and venv (a machine without registry access: see scripts/podman-e2e).
+CONTAINER_ENGINE ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+BASE_IMAGE ?= python:3.12-slim
+IMAGE_TAG ?= dev
+KIND ?= kind
+KIND_CLUSTER ?= docpipe
+KIND_NODE_IMAGE ?= kindest/node:v1.33.1
+
+images: ## build the five images with docker or podman (prints build time and size of each)
+	CONTAINER_ENGINE=$(CONTAINER_ENGINE) BASE_IMAGE=$(BASE_IMAGE) IMAGE_TAG=$(IMAGE_TAG) \
+		scripts/build-images
+
+chart-test: venv ## render, lint and strictly validate the Helm chart (part of make test too)
+	$(BIN)/python -m pytest tests/chart $(PYTEST_ARGS)
+
+podman-e2e: deps venv ## the chart's workloads from the real images with podman, end to end
+	scripts/podman-e2e $(PYTEST_ARGS)
+
+kind-up: ## a local kind cluster from k8s-tests/kind-config.yaml (kept if it exists)
+	@$(KIND) get clusters 2>/dev/null | grep -qx '$(KIND_CLUSTER)' \
+		|| $(KIND) create cluster --name $(KIND_CLUSTER) --image $(KIND_NODE_IMAGE) \
+			--config k8s-tests/kind-config.yaml --wait 180s
+	kubectl config use-context kind-$(KIND_CLUSTER)
+
+kind-load: images ## build the images and load them into the kind cluster's nodes
+	CONTAINER_ENGINE=$(CONTAINER_ENGINE) IMAGE_TAG=$(IMAGE_TAG) KIND_CLUSTER=$(KIND_CLUSTER) \
+		scripts/kind-load
+
+kind-test: venv ## install the chart on the current kube context and run k8s-tests (chaos)
+	$(BIN)/python -m pytest k8s-tests -ra $(PYTEST_ARGS)
+
+kind-down: ## delete the kind cluster
+	$(KIND) delete cluster --name $(KIND_CLUSTER)
+
+# --- Observability -------------------------------------------------------------------------
+dashboards: venv ## regenerate the Grafana dashboards in charts/docpipe/dashboards (a test compares)
+	$(BIN)/python -m docpipe.dashboards charts/docpipe/dashboards
+
+bench-queue-lag: deps venv ## plot queue lag and throughput of a batch run: docs/benchmarks/queue-lag.png
+	$(BIN)/python -m bench.queue_lag_plot

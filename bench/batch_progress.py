@@ -35,8 +35,8 @@ def main() -> None:
             t0 = time.perf_counter()
             status = bench.client.batch(batch_id)
             latencies.append((time.perf_counter() - t0) * 1000)
-        plan = bench.sql(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + _progress_sql(), batch_id)[0]["QUERY PLAN"]  # fmt: skip
+        query = "EXPLAIN (ANALYZE, FORMAT JSON) " + _progress_sql()
+        plan = bench.sql(query, *[batch_id] * query.count("%s"))[0]["QUERY PLAN"]
         sql_ms = plan[0]["Execution Time"]
         bench.client.cancel_batch(batch_id)
     print(f"GET /batches/{{id}} over HTTP (ms): {summary(latencies)}")

@@ -27,6 +27,7 @@ TABLES = (
     "pipeline_run",
     "batch",
     "document",
+    "api_key",
 )
 
 

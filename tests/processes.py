@@ -79,6 +79,8 @@ def stack_env(
         "DOCPIPE_LLM_BASE_URL": fake_llm_server.url + "/v1",
         "DOCPIPE_LLM_API_KEY": "test-key",
         "DOCPIPE_LIVENESS_FILE": str(tmp_path / "alive"),
+        "DOCPIPE_METRICS_PORT": "0",  # tests that scrape pass a free port
+        "DOCPIPE_AUTH": "none",  # tests that want API keys pass DOCPIPE_AUTH="keys"
         **FAST_TIMINGS,
     }
 
@@ -156,13 +158,15 @@ def make_api_client(
     db: Database, database_url: str, redis_server: LocalRedis, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[..., TestClient]]:
     """The API in-process against the test PostgreSQL and Redis; keyword arguments are
-    DOCPIPE_* settings (``max_batch_documents=5``)."""
+    DOCPIPE_* settings (``max_batch_documents=5``). Every request is tenant "default"
+    unless the test asks for API keys (``auth="keys"``)."""
     clients: list[TestClient] = []
     previous = app.conf.broker_url
 
     def make(**settings: object) -> TestClient:
         monkeypatch.setenv("DOCPIPE_DATABASE_URL", database_url)
         monkeypatch.setenv("DOCPIPE_REDIS_URL", redis_server.url)
+        monkeypatch.setenv("DOCPIPE_AUTH", "none")
         for name, value in settings.items():
             monkeypatch.setenv(f"DOCPIPE_{name.upper()}", str(value))
         get_settings.cache_clear()

@@ -170,3 +170,38 @@ def test_without_redis_calls_are_let_through() -> None:
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
     with limiter(dead).slot("m", "interactive"):
         pass
+
+
+def fail_with(gate: ProviderLimiter, kind: str) -> TransientLLMError:
+    error = TransientLLMError("down", kind=kind)
+    with pytest.raises(TransientLLMError), gate.slot("m", "interactive"):
+        raise error
+    return error
+
+
+def test_a_provider_outage_opens_the_breaker_and_probes_go_out_one_at_a_time(
+    client: redis.Redis,
+) -> None:
+    gate = limiter(client, limiter_breaker_failures=3, limiter_breaker_probe_s=0.5,
+                   limiter_max_wait_s=0.2)  # fmt: skip
+    for _ in range(3):  # three calls in a row find the provider down: they count
+        assert fail_with(gate, "connection").counts_as_attempt
+    with pytest.raises(TransientLLMError) as caught, gate.slot("m", "interactive"):
+        pass
+    assert caught.value.kind == "throttled", "everyone waits while the breaker is open"
+    time.sleep(0.5)
+    # The pause is over: exactly one caller is let through as the probe ...
+    probe = gate.slot("m", "interactive")
+    probe.__enter__()
+    with pytest.raises(TransientLLMError) as waiting, gate.slot("m", "batch"):
+        pass
+    assert waiting.value.kind == "throttled"
+    # ... and its failure is the provider's, not its step's.
+    still_down = TransientLLMError("down", kind="timeout")
+    assert probe.__exit__(type(still_down), still_down, None) is False
+    assert not still_down.counts_as_attempt
+    time.sleep(0.5)
+    with gate.slot("m", "interactive"):  # the next probe succeeds: the breaker closes
+        pass
+    with gate.slot("m", "batch"), gate.slot("m", "interactive"):
+        pass

@@ -7,6 +7,7 @@ a step that is retried after a crash re-sends only the calls that had not finish
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -14,10 +15,12 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
+from docpipe import metrics
 from docpipe.db import Database, Row
 from docpipe.errors import BudgetExceededError, InvalidOutputError, LLMError, RunStoppedError
 from docpipe.llm import Completion, LLMClient, parse_output
@@ -25,6 +28,8 @@ from docpipe.pipeline import Step
 from docpipe.settings import ModelPrice, Settings
 
 __all__ = ["CallGate", "StepContext"]
+
+_T = TypeVar("_T")
 
 # Wraps each provider request (the shared rate limiter plugs in here); given the model and
 # the run's lane, it returns a context manager that is held while the request is in flight.
@@ -51,6 +56,9 @@ class StepContext:
     document: str
     outputs: Mapping[str, Any]
     gate: CallGate = _no_gate
+    pipeline: str = "unknown"  # the run's pipeline key, for metrics
+    # The worker holding the step's lease; no call is sent once another worker took it over.
+    owner: str | None = None
     calls_sent: int = field(default=0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -65,7 +73,8 @@ class StepContext:
             return [self.ask(*r) for r in requests]
         pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="step-call")
         try:
-            futures = [pool.submit(self.ask, *r) for r in requests]
+            # Each call runs in a copy of this context, so its trace span nests in the step's.
+            futures = [pool.submit(_in_context_copy(partial(self.ask, *r))) for r in requests]
             wait(futures)
         except BaseException:
             # Interrupted from outside (soft time limit): calls in flight finish on their
@@ -92,6 +101,8 @@ class StepContext:
             raise RunStoppedError(f"run {self.run_id} is no longer running")
         if check["memo"] is not None:
             return dict(check["memo"])
+        if self.owner is not None and check["lease_owner"] != self.owner:
+            raise RunStoppedError(f"the lease of {self.run_id}/{self.step.name} was taken over")
         _check_budgets(check)
         messages = [
             {"role": "system", "content": self.step.system_prompt},
@@ -124,7 +135,8 @@ class StepContext:
             prompt_version=self.step.prompt_version,
         )
         assert row is not None
-        call = _CallRecord(self.db, row["id"], self.settings.price_of(model))
+        labels = _CallLabels(self.pipeline, self.tenant_id, self.lane, model)
+        call = _CallRecord(self.db, row["id"], self.settings.price_of(model), labels)
         with self._lock:
             self.calls_sent += 1
         started = time.monotonic()
@@ -143,13 +155,28 @@ class StepContext:
         return output
 
 
+def _in_context_copy(call: Callable[[], _T]) -> Callable[[], _T]:
+    """``call`` to run in another thread with a copy of this thread's context variables."""
+    context = contextvars.copy_context()
+    return lambda: context.run(call)
+
+
+@dataclass(frozen=True)
+class _CallLabels:
+    pipeline: str
+    tenant: str
+    lane: str
+    model: str
+
+
 @dataclass(frozen=True)
 class _CallRecord:
-    """The llm_call_log row of one request, completed exactly once."""
+    """The llm_call_log row of one request, completed exactly once (and counted)."""
 
     db: Database
     id: int
     price: ModelPrice
+    labels: _CallLabels
 
     def finish(
         self,
@@ -167,11 +194,13 @@ class _CallRecord:
             else Decimal(0)
         )
         http_status = completion.http_status if completion else None
+        if error and error.http_status:
+            http_status = error.http_status
         self.db.execute(
             "finish_call",
             id=self.id,
             status=status,
-            http_status=error.http_status if error and error.http_status else http_status,
+            http_status=http_status,
             error_kind=error.kind if error else None,
             error=str(error)[:2000] if error else None,
             input_tokens=completion.input_tokens if completion else None,
@@ -179,6 +208,17 @@ class _CallRecord:
             cost_usd=cost,
             latency_ms=round(latency_s * 1000),
             response=Jsonb(response) if response is not None else None,
+        )
+        metrics.observe_provider_call(
+            pipeline=self.labels.pipeline,
+            tenant=self.labels.tenant,
+            lane=self.labels.lane,
+            model=self.labels.model,
+            outcome=status,
+            http_status=http_status,
+            error_kind=error.kind if error else None,
+            latency_s=latency_s,
+            cost_usd=cost,
         )
 
 

@@ -9,15 +9,20 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from docpipe.client import ApiError, DocpipeClient
+
+if TYPE_CHECKING:
+    from docpipe.db import Database
 
 __all__ = ["main"]
 
@@ -65,6 +70,9 @@ def cmd_stack_up(args: argparse.Namespace) -> int:
     with console.status("starting PostgreSQL, Redis, the fake provider, API, workers, beat"):
         stack.up()
     console.print(f"docpipe is up: API {stack.api_url} (OpenAPI at {stack.api_url}/docs)")
+    if stack.api_key:
+        console.print(f"  API key (tenant 'default', revoked on exit): {stack.api_key}")
+        console.print("  e.g. export DOCPIPE_API_KEY=<key> for docpipe submit/watch/status")
     for proc in stack.processes:
         console.print(f"  {proc.name:20} pid {proc.pid:<7} log {proc.log_path}")
     console.print("Ctrl-C stops everything.")
@@ -93,7 +101,7 @@ def _submit(client: DocpipeClient, files: Sequence[Path], lane: str) -> list[tup
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    with DocpipeClient(args.api) as client:
+    with DocpipeClient(args.api, api_key=args.api_key) as client:
         started = _submit(client, [Path(f) for f in args.files], args.lane)
         for doc_id, run_id in started:
             console.print(f"{run_id}  {doc_id}")
@@ -103,12 +111,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    with DocpipeClient(args.api) as client:
+    with DocpipeClient(args.api, api_key=args.api_key) as client:
         return _all_done(_watch(client, [(run_id, run_id) for run_id in args.run_ids]))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with DocpipeClient(args.api) as client:
+    with DocpipeClient(args.api, api_key=args.api_key) as client:
         console.print_json(json.dumps(client.run(args.run_id)))
     return 0
 
@@ -198,7 +206,7 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
         options["budget_usd"] = args.budget_usd
     if args.callback_url:
         options["callback_url"] = args.callback_url
-    with DocpipeClient(args.api, timeout_s=300) as client:
+    with DocpipeClient(args.api, api_key=args.api_key, timeout_s=300) as client:
         accepted = client.submit_batch(documents, **options)
         console.print(f"batch {accepted['batch_id']}: {accepted['runs_total']} documents")
         if args.watch:
@@ -207,12 +215,12 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_batch_watch(args: argparse.Namespace) -> int:
-    with DocpipeClient(args.api) as client:
+    with DocpipeClient(args.api, api_key=args.api_key) as client:
         return _watch_batch(client, args.batch_id)
 
 
 def cmd_batch_cancel(args: argparse.Namespace) -> int:
-    with DocpipeClient(args.api) as client:
+    with DocpipeClient(args.api, api_key=args.api_key) as client:
         status = client.cancel_batch(args.batch_id)
     console.print(f"batch {args.batch_id}: {status['status']} {status['runs_by_status']}")
     return 0
@@ -256,6 +264,69 @@ def _watch_batch(client: DocpipeClient, batch_id: str) -> int:
     return 0 if status["status"] == "done" else 1
 
 
+@contextmanager
+def _database() -> Iterator[Database]:
+    """The database of DOCPIPE_DATABASE_URL (API keys are managed there directly)."""
+    from docpipe.db import Database
+    from docpipe.settings import get_settings
+
+    db = Database(get_settings().database_url, max_size=1)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def cmd_api_key_create(args: argparse.Namespace) -> int:
+    from docpipe.errors import InvalidRequestError
+    from docpipe.tenants import create_api_key
+
+    try:
+        with _database() as db:
+            created = create_api_key(db, args.tenant, args.name)
+    except InvalidRequestError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    # The key alone on stdout (for $(docpipe api-key create ...)); the note on stderr.
+    Console(stderr=True).print(
+        f"API key {created.key.id} for tenant {created.key.tenant_id!r}; it is shown only "
+        "now, store it (e.g. as DOCPIPE_API_KEY):"
+    )
+    print(created.plaintext)
+    return 0
+
+
+def cmd_api_key_list(args: argparse.Namespace) -> int:
+    from docpipe.tenants import list_api_keys
+
+    with _database() as db:
+        keys = list_api_keys(db, args.tenant)
+    table = Table(title="API keys")
+    for column in ("id", "tenant", "name", "created", "last used", "revoked"):
+        table.add_column(column)
+
+    def when(moment: datetime | None) -> str:
+        return moment.strftime("%Y-%m-%d %H:%M") if moment else ""
+
+    for key in keys:
+        table.add_row(key.id, key.tenant_id, key.name, when(key.created_at),
+                      when(key.last_used_at), when(key.revoked_at))  # fmt: skip
+    console.print(table)
+    return 0
+
+
+def cmd_api_key_revoke(args: argparse.Namespace) -> int:
+    from docpipe.tenants import revoke_api_key
+
+    with _database() as db:
+        revoked = revoke_api_key(db, args.key_id)
+    if revoked is None:
+        console.print(f"[red]no active API key {args.key_id!r}[/red] (unknown or revoked already)")
+        return 1
+    console.print(f"revoked API key {revoked.id} of tenant {revoked.tenant_id!r}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job end to end: stack up, the sample contracts, progress, results, stop."""
     from docpipe.samples import write_samples
@@ -272,7 +343,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"submitting {len(files)} documents to {stack.api_url} "
             "(the empty one shows a permanent failure)"
         )
-        with DocpipeClient(stack.api_url) as client:
+        with DocpipeClient(stack.api_url, api_key=stack.api_key) as client:
             started = _submit(client, files, "interactive")
             final = _watch(client, started)
     finally:
@@ -287,6 +358,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if wrong:
         console.print(f"[red]unexpected outcome for: {', '.join(wrong)}[/red]")
     return 1 if wrong else 0
+
+
+def _api_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--api", default=DEFAULT_API, help="the API's URL (env DOCPIPE_API_URL)")
+    p.add_argument("--api-key", default=os.environ.get("DOCPIPE_API_KEY"),
+                   help="a tenant's API key (env DOCPIPE_API_KEY)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -319,13 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     submit = sub.add_parser("submit", help="upload files and start a run for each")
     submit.add_argument("files", nargs="+")
-    submit.add_argument("--api", default=DEFAULT_API)
+    _api_flags(submit)
     submit.add_argument("--lane", choices=["interactive", "batch"], default="interactive")
     submit.add_argument("--watch", action="store_true")
 
     watch = sub.add_parser("watch", help="live progress bars of runs")
     watch.add_argument("run_ids", nargs="+")
-    watch.add_argument("--api", default=DEFAULT_API)
+    _api_flags(watch)
 
     batch = sub.add_parser("batch", help="batches: submit, watch, cancel")
     batch_sub = batch.add_subparsers(dest="batch_command", required=True)
@@ -339,11 +416,21 @@ def build_parser() -> argparse.ArgumentParser:
     batch_cancel = batch_sub.add_parser("cancel", help="stop every step that has not started")
     batch_cancel.add_argument("batch_id")
     for p in (batch_submit, batch_watch, batch_cancel):
-        p.add_argument("--api", default=DEFAULT_API)
+        _api_flags(p)
+
+    api_key = sub.add_parser("api-key", help="tenants' API keys: create, list, revoke")
+    api_key_sub = api_key.add_subparsers(dest="api_key_command", required=True)
+    key_create = api_key_sub.add_parser("create", help="a new key for a tenant (shown once)")
+    key_create.add_argument("tenant")
+    key_create.add_argument("--name", default="", help="what the key is for")
+    key_list = api_key_sub.add_parser("list", help="every key (never the secrets)")
+    key_list.add_argument("--tenant", help="only this tenant's keys")
+    key_revoke = api_key_sub.add_parser("revoke", help="revoke a key at once")
+    key_revoke.add_argument("key_id", help="the <id> of dp_<id>_<secret>")
 
     status = sub.add_parser("status", help="a run's status as JSON")
     status.add_argument("run_id")
-    status.add_argument("--api", default=DEFAULT_API)
+    _api_flags(status)
     return parser
 
 
@@ -354,6 +441,13 @@ COMMANDS = {
     "submit": cmd_submit,
     "watch": cmd_watch,
     "status": cmd_status,
+}
+
+
+API_KEY_COMMANDS = {
+    "create": cmd_api_key_create,
+    "list": cmd_api_key_list,
+    "revoke": cmd_api_key_revoke,
 }
 
 
@@ -371,6 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = cmd_stack_up
     elif args.command == "batch":
         handler = BATCH_COMMANDS[args.batch_command]
+    elif args.command == "api-key":
+        handler = API_KEY_COMMANDS[args.api_key_command]
     else:
         handler = COMMANDS[args.command]
     try:

@@ -14,7 +14,9 @@ from docpipe.runs import _insert_or_existing
 
 __all__ = ["DOCUMENT_ID", "StoredDocument", "get_document", "put_document"]
 
-DOCUMENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# \Z, not $: "$" also matches before a final newline, and an id ending in one would be
+# stored and then break the Location header that names it.
+DOCUMENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ class TransientLLMError(LLMError):
     ) -> None:
         super().__init__(message, kind=kind, http_status=http_status)
         self.retry_after = retry_after
+        # False when the failure says nothing about this step (the provider is down for
+        # everyone): the step then waits without using up one of its attempts.
+        self.counts_as_attempt = True
 
 
 class PermanentLLMError(LLMError):

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from typing import Any, Literal
 
 import jsonschema
 
-from docpipe import runs
+from docpipe import metrics, runs
 from docpipe.backoff import retry_delay
 from docpipe.batches import stop_batch
 from docpipe.calls import CallGate, StepContext, _no_gate
@@ -87,6 +89,14 @@ class StepExecutor:
         )
         if claim is None:
             return self._not_claimed(run_id, step)
+        started = time.monotonic()
+        outcome = self._run_claimed(claim)
+        metrics.observe_step(claim.pipeline, step, claim.lane, outcome.kind, outcome.run_status,
+                             time.monotonic() - started)  # fmt: skip
+        return outcome
+
+    def _run_claimed(self, claim: runs.Claim) -> StepOutcome:
+        run_id, step = claim.run_id, claim.step
         pipeline = get_pipeline(claim.pipeline)
         spec = pipeline.step(step)
         if claim.attempt > self.settings.max_step_attempts:
@@ -105,12 +115,16 @@ class StepExecutor:
             document=document,
             outputs=outputs,
             gate=self.gate,
+            pipeline=claim.pipeline,
+            owner=self.owner,
         )
         try:
             with _LeaseKeeper(self, claim):
                 output = spec.execute(ctx)
                 _check_output(output, spec.output_schema)
         except TransientLLMError as exc:
+            if exc.kind == "throttled" or not exc.counts_as_attempt:
+                return self._wait_for_provider(claim, exc, ctx.calls_sent)
             return self._retry_or_give_up(claim, str(exc), exc.retry_after, ctx.calls_sent)
         except self.interruptions as exc:
             return self._retry_or_give_up(claim, f"interrupted: {exc!r}", None, ctx.calls_sent)
@@ -157,6 +171,21 @@ class StepExecutor:
         if state["status"] == "running" and state["lease_live"]:
             return StepOutcome("busy", run_status=state["run_status"])
         return StepOutcome("stopped", run_status=state["run_status"], error="not claimable")
+
+    def _wait_for_provider(
+        self, claim: runs.Claim, exc: TransientLLMError, calls_sent: int
+    ) -> StepOutcome:
+        """The step waited for the shared limiter too long, or the provider is down for
+        everyone: hand it back without counting the attempt, so an outage delays runs
+        instead of failing them."""
+        delay = (exc.retry_after or 1.0) * random.uniform(1.0, 1.5)
+        released = runs.release_step(
+            self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=delay,
+            error=str(exc), refund_attempt=True,
+        )  # fmt: skip
+        if not released:
+            return StepOutcome("stopped", calls_sent=calls_sent, error="lease lost")
+        return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=str(exc))
 
     def _retry_or_give_up(
         self, claim: runs.Claim, error: str, retry_after: float | None, calls_sent: int

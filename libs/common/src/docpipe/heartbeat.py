@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from celery import bootsteps
 from celery.beat import Scheduler
 
+from docpipe.metrics import mark_beat_tick
 from docpipe.settings import get_settings
 
 __all__ = ["LivenessFile", "LivenessScheduler", "touch"]
@@ -61,4 +62,5 @@ class LivenessScheduler(Scheduler):  # type: ignore[misc]
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if (path := get_settings().liveness_file) is not None:
             touch(path)
+        mark_beat_tick()
         return float(super().tick(*args, **kwargs))

@@ -9,7 +9,11 @@
 - adaptive (AIMD): a 429 multiplies the allowed rate by ``limiter_decrease_factor`` (at most
   once per second), empties the bucket and pauses everyone for the provider's Retry-After;
   while calls succeed, the rate climbs back by ``limiter_recovery_per_s`` of the configured
-  rate per second.
+  rate per second;
+- a circuit breaker: after ``limiter_breaker_failures`` calls in a row found the provider
+  down (connection errors, timeouts, 5xx), calls wait and a probe goes out every
+  ``limiter_breaker_probe_s``; a caller that waited ``limiter_max_wait_s`` hands its step
+  back without losing an attempt, so an outage delays runs instead of failing them.
 
 Clocks come from Redis' TIME, so workers on different hosts agree. If Redis is unreachable
 the limiter lets calls through (the broker is then down too, and the provider's own 429s
@@ -18,6 +22,7 @@ still slow us down) rather than failing work that is already running.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -39,6 +44,8 @@ log = logging.getLogger(__name__)
 # A waiter that stops polling (killed) stops counting as waiting after this long.
 _WAITER_TTL_S = 2.0
 _POLL_MAX_S = 0.25
+# Failures that mean the provider is down or broken rather than busy (docpipe.llm's kinds).
+_UNAVAILABLE = frozenset({"connection", "timeout", "server_error", "bad_response"})
 
 _ACQUIRE = """
 local t = redis.call('TIME')
@@ -46,11 +53,12 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local lane, slot, waiter = ARGV[1], ARGV[2], ARGV[3]
 local slot_ttl, max_rate, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local max_conc, reserve, waiter_ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local breaker_failures, probe_s = tonumber(ARGV[10]), tonumber(ARGV[11])
 local wait_key = lane == 'batch' and KEYS[4] or KEYS[3]
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local st = redis.call('HMGET', KEYS[1], 'rate', 'tokens', 'ts', 'blocked_until')
+local st = redis.call('HMGET', KEYS[1], 'rate', 'tokens', 'ts', 'blocked_until', 'failures')
 local rate = math.min(tonumber(st[1]) or max_rate, max_rate)
 local tokens = tonumber(st[2]) or burst
 local ts = tonumber(st[3]) or now
@@ -59,6 +67,13 @@ if max_rate > 0 then tokens = math.min(burst, tokens + math.max(0, now - ts) * r
 local wait = 0
 if now < blocked then
   wait = blocked - now
+elseif (tonumber(st[5]) or 0) >= breaker_failures then
+  -- The circuit is open and its pause is over: this caller is the one probe; everyone
+  -- else waits for its answer (a success closes the circuit, a failure pauses again).
+  redis.call('HSET', KEYS[1], 'blocked_until', now + probe_s)
+  redis.call('ZREM', wait_key, waiter)
+  redis.call('ZADD', KEYS[2], now + slot_ttl, slot)
+  return 'probe'
 else
   local conc_limit, floor = max_conc, 1
   if lane == 'batch' then
@@ -87,10 +102,27 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local slot, outcome, retry_after = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_rate, min_rate = tonumber(ARGV[4]), tonumber(ARGV[5])
 local factor, step = tonumber(ARGV[6]), tonumber(ARGV[7])
+local breaker_failures, probe_s = tonumber(ARGV[8]), tonumber(ARGV[9])
 redis.call('ZREM', KEYS[2], slot)
-if max_rate <= 0 then return '0' end
 local st = redis.call('HMGET', KEYS[1], 'rate', 'last_decrease', 'blocked_until',
-                     'last_increase')
+                     'last_increase', 'failures')
+if outcome == 'unavailable' then
+  -- The provider is down, not busy: after a few failures in a row everyone waits and only
+  -- a probe goes out every probe_s, instead of every step burning its retry attempts.
+  local failures = (tonumber(st[5]) or 0) + 1
+  redis.call('HSET', KEYS[1], 'failures', failures)
+  if failures >= breaker_failures and now + probe_s > (tonumber(st[3]) or 0) then
+    redis.call('HSET', KEYS[1], 'blocked_until', now + probe_s)
+  end
+  return tostring(failures)
+end
+if outcome == 'ok' then
+  if (tonumber(st[5]) or 0) >= breaker_failures then
+    redis.call('HSET', KEYS[1], 'blocked_until', 0)  -- the probe got through: resume at once
+  end
+  redis.call('HSET', KEYS[1], 'failures', 0)
+end
+if max_rate <= 0 then return '0' end
 local rate = math.min(tonumber(st[1]) or max_rate, max_rate)
 if outcome == 'ok' then
   -- Additive increase in time, not per call: a throttled-down rate sends few calls and
@@ -155,26 +187,41 @@ class ProviderLimiter:
         except TransientLLMError as exc:
             if exc.kind == "rate_limited":
                 outcome, retry_after = "rate_limited", exc.retry_after or 0.0
+            elif exc.kind in _UNAVAILABLE:
+                outcome = "unavailable"
+                # A failed probe says the provider is still down, nothing about this step.
+                exc.counts_as_attempt = granted != "probe"
             raise
         finally:
             if granted:
                 self._report(slot_id, outcome, retry_after)
 
-    def _wait_for_slot(self, slot_id: str, lane: str) -> bool:
+    def _wait_for_slot(self, slot_id: str, lane: str) -> str:
+        """'slot' or 'probe' when granted, '' when Redis is unreachable (no limit applies);
+        raises TransientLLMError(kind="throttled") after limiter_max_wait_s."""
         deadline = time.monotonic() + self._settings.limiter_max_wait_s
         s = self._settings
         while True:
             try:
-                wait = float(self._acquire(keys=self._keys, args=[
+                answer = self._acquire(keys=self._keys, args=[
                     lane, slot_id, slot_id, self._slot_ttl, self._max_rate, self._burst,
                     s.provider_max_concurrency, s.limiter_interactive_reserve, _WAITER_TTL_S,
-                ]))  # fmt: skip
+                    s.limiter_breaker_failures, s.limiter_breaker_probe_s,
+                ])  # fmt: skip
             except redis.RedisError:
                 log.warning("provider limiter unavailable; calling without it", exc_info=True)
-                return False
+                return ""
+            if answer in (b"probe", "probe"):
+                return "probe"
+            wait = float(answer)
             if wait <= 0:
-                return True
+                return "slot"
             if time.monotonic() + wait > deadline:
+                # Stop counting as a waiter at once: a ghost interactive waiter holds back
+                # every batch call.
+                waiting = self._keys[3] if lane == "batch" else self._keys[2]
+                with contextlib.suppress(redis.RedisError):
+                    self._redis.zrem(waiting, slot_id)
                 raise TransientLLMError(
                     f"provider limit: no slot within {s.limiter_max_wait_s:g}s",
                     kind="throttled",
@@ -190,6 +237,7 @@ class ProviderLimiter:
                 slot_id, outcome, retry_after, self._max_rate,
                 self._max_rate * 0.05, s.limiter_decrease_factor,
                 self._max_rate * s.limiter_recovery_per_s,
+                s.limiter_breaker_failures, s.limiter_breaker_probe_s,
             ])  # fmt: skip
         except redis.RedisError:
             log.warning("provider limiter unavailable; slot %s expires on its own", slot_id)

@@ -132,6 +132,12 @@ class ManagedProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM, wait up to ``timeout_s``, then SIGKILL the group; returns the exit code."""
@@ -145,7 +151,5 @@ class ManagedProcess:
                 self.kill_group()
         else:
             self.kill_group()  # reap leftover children of a dead leader
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._close_log()
         return self.proc.returncode

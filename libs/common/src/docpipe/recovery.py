@@ -38,11 +38,14 @@ class Recovered:
         }
 
 
-def recover_stalled_work(db: Database, broker_redis: redis.Redis, *, grace_s: float) -> Recovered:
+def recover_stalled_work(
+    db: Database, broker_redis: redis.Redis, *, grace_s: float, lease_s: float
+) -> Recovered:
     """One reaper pass. ``grace_s`` covers the moment between a worker taking a message off
-    the queue and claiming its step, and clock skew between hosts."""
+    the queue and claiming its step, and clock skew between hosts; ``lease_s`` is the lease
+    period that workers get to renew after a PostgreSQL restart."""
     with db.transaction() as tx:
-        leases = tx.all("reap_expired_leases")
+        leases = tx.all("reap_expired_leases", lease_s=lease_s)
         tx.execute("abandon_orphaned_steps")
     lost = db.all("redrive_lost_steps", grace_s=grace_s, **_cutoffs(broker_redis, grace_s))
     expired = db.all("expire_overdue_runs")

@@ -178,9 +178,17 @@ def renew_lease(db: Database, run_id: str, step: str, *, owner: str, lease_s: fl
 
 
 def release_step(
-    db: Database, run_id: str, step: str, *, owner: str, retry_in_s: float, error: str
+    db: Database,
+    run_id: str,
+    step: str,
+    *,
+    owner: str,
+    retry_in_s: float,
+    error: str,
+    refund_attempt: bool = False,
 ) -> bool:
-    """Hand a leased step back after a transient error, to be retried in ``retry_in_s``."""
+    """Hand a leased step back after a transient error, to be retried in ``retry_in_s``;
+    ``refund_attempt`` when the step never got to fail (it only waited for a slot)."""
     row = db.one(
         "release_step",
         run_id=run_id,
@@ -188,6 +196,7 @@ def release_step(
         owner=owner,
         retry_in_s=retry_in_s,
         error=error[:2000],
+        refund=int(refund_attempt),
     )
     return row is not None
 

@@ -77,8 +77,9 @@ class Settings(BaseSettings):
     step_call_concurrency: int = Field(default=4, ge=1, le=64)
 
     # The batch lane: how many batch runs may be in flight (admitted, not ended) at once;
-    # the rest wait in PostgreSQL. About twice the batch workers' total concurrency.
-    batch_admission_window: int = Field(default=16, ge=1)
+    # the rest wait in PostgreSQL. Set it to the batch workers' total concurrency: more only
+    # queues runs in Redis, where fair admission can no longer reorder them.
+    batch_admission_window: int = Field(default=8, ge=1)
     # Beat tops the window up this often; workers also admit as soon as a batch run ends.
     admission_interval_s: Seconds = 1.0
     # Fair admission remembers how much each tenant was served for this long.
@@ -94,10 +95,15 @@ class Settings(BaseSettings):
     limiter_interactive_reserve: float = Field(default=0.25, ge=0, lt=1)
     # On a 429 the allowed rate is multiplied by this (at most once per second) ...
     limiter_decrease_factor: float = Field(default=0.5, gt=0, lt=1)
-    # ... and every successful call adds this share of provider_rpm back.
-    limiter_recovery_per_call: float = Field(default=0.02, gt=0, le=1)
-    # A call waiting longer than this for the limiter hands its step back (transient).
+    # ... and, while calls succeed, this share of provider_rpm comes back per second.
+    limiter_recovery_per_s: float = Field(default=0.05, gt=0, le=1)
+    # A call waiting longer than this for the limiter hands its step back (transient), and
+    # that attempt does not count: waiting is not failing.
     limiter_max_wait_s: Seconds = 20.0
+    # After this many calls in a row found the provider down, everyone waits for a probe
+    # sent every limiter_breaker_probe_s.
+    limiter_breaker_failures: int = Field(default=3, ge=1)
+    limiter_breaker_probe_s: Seconds = 2.0
 
     webhook_secret: SecretStr = SecretStr("")
     webhook_timeout_s: Seconds = 10.0
@@ -124,6 +130,11 @@ class Settings(BaseSettings):
     # On SIGQUIT (cold shutdown) running steps get this long before they are requeued.
     worker_soft_shutdown_s: Seconds = 10.0
     liveness_file: Path | None = None
+
+    # Workers and beat serve Prometheus metrics at http://<host>:<port>/metrics (0: off);
+    # the API serves /metrics on its own port.
+    metrics_port: int = Field(default=9808, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"  # noqa: S104  (scraped from other pods)
 
     @model_validator(mode="after")
     def _limits_are_coherent(self) -> Settings:

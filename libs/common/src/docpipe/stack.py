@@ -59,8 +59,9 @@ class LocalStack:
     api_key: str | None = None
     _api_key_id: str | None = None
     _database_url: str | None = None
-    _postgres: LocalPostgres | None = None
-    _redis: LocalRedis | None = None
+    # The servers started here (None when DOCPIPE_DATABASE_URL / DOCPIPE_REDIS_URL name others).
+    postgres: LocalPostgres | None = None
+    redis: LocalRedis | None = None
 
     @property
     def api_url(self) -> str:
@@ -91,9 +92,9 @@ class LocalStack:
         self.env = {}
         database_url = os.environ.get("DOCPIPE_DATABASE_URL")
         if not database_url:
-            self._postgres = LocalPostgres(_reachable_dir(state / "postgres"), free_port())
-            self._postgres.start()
-            database_url = self._postgres.create_database("docpipe")
+            self.postgres = LocalPostgres(_reachable_dir(state / "postgres"), free_port())
+            self.postgres.start()
+            database_url = self.postgres.create_database("docpipe")
         self.env["DOCPIPE_DATABASE_URL"] = database_url
         applied = apply_migrations(database_url)
         log.info("database ready (%d migrations applied now)", len(applied))
@@ -103,9 +104,9 @@ class LocalStack:
                 created = create_api_key(db, DEFAULT_TENANT, "docpipe stack")
             self.api_key, self._api_key_id = created.plaintext, created.key.id
         if not (redis_url := os.environ.get("DOCPIPE_REDIS_URL")):
-            self._redis = LocalRedis(state / "redis", free_port(), persist=True)
-            self._redis.start()
-            redis_url = self._redis.url
+            self.redis = LocalRedis(state / "redis", free_port(), persist=True)
+            self.redis.start()
+            redis_url = self.redis.url
         self.env["DOCPIPE_REDIS_URL"] = redis_url
         # One batch run in flight per batch worker process (see DOCPIPE_BATCH_ADMISSION_WINDOW).
         window = os.environ.get("DOCPIPE_BATCH_ADMISSION_WINDOW", str(opts.batch_concurrency))
@@ -154,18 +155,25 @@ class LocalStack:
     def process(self, name: str) -> ManagedProcess:
         return next(p for p in self.processes if p.name == name and p.alive())
 
-    def replace(self, name: str, *, kill: bool) -> ManagedProcess:
-        """Stop ``name`` (SIGKILL of its whole process tree, or SIGTERM and wait) and start
-        it again with the same command line, as a container restart would."""
+    def halt(self, name: str, *, kill: bool) -> ManagedProcess:
+        """Stop ``name``: SIGKILL of its whole process tree, or SIGTERM and wait for it."""
         old = self.process(name)
         if kill:
             old.kill_group()
         else:
             old.stop(timeout_s=120)
         self.processes.remove(old)
-        new = ManagedProcess(name, old.argv, old.log_path, env=old.env).start()
+        return old
+
+    def resume(self, old: ManagedProcess) -> ManagedProcess:
+        """Start a halted process again with the same command line and environment."""
+        new = ManagedProcess(old.name, old.argv, old.log_path, env=old.env).start()
         self.processes.append(new)
         return new
+
+    def replace(self, name: str, *, kill: bool) -> ManagedProcess:
+        """Halt ``name`` and start it again at once, as a container restart would."""
+        return self.resume(self.halt(name, kill=kill))
 
     def dead_processes(self) -> list[ManagedProcess]:
         return [p for p in self.processes if not p.alive()]
@@ -180,10 +188,10 @@ class LocalStack:
             with contextlib.suppress(psycopg.Error), _database(self._database_url) as db:
                 revoke_api_key(db, self._api_key_id)
             self.api_key = self._api_key_id = None
-        if self._redis is not None:
-            self._redis.stop()
-        if self._postgres is not None:
-            self._postgres.stop()
+        if self.redis is not None:
+            self.redis.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
 
 
 @contextlib.contextmanager

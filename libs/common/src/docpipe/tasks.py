@@ -21,7 +21,7 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_shutdown
 
-from docpipe import celery_app, runs
+from docpipe import celery_app, metrics, runs, tracing
 from docpipe.admission import admit_batch_runs
 from docpipe.backoff import retry_delay
 from docpipe.batches import finish_batches
@@ -34,6 +34,7 @@ from docpipe.outbox import OutboxMessage, publish_outbox, sweep_outbox
 from docpipe.periodic import run_once_per_interval
 from docpipe.queues import ENQUEUED_AT_HEADER, RUN_ID_HEADER
 from docpipe.recovery import recover_stalled_work
+from docpipe.retention import prune_retention
 from docpipe.settings import Settings, get_settings
 from docpipe.webhooks import deliver_webhook, queue_webhooks
 
@@ -66,12 +67,14 @@ class CeleryBroker:
             task, args = DELIVER_WEBHOOK, (message.payload["delivery_id"],)
         else:
             raise ValueError(f"unknown outbox topic {message.topic!r}")
-        self._app.tasks[task].apply_async(
-            args,
-            queue=message.queue,
-            headers=headers,
-            retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5},
-        )
+        # The run's trace continues across the queue (see docpipe.tracing, "One trace per run").
+        with tracing.publish_context(message.run_id, message.traceparent):
+            self._app.tasks[task].apply_async(
+                args,
+                queue=message.queue,
+                headers=headers,
+                retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5},
+            )
 
 
 @dataclass
@@ -135,6 +138,7 @@ def _close_resources(**_: Any) -> None:
 @shared_task(name=RUN_STEP, bind=True, max_retries=None, acks_late=True)
 def run_step(self: Task, run_id: str, step: str) -> None:
     """Run one step; publish the next through the outbox, or retry after a transient error."""
+    tracing.annotate_step(run_id, step)
     r = resources()
     try:
         outcome = r.executor.run_step(run_id, step)
@@ -171,8 +175,14 @@ def recover_stalled_work_task() -> None:
     r = resources()
 
     def job() -> dict[str, int]:
-        recovered = recover_stalled_work(r.db, r.broker_redis, grace_s=r.settings.redrive_grace_s)
+        recovered = recover_stalled_work(
+            r.db,
+            r.broker_redis,
+            grace_s=r.settings.redrive_grace_s,
+            lease_s=r.settings.lease_ttl_s,
+        )
         publish_outbox(r.db, r.broker, recovered.outbox_ids)
+        metrics.count_recoveries(recovered.as_dict())
         if recovered.outbox_ids or recovered.expired_runs:
             log.info("reaper: %s", recovered.as_dict())
         return recovered.as_dict()
@@ -185,7 +195,9 @@ def sweep_outbox_task() -> None:
     r = resources()
 
     def job() -> dict[str, int]:
-        return {"published": sweep_outbox(r.db, r.broker, grace_s=r.settings.outbox_grace_s)}
+        published = sweep_outbox(r.db, r.broker, grace_s=r.settings.outbox_grace_s)
+        metrics.metrics().outbox_swept.inc(published)
+        return {"published": published}
 
     run_once_per_interval(r.db, "sweep_outbox", r.settings.outbox_sweep_interval_s, job)
 
@@ -213,6 +225,18 @@ def finish_batches_and_notify_task() -> None:
         return {"batches_finished": finished, "webhooks_queued": len(queued)}
 
     run_once_per_interval(r.db, "finish_batches_and_notify", r.settings.admission_interval_s, job)
+
+
+@shared_task(name="docpipe.periodic.prune_retention", ignore_result=True)
+def prune_retention_task() -> None:
+    r = resources()
+
+    def job() -> dict[str, int]:
+        # Half the soft time limit: the pass ends on its own; the next one continues.
+        budget_s = r.settings.task_soft_time_limit_s / 2
+        return prune_retention(r.db, r.settings, time_budget_s=budget_s)
+
+    run_once_per_interval(r.db, "prune_retention", r.settings.retention_interval_s, job)
 
 
 @shared_task(name=DELIVER_WEBHOOK, ignore_result=True, acks_late=True)

@@ -9,13 +9,16 @@ from typing import Annotated
 
 import redis
 from fastapi import Depends, Header, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
 from docpipe.db import Database
 from docpipe.errors import InvalidRequestError
 from docpipe.outbox import Broker
 from docpipe.settings import Settings
+from docpipe.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
 from docpipe_api.errors import describe_validation_errors
+from docpipe_api.ratelimit import enforce_rate_limit
 from docpipe_api.schemas import DocumentText, ExtractRequest
 
 __all__ = [
@@ -29,14 +32,15 @@ __all__ = [
     "Resources",
     "SettingsDep",
     "TenantDep",
+    "current_tenant",
     "read_capped",
     "require_json",
 ]
 
-DEFAULT_TENANT = "default"
 # Options are a few hundred bytes; anything near this is not an extraction request.
 MAX_OPTIONS_BYTES = 64 * 1024
-_IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,200}")
+# Printable ASCII; no space at either end, which HTTP would strip on the way.
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,198}[\x21-\x7e])?")
 
 
 @dataclass(frozen=True)
@@ -71,9 +75,41 @@ def _redis(request: Request) -> redis.Redis:
     return _resources(request).redis
 
 
-def current_tenant() -> str:
-    """The caller's tenant. One tenant for now; per-tenant API keys replace this function."""
-    return DEFAULT_TENANT
+_bearer = HTTPBearer(
+    auto_error=False,
+    bearerFormat="dp_<id>_<secret>",
+    description="A tenant's API key, made with `docpipe api-key create TENANT`",
+)
+
+
+def _unauthorized(detail: str, *, invalid_token: bool) -> HTTPException:
+    challenge = 'Bearer error="invalid_token"' if invalid_token else "Bearer"
+    return HTTPException(401, detail, headers={"WWW-Authenticate": challenge})
+
+
+def current_tenant(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    resources: Annotated[Resources, Depends(_resources)],
+) -> str:
+    """The caller's tenant: the owner of the request's API key (DOCPIPE_AUTH=keys), or
+    "default" for everyone (DOCPIPE_AUTH=none). 401 for a missing, malformed, unknown or
+    revoked key; 429 once the key sent more than DOCPIPE_API_KEY_RPM requests this minute.
+    Runs before anything else of a route (it is the routers' first dependency)."""
+    settings = resources.settings
+    if settings.auth == "none":
+        return DEFAULT_TENANT
+    if credentials is None:
+        raise _unauthorized(
+            "this route needs a tenant's API key: send 'Authorization: Bearer <key>'",
+            invalid_token=False,
+        )
+    try:
+        key_id, tenant = verify_api_key(resources.database, credentials.credentials)
+    except InvalidApiKey as exc:  # its message never contains the key
+        raise _unauthorized(str(exc), invalid_token=True) from None
+    if settings.api_key_rpm:
+        enforce_rate_limit(resources.redis, key_id, settings.api_key_rpm)
+    return tenant
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
@@ -89,6 +125,7 @@ def _idempotency_key(
         Header(
             alias="Idempotency-Key",
             description="1-200 printable ASCII characters; the same key returns the same run",
+            json_schema_extra={"pattern": f"^{_IDEMPOTENCY_KEY.pattern}$"},
         ),
     ] = None,
 ) -> str | None:

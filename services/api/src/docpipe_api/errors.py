@@ -1,7 +1,8 @@
 """docpipe's errors as HTTP answers, all shaped ``{"detail": "<one clear sentence>"}``.
 
-NotFoundError -> 404, ConflictError -> 409, InvalidRequestError and malformed requests -> 422,
-PostgreSQL unreachable -> 503. Bad input is never a 500.
+No valid API key -> 401, NotFoundError -> 404, ConflictError -> 409, InvalidRequestError and
+malformed requests -> 422, too many requests -> 429, PostgreSQL unreachable -> 503. Bad input
+is never a 500.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from typing import Any
 
 import psycopg
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe_api.schemas import ErrorBody
@@ -23,18 +27,30 @@ __all__ = ["describe_validation_errors", "error_responses", "install_error_handl
 log = logging.getLogger(__name__)
 
 _DESCRIPTIONS = {
+    401: "No API key, or one that is malformed, unknown or revoked",
     404: "No such document, run or batch",
     409: "The request contradicts stored state",
     413: "The body is larger than allowed",
     415: "The body's Content-Type is not accepted",
     422: "The request is malformed",
+    429: "This API key sent too many requests this minute; retry after Retry-After seconds",
     503: "A dependency (PostgreSQL) is unavailable; retry later",
+}
+
+
+_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
+    429: {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}},
 }
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for these error codes, all with an ErrorBody."""
-    return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]} for code in codes}
+    return {
+        code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]}
+        | ({"headers": _HEADERS[code]} if code in _HEADERS else {})
+        for code in codes
+    }
 
 
 def describe_validation_errors(errors: Sequence[Any], *, prefix: str = "") -> str:
@@ -72,3 +88,19 @@ def install_error_handlers(app: FastAPI) -> None:
     async def database_unavailable(_: Request, exc: psycopg.OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", exc)
         return _error(503, "the database is unavailable, retry later")
+
+    # Starlette answers 405 from the first route whose path matches, so its Allow header
+    # would name that route's methods only (PUT, for /documents/{id} which also has GET).
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            allowed = [
+                method
+                for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+                if any(
+                    route.matches({**request.scope, "method": method})[0] == Match.FULL
+                    for route in request.app.router.routes
+                )
+            ]
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
+        return await http_exception_handler(request, exc)

@@ -10,13 +10,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
+from docpipe import tracing
 from docpipe.db import Database
 from docpipe.settings import Settings, get_settings
 from docpipe.tasks import CeleryBroker
-from docpipe_api.deps import Resources
-from docpipe_api.errors import install_error_handlers
+from docpipe_api.deps import Resources, current_tenant
+from docpipe_api.errors import error_responses, install_error_handlers
+from docpipe_api.observability import install_observability
 from docpipe_api.routes import batches, documents, health, runs
 from docpipe_api.routes.health import CHECK_TIMEOUT_S
 
@@ -43,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             broker_redis.close()
             database.close()
+            tracing.shutdown()
 
     app = FastAPI(
         title="docpipe",
@@ -51,9 +54,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.include_router(documents.router)
-    app.include_router(runs.router)
-    app.include_router(batches.router)
+    install_observability(app)
+    # Every route but the probes (and /docs, /openapi.json) needs a tenant's API key; the
+    # check runs before the route reads its body.
+    for router in (documents.router, runs.router, batches.router):
+        app.include_router(
+            router, dependencies=[Depends(current_tenant)], responses=error_responses(401, 429)
+        )
     app.include_router(health.router)
     return app
 

@@ -1,5 +1,7 @@
 """What the API accepts and answers, as pydantic models (the OpenAPI document is built from
-these). Request models forbid unknown fields: a misspelt option is an error, not a default."""
+these). Request models forbid unknown fields and are strict: a misspelt option is an error,
+not a default, and a value of another type (``"deadline_s": "60"``, ``"start_at": 0``) is an
+error, not a guess; JSON numbers and decimal strings both give a Decimal."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from docpipe.runs import Progress
 __all__ = [
     "DEFAULT_PIPELINE",
     "MAX_DEADLINE_S",
+    "NO_NUL",
     "BatchAccepted",
     "BatchDocumentIn",
     "BatchRequest",
@@ -31,10 +34,34 @@ __all__ = [
     "RunStatus",
     "StepStatus",
     "WebhookStatus",
+    "request_body_schema",
 ]
 
 DEFAULT_PIPELINE = "document_extract:v1"
+REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
+# PostgreSQL text cannot hold NUL characters, so documents must not contain them.
+NO_NUL = "^[^\\u0000]*$"
 MAX_DEADLINE_S = 30 * 24 * 3600.0
+
+
+def request_body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema for a hand-written OpenAPI ``requestBody``, its ``$defs``
+    inlined: the OpenAPI document would resolve ``#/$defs/...`` against its own root."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            rest = {key: inline(value) for key, value in node.items() if key != "$ref"}
+            return {**inline(definitions[ref.removeprefix("#/$defs/")]), **rest}
+        return {key: inline(value) for key, value in node.items()}
+
+    return dict(inline(schema))
 
 
 class ErrorBody(BaseModel):
@@ -46,9 +73,9 @@ class ErrorBody(BaseModel):
 class DocumentText(BaseModel):
     """The JSON form of a document upload (the other form is the text as text/plain)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST_MODEL
 
-    text: str
+    text: str = Field(json_schema_extra={"pattern": NO_NUL})
 
 
 class DocumentOut(BaseModel):
@@ -61,7 +88,7 @@ class DocumentOut(BaseModel):
 class ExtractRequest(BaseModel):
     """Options of an extraction run; every field may be left out."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST_MODEL
 
     pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
     lane: Literal["interactive", "batch"] = "interactive"
@@ -191,10 +218,17 @@ class WebhookStatus(BaseModel):
 class BatchDocumentIn(BaseModel):
     """A new document (``text``, with an optional ``id``) or one stored earlier (``id``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST_MODEL | ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [name], "properties": {name: {"type": "string"}}}
+                for name in ("id", "text")
+            ]
+        }
+    )
 
     id: str | None = Field(default=None, min_length=1, max_length=128)
-    text: str | None = None
+    text: str | None = Field(default=None, json_schema_extra={"pattern": NO_NUL})
 
     @model_validator(mode="after")
     def _id_or_text(self) -> BatchDocumentIn:
@@ -206,7 +240,7 @@ class BatchDocumentIn(BaseModel):
 class BatchRequest(BaseModel):
     """Many documents processed in the batch lane, with shared options."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST_MODEL
 
     documents: list[BatchDocumentIn] = Field(min_length=1)
     pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)

@@ -99,9 +99,11 @@ WHERE run_id = %(run_id)s AND step = %(step)s AND status = 'running'
 RETURNING lease_expires_at;
 
 -- name: release_step
--- Give a leased step back after a transient failure; it may be claimed again at once.
+-- Give a leased step back after a transient failure; it may be claimed again at once. An
+-- attempt that only waited for the provider limiter is refunded.
 UPDATE pipeline_step_result
 SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, error = %(error)s,
+    attempt = attempt - %(refund)s::integer,
     not_before = now() + make_interval(secs => %(retry_in_s)s)
 WHERE run_id = %(run_id)s AND step = %(step)s AND status = 'running'
   AND lease_owner = %(owner)s
@@ -244,14 +246,16 @@ WHERE run_id = %(run_id)s
 ORDER BY step_index;
 
 -- name: call_precheck
--- Before a call: its memoised answer if any, whether the run still runs, and the spending
--- of the run and its batch against their budgets.
+-- Before a call: its memoised answer if any, whether the run still runs and the step is
+-- still leased to this worker, and the spending of the run and its batch against budgets.
 SELECT (SELECT response
         FROM llm_call_log
         WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s
           AND call_key = %(call_key)s AND status = 'ok'
         ORDER BY id DESC
         LIMIT 1) AS memo,
+       (SELECT lease_owner FROM pipeline_step_result
+        WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
        r.status, r.cost_usd, r.budget_usd, b.cost_usd AS batch_cost_usd,
        b.budget_usd AS batch_budget_usd
 FROM pipeline_run r
@@ -331,6 +335,28 @@ RETURNING runs;
 UPDATE periodic_job SET last_finished_at = now(), last_result = %(result)s
 WHERE name = %(name)s;
 
+-- name: metrics_runs_by_status
+-- Runs per status and lane, for the runs-by-status gauge (served by beat only).
+SELECT status, lane, count(*) AS runs FROM pipeline_run GROUP BY status, lane;
+
+-- name: metrics_backlogs
+-- Batch runs awaiting admission; unpublished outbox rows: due (and the oldest's age), parked.
+SELECT
+    (SELECT count(*) FROM pipeline_run
+     WHERE lane = 'batch' AND status = 'queued' AND admitted_at IS NULL) AS batch_backlog,
+    count(*) FILTER (WHERE available_at <= now()) AS outbox_due,
+    count(*) FILTER (WHERE available_at > now()) AS outbox_parked,
+    coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())),
+             0)::float AS outbox_oldest_age_s
+FROM outbox
+WHERE published_at IS NULL;
+
+-- name: metrics_periodic_jobs
+-- When each periodic job last finished.
+SELECT name, extract(epoch FROM last_finished_at)::float AS last_finished
+FROM periodic_job
+WHERE last_finished_at IS NOT NULL;
+
 -- name: reap_expired_leases
 -- Hand steps whose worker stopped renewing its lease back to the queue, through the outbox.
 WITH reaped AS (
@@ -340,6 +366,9 @@ WITH reaped AS (
     FROM pipeline_run r
     WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
       AND r.status IN ('queued', 'running') AND r.current_step = s.step
+      -- Leases ran out while PostgreSQL itself was down: live workers get one lease period
+      -- to renew before their steps are handed on (or both would pay for the same calls).
+      AND pg_postmaster_start_time() < now() - make_interval(secs => %(lease_s)s)
     RETURNING s.run_id, s.step, r.lane, r.traceparent
 )
 INSERT INTO outbox (topic, run_id, step, queue, traceparent)
@@ -629,3 +658,91 @@ INSERT INTO outbox (topic, queue, payload, available_at)
 VALUES ('webhook', %(queue)s, jsonb_build_object('delivery_id', %(id)s::bigint),
         now() + make_interval(secs => %(delay_s)s))
 RETURNING id;
+
+-- name: create_api_key
+-- Store a new API key's hash under its public id (a clash of random ids inserts nothing).
+INSERT INTO api_key (id, tenant_id, name, key_sha256)
+VALUES (%(id)s, %(tenant_id)s, %(name)s, %(key_sha256)s)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, tenant_id, name, created_at, revoked_at, last_used_at;
+
+-- name: use_api_key
+-- The key with this id (the caller compares hashes); a valid key's use is noted once a minute.
+WITH touched AS (
+    UPDATE api_key SET last_used_at = now()
+    WHERE id = %(id)s AND key_sha256 = %(key_sha256)s AND revoked_at IS NULL
+      AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
+)
+SELECT id, tenant_id, key_sha256, revoked_at FROM api_key WHERE id = %(id)s;
+
+-- name: list_api_keys
+-- Every key (of one tenant, when given), without its hash.
+SELECT id, tenant_id, name, created_at, revoked_at, last_used_at
+FROM api_key
+WHERE %(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s
+ORDER BY tenant_id, created_at, id;
+
+-- name: revoke_api_key
+-- Revoke a key for good; nothing if it does not exist or was revoked already.
+UPDATE api_key SET revoked_at = now()
+WHERE id = %(id)s AND revoked_at IS NULL
+RETURNING id, tenant_id, name, created_at, revoked_at, last_used_at;
+
+-- name: prune_call_log
+-- Delete up to `limit` provider-call rows older than the retention whose run has ended.
+DELETE FROM llm_call_log
+WHERE id IN (
+    SELECT c.id
+    FROM llm_call_log c JOIN pipeline_run r ON r.id = c.run_id
+    WHERE c.created_at < now() - make_interval(days => %(days)s)
+      AND r.status NOT IN ('queued', 'running')
+    LIMIT %(limit)s
+    FOR UPDATE OF c SKIP LOCKED
+);
+
+-- name: prune_outbox
+-- Delete up to `limit` outbox rows published longer ago than the retention.
+DELETE FROM outbox
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE published_at < now() - make_interval(days => %(days)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_runs
+-- Delete up to `limit` runs that ended longer ago than the retention, with their steps,
+-- calls and webhook deliveries (ON DELETE CASCADE). Never while a webhook is still owed;
+-- runs of a batch only once the batch has ended and sent its own webhook.
+DELETE FROM pipeline_run
+WHERE id IN (
+    SELECT r.id
+    FROM pipeline_run r LEFT JOIN batch b ON b.id = r.batch_id
+    WHERE r.status NOT IN ('queued', 'running')
+      AND r.finished_at < now() - make_interval(days => %(days)s)
+      AND (r.callback_url IS NULL OR r.notified_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
+                      WHERE w.run_id = r.id AND w.status = 'pending')
+      AND (r.batch_id IS NULL
+           OR (b.status <> 'running'
+               AND b.finished_at < now() - make_interval(days => %(days)s)
+               AND (b.callback_url IS NULL OR b.notified_at IS NOT NULL)))
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+);
+
+-- name: prune_batches
+-- Delete up to `limit` ended batches older than the retention whose runs are all gone.
+DELETE FROM batch
+WHERE id IN (
+    SELECT b.id
+    FROM batch b
+    WHERE b.status <> 'running'
+      AND b.finished_at < now() - make_interval(days => %(days)s)
+      AND (b.callback_url IS NULL OR b.notified_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM pipeline_run r WHERE r.batch_id = b.id)
+      AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
+                      WHERE w.batch_id = b.id AND w.status = 'pending')
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);

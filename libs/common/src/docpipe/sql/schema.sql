@@ -71,6 +71,9 @@ CREATE INDEX pipeline_run_batch_inflight_idx ON pipeline_run (tenant_id, admitte
     WHERE lane = 'batch' AND admitted_at IS NOT NULL;
 CREATE INDEX pipeline_run_unnotified_idx ON pipeline_run (finished_at)
     WHERE callback_url IS NOT NULL AND notified_at IS NULL;
+-- Retention prunes ended runs by age.
+CREATE INDEX pipeline_run_finished_idx ON pipeline_run (finished_at)
+    WHERE status NOT IN ('queued', 'running');
 
 CREATE TABLE pipeline_step_result (
     run_id           uuid          NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
@@ -144,6 +147,7 @@ CREATE TABLE outbox (
     published_at timestamptz
 );
 CREATE INDEX outbox_unpublished_idx ON outbox (available_at) WHERE published_at IS NULL;
+CREATE INDEX outbox_published_idx ON outbox (published_at) WHERE published_at IS NOT NULL;
 
 -- Periodic jobs run at most once per interval however many beats fire them.
 CREATE TABLE periodic_job (
@@ -172,3 +176,16 @@ CREATE TABLE webhook_delivery (
 );
 CREATE INDEX webhook_delivery_run_idx ON webhook_delivery (run_id) WHERE run_id IS NOT NULL;
 CREATE INDEX webhook_delivery_batch_idx ON webhook_delivery (batch_id) WHERE batch_id IS NOT NULL;
+
+-- One row per API key. The key itself (dp_<id>_<secret>) is shown once when created; only
+-- its SHA-256 is kept (the secret has 256 bits of entropy, so a fast hash is enough).
+CREATE TABLE api_key (
+    id           text        PRIMARY KEY,                 -- the key's public part
+    tenant_id    text        NOT NULL,
+    name         text        NOT NULL DEFAULT '',
+    key_sha256   text        NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    revoked_at   timestamptz,
+    last_used_at timestamptz                              -- updated at most once a minute
+);
+CREATE INDEX api_key_tenant_idx ON api_key (tenant_id);

@@ -11,7 +11,7 @@ from anyio.to_thread import run_sync
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import ValidationError
 
-from docpipe import batches
+from docpipe import batches, metrics
 from docpipe.db import Database
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.pipeline import get_pipeline
@@ -31,6 +31,7 @@ from docpipe_api.schemas import (
     BatchRun,
     BatchRunsPage,
     BatchStatus,
+    request_body_schema,
 )
 
 __all__ = ["router"]
@@ -49,7 +50,7 @@ RUN_STATUSES = "queued|running|done|failed|needs_review|cancelled|expired|budget
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": BatchRequest.model_json_schema()}},
+            "content": {"application/json": {"schema": request_body_schema(BatchRequest)}},
         }
     },
 )
@@ -76,6 +77,9 @@ async def submit_batch(
         )
     # Creating thousands of runs blocks for a while: keep it off the event loop.
     created = await run_sync(_create, db, tenant, batch, key)
+    if created.created:
+        pipeline_key = get_pipeline(batch.pipeline).key
+        metrics.metrics().runs_created.labels(pipeline_key, "batch").inc(created.runs_total)
     response.headers["Location"] = f"/batches/{created.batch_id}"
     return BatchAccepted(
         batch_id=created.batch_id,

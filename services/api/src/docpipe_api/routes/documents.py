@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Response
 
-from docpipe import runs
-from docpipe.documents import StoredDocument, get_document, put_document
+from docpipe import metrics, runs, tracing
+from docpipe.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
 from docpipe.errors import InvalidRequestError
 from docpipe.faults import crash_point
 from docpipe.outbox import publish_outbox
@@ -23,18 +23,30 @@ from docpipe_api.deps import (
     TenantDep,
 )
 from docpipe_api.errors import error_responses
-from docpipe_api.schemas import DocumentOut, DocumentText, ExtractAccepted, ExtractRequest
+from docpipe_api.schemas import (
+    NO_NUL,
+    DocumentOut,
+    DocumentText,
+    ExtractAccepted,
+    ExtractRequest,
+)
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["documents"])
+
+# Documented, not enforced here: put_document refuses other ids with a clear 422, and
+# reading one that cannot exist is a 404. OpenAPI patterns are ECMA-262, where $ is \Z.
+DocumentIdPath = Annotated[
+    str, Path(json_schema_extra={"pattern": DOCUMENT_ID.pattern.replace("\\Z", "$")})
+]
 
 _DOCUMENT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "description": 'The contract text: UTF-8 text/plain, or JSON {"text": "..."}',
         "content": {
-            "text/plain": {"schema": {"type": "string"}},
+            "text/plain": {"schema": {"type": "string", "pattern": NO_NUL}},
             "application/json": {"schema": DocumentText.model_json_schema()},
         },
     }
@@ -73,7 +85,7 @@ def _document_out(stored: StoredDocument) -> DocumentOut:
     openapi_extra=_DOCUMENT_BODY,
 )
 def store_document(
-    document_id: str,
+    document_id: DocumentIdPath,
     text: DocumentTextDep,
     db: DatabaseDep,
     tenant: TenantDep,
@@ -108,7 +120,7 @@ def create_document(
     summary="A document's metadata",
     responses=error_responses(404, 422, 503),
 )
-def read_document(document_id: str, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
+def read_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
     with db.session() as s:
         return _document_out(get_document(s, tenant, document_id))
 
@@ -122,7 +134,7 @@ def read_document(document_id: str, db: DatabaseDep, tenant: TenantDep) -> Docum
     openapi_extra=_EXTRACT_BODY,
 )
 def start_extraction(
-    document_id: str,
+    document_id: DocumentIdPath,
     options: ExtractRequestDep,
     key: IdempotencyKeyDep,
     db: DatabaseDep,
@@ -153,7 +165,11 @@ def start_extraction(
             budget_usd=options.budget_usd,
             callback_url=str(options.callback_url) if options.callback_url else None,
             start_at=options.start_at,
+            # The run's steps join this request's trace (see docpipe.tracing).
+            traceparent=tracing.current_traceparent(),
         )
+    if created.created:
+        metrics.metrics().runs_created.labels(pipeline.key, options.lane).inc()
     crash_point("api.after_commit")
     # A future start is not due yet: it stays parked and the sweep publishes it in time.
     publish_outbox(db, broker, created.outbox_ids)

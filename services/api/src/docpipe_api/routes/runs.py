@@ -24,6 +24,20 @@ __all__ = ["router"]
 router = APIRouter(tags=["runs"])
 
 POLL_INTERVAL_S = 0.5
+# The schema of each event of the stream (keepalive comments are not events).
+_SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"enum": ["progress", "end"]},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "the run's status as GET /runs/{run_id} gives it ('progress': "
+            "without the result)",
+        },
+    },
+    "required": ["event", "data"],
+}
 KEEPALIVE_INTERVAL_S = 15.0
 
 
@@ -73,7 +87,7 @@ def retry_run(
     tenant: TenantDep,
     from_step: Annotated[
         str | None,
-        Query(max_length=200, description="default: the run's first step that is not done"),
+        Query(min_length=1, max_length=200, description="default: the run's first step not done"),
     ] = None,
 ) -> RunStatus:
     restarted = runs.restart_run(db, tenant, run_id, from_step)
@@ -88,7 +102,7 @@ def retry_run(
     responses={
         200: {
             "description": "An event stream that closes once the run has ended",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": _SSE_EVENT}},
         },
         **error_responses(404, 422, 503),
     },

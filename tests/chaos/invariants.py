@@ -1,0 +1,148 @@
+"""What must hold after any crash, read from PostgreSQL: every run ended for a real reason,
+no finished provider call was paid twice, every step result exists once, costs add up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from docpipe.client import DocpipeClient
+from docpipe.localstack import LocalRedis
+from docpipe.samples import sample_contracts
+from docpipe.stack import LocalStack
+
+CONTRACTS = sample_contracts(200)
+
+
+@dataclass
+class ChaosStack:
+    stack: LocalStack
+    client: DocpipeClient
+    broker: LocalRedis
+    faults: int = 0
+
+    def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
+        url = self.stack.env["DOCPIPE_DATABASE_URL"]
+        with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+            return conn.execute(query.encode(), params).fetchall()
+
+    def scalar(self, query: str, *params: Any) -> Any:
+        rows = self.sql(query, *params)
+        return next(iter(rows[0].values())) if rows else None
+
+    def submit_batch(self, count: int, prefix: str = "doc") -> str:
+        documents = [{"id": f"{prefix}-{i}", "text": CONTRACTS[i].text} for i in range(count)]
+        return str(self.client.submit_batch(documents)["batch_id"])
+
+    def steps_done(self) -> int:
+        return int(self.scalar("SELECT count(*) FROM pipeline_step_result WHERE status = 'done'"))
+
+    def wait_until(self, predicate: Callable[[], Any], timeout_s: float = 240) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if predicate():
+                    return
+            except (psycopg.OperationalError, OSError):
+                pass  # the scenario may have the database down right now
+            time.sleep(0.5)
+        raise TimeoutError(f"not within {timeout_s}s: {self.status_counts()}")
+
+    def status_counts(self) -> dict[str, int]:
+        rows = self.sql("SELECT status, count(*) AS n FROM pipeline_run GROUP BY status")
+        return {r["status"]: r["n"] for r in rows}
+
+    def wait_for_all_runs(self, timeout_s: float = 240) -> None:
+        self.wait_until(
+            lambda: self.scalar("SELECT count(*) FROM pipeline_run"
+                                " WHERE status IN ('queued', 'running')") == 0,
+            timeout_s,
+        )  # fmt: skip
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    runs: int
+    done: int
+    retried_steps: int
+    duplicate_paid_calls: int
+    lost: int
+    longest_stall_s: float
+    faults: int
+    problems: list[str] = field(default_factory=list)
+
+    def row(self) -> tuple[object, ...]:
+        return (self.name, self.runs, self.done, self.retried_steps, self.duplicate_paid_calls,
+                self.lost, f"{self.longest_stall_s:.1f}", self.faults)  # fmt: skip
+
+
+REPORT: list[ScenarioResult] = []
+
+
+def check_invariants(chaos: ChaosStack, name: str) -> ScenarioResult:
+    """Record the scenario's figures and return them; ``problems`` lists broken invariants."""
+    problems: list[str] = []
+    counts = chaos.status_counts()
+    runs = sum(counts.values())
+    lost = counts.get("queued", 0) + counts.get("running", 0)
+    unexpected = {s: n for s, n in counts.items() if s not in {"done", "queued", "running"}}
+    if lost:
+        problems.append(f"{lost} runs never ended")
+    if unexpected:
+        errors = chaos.sql(
+            "SELECT DISTINCT left(error, 300) AS e FROM pipeline_run"
+            " WHERE status NOT IN ('done', 'queued', 'running') LIMIT 3"
+        )
+        problems.append(f"runs ended badly: {unexpected}: {[r['e'] for r in errors]}")
+    duplicates = int(chaos.scalar(
+        "SELECT count(*) FROM (SELECT 1 FROM llm_call_log WHERE status = 'ok'"
+        " GROUP BY run_id, step, generation, call_key HAVING count(*) > 1) twice"))  # fmt: skip
+    if duplicates:
+        example = chaos.sql(
+            "SELECT step, call_key, step_attempt, created_at::time AS sent,"
+            " finished_at::time AS answered FROM llm_call_log WHERE (run_id, step, call_key) ="
+            " (SELECT run_id, step, call_key FROM llm_call_log WHERE status = 'ok'"
+            "  GROUP BY run_id, step, generation, call_key HAVING count(*) > 1 LIMIT 1)"
+            " ORDER BY id")  # fmt: skip
+        problems.append(f"{duplicates} finished calls were paid twice, e.g. {example}")
+    bad_steps = chaos.scalar(
+        "SELECT count(*) FROM pipeline_run r WHERE r.status = 'done' AND (r.steps_done <> 3 OR"
+        " (SELECT count(*) FROM pipeline_step_result s WHERE s.run_id = r.id"
+        "  AND s.status = 'done' AND s.output IS NOT NULL) <> 3)")  # fmt: skip
+    if bad_steps:
+        problems.append(f"{bad_steps} done runs without exactly 3 saved step results")
+    cost_mismatch = chaos.scalar(
+        "SELECT count(*) FROM pipeline_run r WHERE r.cost_usd <>"
+        " (SELECT coalesce(sum(cost_usd), 0) FROM llm_call_log c WHERE c.run_id = r.id)"
+    )
+    batch_mismatch = chaos.scalar(
+        "SELECT count(*) FROM batch b WHERE b.cost_usd <>"
+        " (SELECT coalesce(sum(cost_usd), 0) FROM pipeline_run r WHERE r.batch_id = b.id)"
+    )
+    if cost_mismatch or batch_mismatch:
+        problems.append(f"costs do not add up: {cost_mismatch} runs, {batch_mismatch} batches")
+    stall = chaos.scalar(
+        "SELECT coalesce(max(gap), 0) FROM (SELECT extract(epoch FROM finished_at"
+        " - lag(finished_at) OVER (ORDER BY finished_at)) AS gap FROM pipeline_step_result"
+        " WHERE finished_at IS NOT NULL) gaps")  # fmt: skip
+    result = ScenarioResult(
+        name=name,
+        runs=runs,
+        done=counts.get("done", 0),
+        retried_steps=int(
+            chaos.scalar("SELECT count(*) FROM pipeline_step_result WHERE attempt > 1")
+        ),
+        duplicate_paid_calls=duplicates,
+        lost=lost,
+        longest_stall_s=float(stall),
+        faults=chaos.faults,
+        problems=problems,
+    )
+    REPORT.append(result)
+    return result
