@@ -17,7 +17,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from docpipe.admission import admit_batch_runs
-from docpipe.batches import BatchDocument, create_batch
+from docpipe.batches import BatchDocument, create_batch, stop_batch
 from docpipe.db import Database
 from docpipe.document_extract import DOCUMENT_EXTRACT
 from docpipe.processes import ManagedProcess
@@ -362,3 +362,28 @@ def test_a_finished_run_and_batch_call_their_webhooks_signed_with_retries(
 
 def test_steps_are_the_pipelines_steps() -> None:
     assert DOCUMENT_EXTRACT.step_names == ["extract_sections", "extract_fields", "summarize"]
+
+
+def test_a_run_of_a_cancelled_batch_cannot_be_retried_but_one_of_a_done_batch_reopens_it(
+    db: Database, settings: Settings
+) -> None:
+    from docpipe import runs
+    from docpipe.errors import ConflictError
+
+    create(db, "a", 2, "x")
+    batch_id = str(scalar(db, "SELECT id FROM batch"))
+    run_ids = sorted(run_ids_of(db, batch_id))
+    with db.session() as s:  # one run finished, then the batch was cancelled
+        s.conn.execute(b"UPDATE pipeline_step_result SET status = 'done' WHERE run_id = %s",
+                       (run_ids[0],))  # fmt: skip
+        s.conn.execute(b"UPDATE pipeline_run SET status = 'done', steps_done = 3 WHERE id = %s",
+                       (run_ids[0],))  # fmt: skip
+    stop_batch(db, "a", batch_id, status="cancelled", reason="test")
+    with pytest.raises(ConflictError, match="cancelled; its runs stay stopped"):
+        runs.restart_run(db, "a", run_ids[1], None)
+
+    with db.session() as s:  # the same with a batch that simply finished
+        s.conn.execute(b"UPDATE batch SET status = 'done'")
+    runs.restart_run(db, "a", run_ids[0], "summarize")
+    assert scalar(db, "SELECT status FROM batch") == "running"
+    assert scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", run_ids[0]) == "queued"

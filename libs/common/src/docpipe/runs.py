@@ -294,6 +294,12 @@ def restart_run(db: Database, tenant_id: str, run_id: str, from_step: str | None
         if not reopened:
             if status.status not in ENDED_RUN_STATUSES:
                 raise ConflictError(f"run {run_id} is {status.status}; only ended runs restart")
+            batch = status.batch_id and tx.one("batch_status", batch_id=status.batch_id)
+            if batch and batch["status"] in ("cancelled", "budget_exceeded"):
+                raise ConflictError(
+                    f"run {run_id} belongs to batch {status.batch_id}, which is "
+                    f"{batch['status']}; its runs stay stopped"
+                )
             raise ConflictError(
                 f"run {run_id} cannot restart at {from_step!r}: an earlier step is not done"
             )

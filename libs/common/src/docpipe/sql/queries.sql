@@ -205,16 +205,25 @@ SELECT id FROM expired;
 
 -- name: restart_run
 -- Reopen an ended run at one step; the steps before it must be done and stay as they are.
+-- A run of a cancelled (or over-budget) batch stays stopped; a run of a finished batch
+-- reopens the batch, which finishes again with it.
 WITH reopened AS (
-    UPDATE pipeline_run
+    UPDATE pipeline_run r
     SET status = 'queued', current_step = %(step)s, steps_done = %(step_index)s, error = NULL,
         finished_at = NULL, deadline_at = NULL, notified_at = NULL, updated_at = now()
-    WHERE id = %(run_id)s AND tenant_id = %(tenant_id)s
-      AND status IN ('done', 'failed', 'needs_review', 'cancelled', 'expired', 'budget_exceeded')
+    WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s
+      AND r.status IN ('done', 'failed', 'needs_review', 'cancelled', 'expired',
+                       'budget_exceeded')
       AND NOT EXISTS (SELECT 1 FROM pipeline_step_result
                       WHERE run_id = %(run_id)s AND step_index < %(step_index)s
                         AND status <> 'done')
-    RETURNING id
+      AND NOT EXISTS (SELECT 1 FROM batch b
+                      WHERE b.id = r.batch_id AND b.status IN ('cancelled', 'budget_exceeded'))
+    RETURNING r.id, r.batch_id
+), batch_reopened AS (
+    UPDATE batch b SET status = 'running', finished_at = NULL, notified_at = NULL
+    FROM reopened
+    WHERE b.id = reopened.batch_id AND b.status = 'done'
 )
 UPDATE pipeline_step_result s
 SET status = 'pending', attempt = 0, generation = s.generation + 1, output = NULL,
@@ -746,3 +755,7 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: batch_status
+-- Whether a batch still runs (for error messages).
+SELECT status FROM batch WHERE id = %(batch_id)s;
