@@ -9,13 +9,16 @@ PACKAGES := libs/common services/api services/fake-llm
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
 
-.PHONY: run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag
+.PHONY: run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos
 
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
 
 test: deps venv ## the whole suite: unit, integration (real PostgreSQL, Redis, workers), chaos
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+chaos: deps venv ## the chaos suite alone: crashes and outages during batches, then a table
+	$(BIN)/python -m pytest tests/chaos -ra $(PYTEST_ARGS)
 
 lint: venv ## ruff and mypy (strict on libs/common)
 	$(BIN)/ruff check .

@@ -31,7 +31,14 @@ def chaos() -> Iterator[ChaosStack]:
     # The broker keeps nothing on disk: a restart is a Redis that lost every message.
     broker = LocalRedis(state / "redis", persist=False)
     broker.start()
-    env = {**FAST_TIMINGS, "DOCPIPE_REDIS_URL": broker.url, "DOCPIPE_API_KEY_RPM": "0"}
+    env = {
+        **FAST_TIMINGS,
+        # A lease long enough that a worker starved of CPU (this suite shares two cores with
+        # a dozen processes) still renews in time; recovery stays within seconds.
+        "DOCPIPE_LEASE_TTL_S": "6",
+        "DOCPIPE_REDIS_URL": broker.url,
+        "DOCPIPE_API_KEY_RPM": "0",
+    }
     saved = {k: os.environ.get(k) for k in (*env, "DOCPIPE_DATABASE_URL", "DOCPIPE_LLM_BASE_URL")}
     os.environ.update(env)
     os.environ.pop("DOCPIPE_DATABASE_URL", None)
