@@ -33,7 +33,7 @@ from docpipe.errors import (
     RunStoppedError,
     TransientLLMError,
 )
-from docpipe.llm import LLMClient
+from docpipe.llm import LLMClient, validate_json
 from docpipe.pipeline import get_pipeline
 from docpipe.settings import Settings
 
@@ -236,7 +236,7 @@ class StepExecutor:
 
 def _check_output(output: dict[str, Any], schema: Mapping[str, Any]) -> None:
     try:
-        jsonschema.validate(output, schema)
+        validate_json(output, schema)
     except jsonschema.ValidationError as exc:
         raise InvalidOutputError(f"step output breaks its schema: {exc.message}") from None
 

@@ -29,7 +29,7 @@ import jsonschema
 
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
 
-__all__ = ["Completion", "LLMClient", "parse_output"]
+__all__ = ["Completion", "LLMClient", "parse_output", "validate_json"]
 
 Message = Mapping[str, str]
 
@@ -178,9 +178,29 @@ def parse_output(content: str, schema: Mapping[str, Any]) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise InvalidOutputError(f"answer is not valid JSON ({exc}): {content[:200]!r}") from None
     try:
-        jsonschema.validate(value, schema)
+        validate_json(value, schema)
     except jsonschema.ValidationError as exc:
         raise InvalidOutputError(f"answer breaks its schema: {exc.message}") from None
     if not isinstance(value, dict):
         raise InvalidOutputError("answer is not a JSON object")
     return value
+
+
+# Schema id -> (the schema, its checked validator). The schema is kept so that its id is
+# never reused while cached; the bound only matters for callers that build schemas on the fly.
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], Any]] = {}
+_MAX_VALIDATORS = 256
+
+
+def validate_json(value: Any, schema: Mapping[str, Any]) -> None:
+    """``jsonschema.validate(value, schema)`` (same checks, same error), with the schema
+    checked and its validator built once per schema object instead of on every call."""
+    cached = _VALIDATORS.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(dict(schema))
+        if len(_VALIDATORS) >= _MAX_VALIDATORS:
+            _VALIDATORS.clear()
+        cached = _VALIDATORS[id(schema)] = (schema, cls(schema))
+    if (error := jsonschema.exceptions.best_match(cached[1].iter_errors(value))) is not None:
+        raise error
