@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from docpipe.celery_app import app
 from docpipe.db import Database
-from docpipe.localstack import LocalRedis
-from docpipe.processes import ManagedProcess, beat_argv, worker_argv
+from docpipe.localstack import LocalRedis, free_port
+from docpipe.processes import ManagedProcess, api_argv, beat_argv, worker_argv
 from docpipe.settings import get_settings
 from docpipe.tasks import CeleryBroker
 from docpipe_api.main import create_app
@@ -181,3 +181,16 @@ def make_api_client(
         client.__exit__(None, None, None)
     use_celery_broker(previous)
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def start_api(start_process: ProcessFactory) -> Callable[..., str]:
+    """Start the API as a real uvicorn process; returns its URL."""
+
+    def start(**env: str) -> str:
+        port = free_port()
+        argv = api_argv(host="127.0.0.1", port=port)
+        start_process("api", argv, "Application startup complete", **env)
+        return f"http://127.0.0.1:{port}"
+
+    return start

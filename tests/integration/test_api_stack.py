@@ -9,25 +9,13 @@ import httpx
 import pytest
 
 from docpipe.db import Database
-from docpipe.localstack import free_port
-from docpipe.processes import ManagedProcess, api_argv
+from docpipe.processes import ManagedProcess
 from docpipe.samples import sample_contracts
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
-from tests.processes import ProcessFactory, wait_until
+from tests.processes import wait_until
 
 CONTRACT = sample_contracts(1)[0]
-
-
-@pytest.fixture
-def start_api(start_process: ProcessFactory) -> Callable[..., str]:
-    def start(**env: str) -> str:
-        port = free_port()
-        start_process("api", api_argv(host="127.0.0.1", port=port), "Application startup complete",
-                      **env)  # fmt: skip
-        return f"http://127.0.0.1:{port}"
-
-    return start
 
 
 def put_contract(api: str) -> None:

@@ -1,0 +1,132 @@
+"""``docpipe submit | watch | status``: single documents through the interactive lane."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from docpipe.cli.common import ENDED, add_api_flags, api_client, console
+from docpipe.client import DocpipeClient
+
+__all__ = ["register", "results_table", "submit_files", "watch_runs"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    submit = sub.add_parser("submit", help="upload files and start a run for each")
+    submit.add_argument("files", nargs="+")
+    submit.add_argument("--lane", choices=["interactive", "batch"], default="interactive")
+    submit.add_argument("--watch", action="store_true")
+    submit.set_defaults(handler=cmd_submit)
+    watch = sub.add_parser("watch", help="live progress bars of runs")
+    watch.add_argument("run_ids", nargs="+")
+    watch.set_defaults(handler=cmd_watch)
+    status = sub.add_parser("status", help="a run's status as JSON")
+    status.add_argument("run_id")
+    status.set_defaults(handler=cmd_status)
+    for parser in (submit, watch, status):
+        add_api_flags(parser)
+
+
+def submit_files(client: DocpipeClient, files: Sequence[Path], lane: str) -> list[tuple[str, str]]:
+    """Upload each file as a document named after it and start a run; (document, run_id)."""
+    started = []
+    for path in files:
+        doc_id = path.stem
+        client.put_document(doc_id, path.read_text(encoding="utf-8"))
+        run = client.extract(doc_id, idempotency_key=f"cli:{doc_id}:{lane}", lane=lane)
+        started.append((doc_id, run["run_id"]))
+    return started
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    with api_client(args) as client:
+        started = submit_files(client, [Path(f) for f in args.files], args.lane)
+        for doc_id, run_id in started:
+            console.print(f"{run_id}  {doc_id}")
+        if args.watch:
+            return _all_done(watch_runs(client, started))
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    with api_client(args) as client:
+        return _all_done(watch_runs(client, [(run_id, run_id) for run_id in args.run_ids]))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with api_client(args) as client:
+        console.print_json(json.dumps(client.run(args.run_id)))
+    return 0
+
+
+def _all_done(final: dict[str, dict[str, Any]]) -> int:
+    return 0 if all(s["status"] == "done" for s in final.values()) else 1
+
+
+def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """Live progress bars until every run has ended, then a results table; returns the
+    final status of each run by id."""
+    progress = Progress(
+        TextColumn("{task.description:40}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} steps"),
+        TextColumn("{task.fields[status]:13}"),
+        TextColumn("${task.fields[cost]:.6f}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    final: dict[str, dict[str, Any]] = {}
+    with progress:
+        bars = {
+            run_id: progress.add_task(doc_id[:40], total=3, status="queued", cost=0.0)
+            for doc_id, run_id in runs
+        }
+        while len(final) < len(runs):
+            for _, run_id in runs:
+                if run_id in final:
+                    continue
+                status = client.run(run_id)
+                progress.update(
+                    bars[run_id],
+                    total=status["steps_total"],
+                    completed=status["steps_done"],
+                    status=status["status"],
+                    cost=status["cost_so_far_usd"],
+                )
+                if status["status"] in ENDED:
+                    final[run_id] = status
+                    progress.stop_task(bars[run_id])
+            time.sleep(0.5)
+    console.print(results_table([(doc, final[run_id]) for doc, run_id in runs]))
+    return final
+
+
+def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
+    table = Table(title="docpipe results")
+    for column in ("document", "status", "fields found", "tokens", "cost USD", "attempts", "note"):
+        table.add_column(column, justify="right" if column in ("tokens", "cost USD") else "left")
+    total_cost = 0.0
+    for doc, status in rows:
+        fields = ((status.get("result") or {}).get("extract_fields") or {}).get("fields") or {}
+        tokens = sum((s["input_tokens"] or 0) + (s["output_tokens"] or 0) for s in status["steps"])
+        attempts = sum(s["attempt"] for s in status["steps"])
+        total_cost += status["cost_so_far_usd"]
+        table.add_row(
+            doc,
+            status["status"],
+            str(len(fields)),
+            f"{tokens:,}",
+            f"{status['cost_so_far_usd']:.6f}",
+            str(attempts),
+            (status.get("error") or "")[:60],
+        )
+    table.add_section()
+    table.add_row("total", "", "", "", f"{total_cost:.6f}", "", "")
+    return table

@@ -1,0 +1,89 @@
+"""The ``docpipe`` command as a subprocess against a real API, workers and beat."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from docpipe.db import Database
+from docpipe.processes import ManagedProcess
+from tests.factories import scalar
+from tests.fakellm import FakeLLM
+
+
+def docpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "docpipe.cli", *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_samples_are_written_as_text_files(tmp_path: Path) -> None:
+    done = docpipe("samples", str(tmp_path), "--count", "3", "--with-dummy")
+    assert done.returncode == 0, done.stderr
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 4
+    assert files[0].startswith("00-dummy")
+    assert (tmp_path / files[1]).read_text().count("\n") > 50
+
+
+def test_migrate_is_idempotent_from_the_command_line(database_url: str) -> None:
+    env = {"DOCPIPE_DATABASE_URL": database_url}
+    assert docpipe("migrate", env=env).stdout.strip() == "schema is up to date"
+
+
+def test_submit_watch_and_status_over_the_api(
+    db: Database, broker: object, fake_llm: FakeLLM, tmp_path: Path,
+    start_api: Callable[..., str], start_worker: Callable[..., ManagedProcess],
+) -> None:  # fmt: skip
+    api = start_api()
+    start_worker()
+    samples = tmp_path / "samples"  # tmp_path also holds the processes' logs
+    assert docpipe("samples", str(samples), "--count", "2", "--with-dummy").returncode == 0
+    files = sorted(str(p) for p in samples.iterdir())
+    submitted = docpipe("submit", *files, "--watch", "--api", api)
+    # The dummy document fails on purpose (empty), so the command reports a failure ...
+    assert submitted.returncode == 1, submitted.stderr
+    assert "docpipe results" in submitted.stdout
+    assert "the document is empty" in submitted.stdout
+    # ... and every contract is done.
+    assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 2
+    run_id = str(scalar(db, "SELECT id FROM pipeline_run WHERE status = 'done' LIMIT 1"))
+    status = docpipe("status", run_id, "--api", api)
+    assert '"status": "done"' in status.stdout
+    again = docpipe("submit", *files, "--api", api)  # the same files: the same runs
+    assert again.returncode == 0
+    assert scalar(db, "SELECT count(*) FROM pipeline_run") == 3, "idempotent submission"
+
+
+def test_batch_submit_watch_and_cancel(
+    db: Database, broker: object, fake_llm: FakeLLM, tmp_path: Path,
+    start_api: Callable[..., str], start_worker: Callable[..., ManagedProcess],
+    start_beat: Callable[..., ManagedProcess],
+) -> None:  # fmt: skip
+    api = start_api()
+    start_worker("batch", DOCPIPE_BATCH_ADMISSION_WINDOW="2")
+    start_beat(DOCPIPE_BATCH_ADMISSION_WINDOW="2")
+    assert docpipe("samples", str(tmp_path / "a"), "--count", "3").returncode == 0
+    watched = docpipe("batch", "submit", str(tmp_path / "a"), "--watch", "--api", api)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "done: {'done': 3}" in watched.stdout.replace("\n", " ")
+
+    fake_llm.configure(latency_ms=[300, 300])
+    assert docpipe("samples", str(tmp_path / "b"), "--count", "8", "--seed", "1").returncode == 0
+    submitted = docpipe("batch", "submit", str(tmp_path / "b"), "--api", api)
+    batch_id = submitted.stdout.split()[1].rstrip(":")
+    cancelled = docpipe("batch", "cancel", batch_id, "--api", api)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cancelled" in cancelled.stdout
+    assert scalar(db, "SELECT status FROM batch WHERE id = %s", batch_id) == "cancelled"
+    again = docpipe("batch", "cancel", batch_id, "--api", api)
+    assert again.returncode == 2
+    assert "409" in again.stdout
