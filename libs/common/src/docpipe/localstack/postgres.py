@@ -1,25 +1,4 @@
-"""Throwaway PostgreSQL and Redis servers run from the locally installed binaries.
-
-`docpipe stack up` uses them when no database or Redis URL is configured (data is kept in the
-state directory across restarts), and the test suite uses them for fresh instances on free
-ports that chaos tests may kill and restart.
-
-Every failure raises `LocalServiceError` (a `RuntimeError`) with a message that says what to
-do; start-up failures carry the tail of the server log.
-
-A `LocalPostgres` owns its state directory ``data_dir``::
-
-    data_dir/pgdata/            the cluster: initdb'd on the first start, reused afterwards
-    data_dir/postgres.log       server log, appended across restarts
-    data_dir/.s.PGSQL.<port>    unix socket (none if that path is too long; TCP always works)
-
-A `LocalRedis` keeps its append-only file and ``redis.log`` in ``data_dir``.
-
-PostgreSQL refuses to run as root. When we are root, the binaries run as the ``postgres``
-user, ``data_dir`` is chowned to it, and every directory above ``data_dir`` must be
-searchable by it: pytest's ``tmp_path`` (below a 0700 directory) is not, a
-``tempfile.mkdtemp()`` directory chmod-ed to 0o711 is.
-"""
+"""A throwaway PostgreSQL cluster run from the local binaries (see docpipe.localstack)."""
 
 from __future__ import annotations
 
@@ -29,44 +8,30 @@ import pwd
 import shlex
 import shutil
 import signal
-import socket
 import stat
 import subprocess
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 from urllib.parse import quote
 
-__all__ = [
-    "INSTALL_HINT",
-    "LocalPostgres",
-    "LocalRedis",
-    "LocalServiceError",
-    "free_port",
-    "postgres_bindir",
-]
-
-INSTALL_HINT = (
-    "install the Debian packages postgresql and redis-server, "
-    "or set DOCPIPE_DATABASE_URL / DOCPIPE_REDIS_URL"
+from docpipe.localstack._common import (
+    INSTALL_HINT,
+    TIMEOUT_SECONDS,
+    LocalServiceError,
+    free_port,
+    group_is_alive,
+    group_of,
+    is_alive,
+    log_tail,
+    pid_in_lock_file,
+    wait_for,
 )
-_TIMEOUT_SECONDS = 30.0
-_LOG_TAIL_LINES = 25
+
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the NUL
+
 _PG_STOP_MODES = ("smart", "fast", "immediate")
-
-
-class LocalServiceError(RuntimeError):
-    """A local PostgreSQL or Redis could not be found, started or stopped."""
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LocalPostgres:
@@ -134,7 +99,7 @@ class LocalPostgres:
                 f"--pgdata={self.pgdata}",
                 f"--log={self.log_file}",
                 "--wait",
-                f"--timeout={int(_TIMEOUT_SECONDS)}",
+                f"--timeout={int(TIMEOUT_SECONDS)}",
                 f"--options={options}",
             ],
             action="start",
@@ -155,11 +120,11 @@ class LocalPostgres:
     def kill(self) -> None:
         """Crash the server: SIGKILL the postmaster and its backends, leaving files as they are."""
         pid = self._postmaster_pid()
-        if pid is None or not _is_alive(pid):
+        if pid is None or not is_alive(pid):
             return
         # pg_ctl starts the postmaster in a session of its own, so its process group holds
         # exactly the server's processes; killing them all is what a crash looks like.
-        whole_group = _group_of(pid) == pid
+        whole_group = group_of(pid) == pid
         with contextlib.suppress(ProcessLookupError):
             if whole_group:
                 os.killpg(pid, signal.SIGKILL)
@@ -167,9 +132,9 @@ class LocalPostgres:
                 os.kill(pid, signal.SIGKILL)
 
         def gone() -> bool:
-            return not (_group_is_alive(pid) if whole_group else _is_alive(pid))
+            return not (group_is_alive(pid) if whole_group else is_alive(pid))
 
-        if not _wait_for(gone, _TIMEOUT_SECONDS):
+        if not wait_for(gone, TIMEOUT_SECONDS):
             raise LocalServiceError(f"PostgreSQL (pid {pid}) survived SIGKILL")
         self._remove_stale_lock_files()
 
@@ -179,7 +144,7 @@ class LocalPostgres:
 
     def is_running(self) -> bool:
         pid = self._postmaster_pid()
-        return pid is not None and _is_alive(pid)
+        return pid is not None and is_alive(pid)
 
     def create_database(self, name: str) -> str:
         """Ensure database `name` exists and return its URL."""
@@ -197,7 +162,7 @@ class LocalPostgres:
             capture_output=True,
             text=True,
             env=_env_without_pg_variables(),
-            timeout=_TIMEOUT_SECONDS,
+            timeout=TIMEOUT_SECONDS,
             check=False,
         )
         if result.returncode != 0:
@@ -255,169 +220,27 @@ class LocalPostgres:
             capture_output=True,
             text=True,
             env=_env_without_pg_variables(),
-            timeout=_TIMEOUT_SECONDS + 10,
+            timeout=TIMEOUT_SECONDS + 10,
             check=False,
         )
         if result.returncode != 0:
             output = (result.stdout + result.stderr).strip()
             raise LocalServiceError(
                 f"PostgreSQL {action} failed for {self.data_dir} (port {self.port}):\n{output}"
-                f"{_log_tail(self.log_file)}"
+                f"{log_tail(self.log_file)}"
             )
 
     def _postmaster_pid(self) -> int | None:
-        return _pid_in_lock_file(self.pgdata / "postmaster.pid")
+        return pid_in_lock_file(self.pgdata / "postmaster.pid")
 
     def _remove_stale_lock_files(self) -> None:
         # PostgreSQL cleans these up itself unless their pid still exists, and an unreaped
         # zombie (orphans are not always reaped inside containers) does exist.
         socket_lock = self.data_dir / f".s.PGSQL.{self.port}.lock"
         for lock_file in (self.pgdata / "postmaster.pid", socket_lock):
-            pid = _pid_in_lock_file(lock_file)
-            if pid is not None and not _is_alive(pid):
+            pid = pid_in_lock_file(lock_file)
+            if pid is not None and not is_alive(pid):
                 lock_file.unlink(missing_ok=True)
-
-
-class LocalRedis:
-    """A redis-server child process on 127.0.0.1:`port` keeping its files in `data_dir`.
-
-    With `persist` the append-only file keeps every acknowledged write across `kill()`;
-    without it a restart starts empty. RDB snapshots are off either way.
-    """
-
-    def __init__(
-        self,
-        data_dir: Path,
-        port: int | None = None,
-        *,
-        persist: bool = True,
-        bindir: Path | None = None,
-    ):
-        self.data_dir = Path(data_dir).absolute()
-        self.port = free_port() if port is None else port
-        self.persist = persist
-        self._bindir_override = bindir
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def log_file(self) -> Path:
-        return self.data_dir / "redis.log"
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        """Ensure the server runs and answers commands (after loading its append-only file)."""
-        if self.is_running():
-            return
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        argv = [
-            self._server_binary(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--appendonly", "yes" if self.persist else "no",
-            "--maxmemory-policy", "noeviction",
-            "--daemonize", "no",
-        ]  # fmt: skip
-        with self.log_file.open("ab") as log:
-            # A session of its own keeps a terminal's Ctrl-C away from the server.
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                start_new_session=True,
-            )
-        self._process = process
-        if not _wait_for(lambda: process.poll() is not None or self._answers(), _TIMEOUT_SECONDS):
-            self.kill()
-            raise LocalServiceError(
-                f"redis-server on port {self.port} did not answer within {_TIMEOUT_SECONDS:.0f} s"
-                f"{_log_tail(self.log_file)}"
-            )
-        if process.poll() is not None:
-            self._process = None
-            raise LocalServiceError(
-                f"redis-server on port {self.port} exited with status {process.returncode}"
-                f"{_log_tail(self.log_file)}"
-            )
-
-    def stop(self) -> None:
-        """Shut the server down cleanly (SIGTERM) and wait for it; its port is then free."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def kill(self) -> None:
-        """Crash the server with SIGKILL."""
-        process, self._process = self._process, None
-        if process is not None:
-            process.kill()
-            process.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def flushall(self) -> None:
-        reply = _redis_command(self.port, "FLUSHALL")
-        if reply != b"+OK":
-            raise LocalServiceError(f"FLUSHALL on port {self.port} failed: {reply!r}")
-
-    def is_running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def _server_binary(self) -> str:
-        path = self._bindir_override
-        found = shutil.which("redis-server", path=str(path) if path else None)
-        if found is None:
-            where = f"in {path}" if path else "on PATH"
-            raise LocalServiceError(f"redis-server was not found {where}: {INSTALL_HINT}")
-        return found
-
-    def _answers(self) -> bool:
-        """True once *our* process serves the port (not some other server already on it)."""
-        assert self._process is not None
-        try:
-            # A short timeout: whatever else may hold the port need not speak Redis.
-            info = _redis_command(self.port, "INFO", "server", timeout=0.25)
-        except OSError:
-            return False
-        return f"process_id:{self._process.pid}\r\n".encode() in info
-
-
-def _redis_command(port: int, *args: str, timeout: float = 5.0) -> bytes:
-    """Send one command; return a bulk reply's payload or a simple reply's line (+OK, -ERR)."""
-    request = f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(request.encode())
-        with sock.makefile("rb") as reply:
-            line = reply.readline().rstrip(b"\r\n")
-            if line.startswith(b"$") and int(line[1:]) >= 0:
-                return reply.read(int(line[1:]) + 2)[:-2]
-            return line
 
 
 def postgres_bindir() -> Path:
@@ -470,69 +293,3 @@ def _searchable_by(directory: Path, uid: int, gids: set[int]) -> bool:
 def _env_without_pg_variables() -> dict[str, str]:
     # PGHOST, PGOPTIONS and friends from the caller's shell would redirect or alter our tools.
     return {key: value for key, value in os.environ.items() if not key.startswith("PG")}
-
-
-def _pid_in_lock_file(lock_file: Path) -> int | None:
-    try:
-        first_line = lock_file.read_text().split("\n", 1)[0].strip()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return int(first_line) if first_line.isdigit() else None
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...), if any."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def _is_alive(pid: int) -> bool:
-    """True if `pid` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    fields = _proc_stat(pid)
-    return fields is None or fields[0] not in ("Z", "X")
-
-
-def _group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
-
-
-def _group_is_alive(pgid: int) -> bool:
-    """True while any non-zombie process of process group `pgid` exists."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return _is_alive(pgid)
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            fields = _proc_stat(int(entry.name))
-            if fields is not None and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-                return True
-    return False
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def _log_tail(log_file: Path) -> str:
-    try:
-        lines = log_file.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
-    except OSError:
-        return ""
-    return f"\n--- last lines of {log_file} ---\n" + "\n".join(lines)
