@@ -42,6 +42,9 @@ def test_random_sigkills_of_workers_during_a_200_document_batch(chaos: ChaosStac
         name = rng.choice(["worker-batch", "worker-interactive"])
         worker = next(p for p in chaos.stack.processes if p.name == name)
         assert worker.alive(), f"{name} died on its own:\n{worker.log_text()[-3000:]}"
+        # A pool child killed before the worker is ready takes the worker down with it
+        # (Celery: "Could not start worker processes"); an OOM kill hits running pools.
+        worker.wait_for_log(r"\bready\.", timeout_s=60)
         pool = children(worker.pid)
         if rng.random() < 0.5 and pool:
             os.kill(rng.choice(pool), signal.SIGKILL)  # one pool child (an OOM kill)

@@ -15,10 +15,13 @@ from tests.chart.helm import KEDA_API, render
     [
         ({"config": {"llmTimeoutSeconds": 60}},
          "config.llmTimeoutSeconds=60 must be below config.taskSoftTimeLimitSeconds=60"),
-        ({"config": {"taskSoftTimeLimitSeconds": 80}},
-         "config.taskSoftTimeLimitSeconds=80 must be below config.taskTimeLimitSeconds=75"),
+        ({"config": {"taskSoftTimeLimitSeconds": 95}},
+         "config.taskSoftTimeLimitSeconds=95 must be below config.taskTimeLimitSeconds=90"),
         ({"config": {"brokerVisibilityTimeoutSeconds": 75}},
-         "config.taskTimeLimitSeconds=75 must be below config.brokerVisibilityTimeoutSeconds=75"),
+         "config.taskTimeLimitSeconds=90 must be below config.brokerVisibilityTimeoutSeconds=75"),
+        ({"config": {"taskTimeLimitSeconds": 70}},
+         "config.taskTimeLimitSeconds=70 must exceed config.taskSoftTimeLimitSeconds + "
+         "config.llmTimeoutSeconds=80"),
         ({"workers": {"batch": {"taskTimeLimitSeconds": 50}}},
          "config.taskSoftTimeLimitSeconds=60 must be below workers.batch.taskTimeLimitSeconds=50"),
         ({"workers": {"interactive": {"taskSoftTimeLimitSeconds": 4000,

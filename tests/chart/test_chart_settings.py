@@ -50,7 +50,12 @@ def test_chart_defaults_are_the_library_defaults() -> None:
             unknown.append(env)
             continue
         default = getattr(defaults, name)
-        same = text == default if isinstance(default, str) else float(text) == float(default)
+        if isinstance(default, str):
+            same = text == default
+        elif isinstance(default, bool):
+            same = text == str(default).lower()
+        else:
+            same = float(text) == float(default)
         if not same:
             different.append(f"{env}={text} (library: {default})")
     assert unknown == [], "the chart sets variables the library does not read"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -217,6 +219,62 @@ def test_a_lease_held_by_a_dead_worker_is_taken_over_after_it_expires(
     outcome = executor.run_step(run.run_id, STEP1)
     assert outcome.kind == "completed"
     assert scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = %s", STEP1) == 2
+
+
+class SoftTimeLimit(Exception):
+    """Stands for Celery's SoftTimeLimitExceeded: raised in the main thread by a signal."""
+
+
+def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_handed_on(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    tuned = settings.model_copy(update={"step_call_concurrency": 4})
+    executor = StepExecutor(db, llm, tuned, interruptions=(SoftTimeLimit,))
+    run = new_run(db, CONTRACTS[1].text)
+    assert executor.run_step(run.run_id, STEP1).kind == "completed"
+    sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
+                              " WHERE step = %s", STEP1))  # fmt: skip
+    fake_llm.configure(latency_ms=[1000, 1000])
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise SoftTimeLimit
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.4)  # while the first four calls are in flight
+    try:
+        outcome = executor.run_step(run.run_id, STEP2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert (outcome.kind, outcome.calls_sent) == ("retry", 4)
+    statuses = scalar(db, "SELECT array_agg(status ORDER BY id) FROM llm_call_log"
+                          " WHERE step = %s", STEP2)  # fmt: skip
+    assert statuses == ["ok"] * 4, "the interrupted calls were answered and memoised"
+    fake_llm.configure(latency_ms=[0, 0])
+    again = executor.run_step(run.run_id, STEP2)
+    assert (again.kind, again.calls_sent) == ("completed", sections - 4)
+    assert fake_llm.stats()["by_step"][STEP2] == sections, "no section was paid twice"
+
+
+def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_through(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    run = new_run(db, CONTRACTS[0].text)
+
+    @contextmanager
+    def slow_gate_while_the_lease_moves(model: str, lane: str) -> Iterator[None]:
+        # Another worker takes the step over while this call waits for the limiter.
+        with db.session() as s:
+            s.conn.execute(b"UPDATE pipeline_step_result SET lease_owner = 'other-worker'")
+        time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
+        yield
+
+    executor = StepExecutor(db, llm, settings, owner="me", gate=slow_gate_while_the_lease_moves)
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert (outcome.kind, outcome.calls_sent) == ("stopped", 0)
+    assert fake_llm.stats()["requests_total"] == 0
+    row = scalar(db, "SELECT (status, error_kind, cost_usd)::text FROM llm_call_log")
+    assert row == "(error,not_sent,0.000000)"
 
 
 def _messages(step: str, text: str) -> list[dict[str, str]]:

@@ -10,13 +10,15 @@ def test_defaults_are_coherent() -> None:
     s = Settings()
     assert s.llm_timeout_s < s.task_soft_time_limit_s < s.task_time_limit_s
     assert s.task_time_limit_s < s.broker_visibility_timeout_s
+    assert s.task_soft_time_limit_s + s.llm_timeout_s < s.task_time_limit_s
 
 
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
         ({"llm_timeout_s": 60, "task_soft_time_limit_s": 60}, "DOCPIPE_LLM_TIMEOUT_S=60"),
-        ({"task_soft_time_limit_s": 80}, "DOCPIPE_TASK_SOFT_TIME_LIMIT_S=80"),
+        ({"task_soft_time_limit_s": 95}, "DOCPIPE_TASK_SOFT_TIME_LIMIT_S=95"),
+        ({"task_time_limit_s": 70}, r"DOCPIPE_TASK_SOFT_TIME_LIMIT_S \+ DOCPIPE_LLM_TIMEOUT_S=80"),
         ({"broker_visibility_timeout_s": 70}, "DOCPIPE_BROKER_VISIBILITY_TIMEOUT_S=70"),
         ({"heartbeat_interval_s": 6}, "DOCPIPE_HEARTBEAT_INTERVAL_S=6"),
         ({"retry_backoff_base_s": 100}, "DOCPIPE_RETRY_BACKOFF_BASE_S"),

@@ -81,8 +81,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 The time-limit rule, for the global settings or one worker pool:
-llm timeout < task soft limit < task hard limit < broker visibility timeout.
-Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "hard" 75
+llm timeout < task soft limit < task hard limit < broker visibility timeout, and
+soft limit + llm timeout < hard limit (calls in flight at the soft limit get answered).
+Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "hard" 90
 "hardName" "workers.batch.taskTimeLimitSeconds"): the names say where a value came from.
 */}}
 {{- define "docpipe.checkTimeLimits" -}}
@@ -97,6 +98,9 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- if not (lt (float64 (index $inner 1)) (float64 (index $outer 1))) }}
 {{- fail (printf "incoherent time limits: %s=%v must be below %s=%v (rule: llm timeout < task soft limit < task hard limit < broker visibility timeout; see the README, \"The time-limit rule\")" (index $inner 0) (index $inner 1) (index $outer 0) (index $outer 1)) }}
 {{- end }}
+{{- end }}
+{{- if not (lt (addf .soft $c.llmTimeoutSeconds) (float64 .hard)) }}
+{{- fail (printf "%s=%v must exceed %s + config.llmTimeoutSeconds=%v: calls in flight at the soft limit are answered and recorded before the hard limit kills the process" .hardName .hard .softName (addf .soft $c.llmTimeoutSeconds)) }}
 {{- end }}
 {{- if not (lt (float64 $c.limiterMaxWaitSeconds) (float64 .soft)) }}
 {{- fail (printf "config.limiterMaxWaitSeconds=%v must be below %s=%v: a call waiting for the provider limiter hands its step back before the soft limit interrupts it" $c.limiterMaxWaitSeconds .softName .soft) }}

@@ -13,20 +13,17 @@ from docpipe.settings import Settings
 
 __all__ = ["ADMISSION_LOCK_KEY", "admit_batch_runs"]
 
-# Admissions by beat and by workers (when a batch run ends) must not overlap, or both would
-# fill the same free slots.
+# Admissions by beat and by workers (when a batch run ends) take turns, or both would fill
+# the same free slots. Waiting for the turn (milliseconds) instead of skipping it matters:
+# the admission in progress may not see the slot that just freed, which would then stay
+# empty until beat's next tick.
 ADMISSION_LOCK_KEY = 0x646F6370_61646D74
 
 
 def admit_batch_runs(db: Database, settings: Settings) -> tuple[int, ...]:
-    """Fill the free slots of the window; returns the outbox ids to publish (empty when
-    another process is admitting right now)."""
+    """Fill the free slots of the window; returns the outbox ids to publish."""
     with db.transaction() as tx:
-        row = tx.conn.execute(
-            "SELECT pg_try_advisory_xact_lock(%s) AS locked", (ADMISSION_LOCK_KEY,)
-        ).fetchone()
-        if not row or not row["locked"]:
-            return ()
+        tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADMISSION_LOCK_KEY,))
         rows = tx.all(
             "admit_batch_runs",
             window=settings.batch_admission_window,

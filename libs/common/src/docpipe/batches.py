@@ -15,6 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 import redis
 
 from docpipe.db import Database, Session
@@ -212,6 +213,9 @@ def batch_runs(
     return [{**r, "id": str(r["id"])} for r in rows]
 
 
+_DEADLOCK_RETRIES = 5
+
+
 def stop_batch(
     db: Database,
     tenant_id: str,
@@ -223,8 +227,17 @@ def stop_batch(
 ) -> list[str]:
     """End a running batch as ``status``; returns the runs it stopped (empty if the batch
     had already ended). Their waiting messages are removed from the broker when given."""
-    row = db.one("stop_batch", tenant_id=tenant_id, batch_id=batch_id, status=status,
-                 reason=reason)  # fmt: skip
+    # This statement locks the batch, then its runs, then their steps; a worker locks a step,
+    # then its run, then the batch. PostgreSQL breaks such a deadlock by aborting one side;
+    # when that is us, the statement was rolled back whole and is guarded: try it again.
+    for attempt in range(_DEADLOCK_RETRIES):
+        try:
+            row = db.one("stop_batch", tenant_id=tenant_id, batch_id=batch_id, status=status,
+                         reason=reason)  # fmt: skip
+            break
+        except psycopg.errors.DeadlockDetected:
+            if attempt == _DEADLOCK_RETRIES - 1:
+                raise
     assert row is not None
     run_ids: list[str] = row["run_ids"]
     if broker_redis is not None and run_ids:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
@@ -60,7 +60,10 @@ class StepContext:
     # The worker holding the step's lease; no call is sent once another worker took it over.
     owner: str | None = None
     calls_sent: int = field(default=0, init=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # Requests on the wire, and whether new ones may still start (see stop_sending).
+    _in_flight: int = field(default=0, init=False)
+    _stopping: bool = field(default=False, init=False)
+    _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
 
     def ask_all(
         self, requests: Sequence[tuple[str, str, Mapping[str, Any]]]
@@ -77,12 +80,35 @@ class StepContext:
             futures = [pool.submit(_in_context_copy(partial(self.ask, *r))) for r in requests]
             wait(futures)
         except BaseException:
-            # Interrupted from outside (soft time limit): calls in flight finish on their
-            # own and are memoised; nothing new starts.
+            # Interrupted from outside (soft time limit): nothing new starts, and the step
+            # is handed on only once the requests on the wire are answered and memoised;
+            # otherwise its next attempt would pay for them a second time.
             pool.shutdown(wait=False, cancel_futures=True)
+            self.stop_sending(wait_s=self.settings.llm_timeout_s + 1)
             raise
         pool.shutdown()
         return [f.result() for f in futures]
+
+    def stop_sending(self, *, wait_s: float = 0.0) -> None:
+        """Let no further request start (calls still waiting for the limiter give up), and
+        wait up to ``wait_s`` for those already sent to finish."""
+        with self._idle:
+            self._stopping = True
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout=wait_s)
+
+    @contextmanager
+    def _on_the_wire(self) -> Iterator[None]:
+        with self._idle:
+            if self._stopping:
+                raise RunStoppedError(f"{self.run_id}/{self.step.name} stopped sending")
+            self._in_flight += 1
+            self.calls_sent += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
 
     def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         """The answer to ``user`` under the step's prompt, valid against ``schema``.
@@ -90,12 +116,10 @@ class StepContext:
         Tries the step's model, then its fallback model if the answer stays invalid; raises
         InvalidOutputError when both fail, or the provider's Transient/PermanentLLMError.
         """
+        models = self.step.models
+        # The checks and, if they pass, the first model's call log row: one round trip.
         check = self.db.one(
-            "call_precheck",
-            run_id=self.run_id,
-            step=self.step.name,
-            generation=self.generation,
-            call_key=call_key,
+            "check_and_start_call", owner=self.owner, **self._call_row(call_key, models[0])
         )
         if check is None or check["status"] not in ("queued", "running"):
             raise RunStoppedError(f"run {self.run_id} is no longer running")
@@ -104,17 +128,32 @@ class StepContext:
         if self.owner is not None and check["lease_owner"] != self.owner:
             raise RunStoppedError(f"the lease of {self.run_id}/{self.step.name} was taken over")
         _check_budgets(check)
+        assert check["call_id"] is not None, "every check passed, so the row was written"
         messages = [
             {"role": "system", "content": self.step.system_prompt},
             {"role": "user", "content": user},
         ]
         invalid: list[str] = []
-        for model in self.step.models:
+        for model in models:
+            call_id = check["call_id"] if model == models[0] else None
             try:
-                return self._send(call_key, model, messages, schema)
+                return self._send(call_key, model, messages, schema, call_id)
             except InvalidOutputError as exc:
                 invalid.append(f"{model}: {exc}")
         raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
+
+    def _call_row(self, call_key: str, model: str) -> dict[str, Any]:
+        """The parameters of the call's llm_call_log row."""
+        return {
+            "run_id": self.run_id,
+            "step": self.step.name,
+            "generation": self.generation,
+            "call_key": call_key,
+            "step_attempt": self.attempt,
+            "tenant_id": self.tenant_id,
+            "model": model,
+            "prompt_version": self.step.prompt_version,
+        }
 
     def _send(
         self,
@@ -122,29 +161,24 @@ class StepContext:
         model: str,
         messages: list[dict[str, str]],
         schema: Mapping[str, Any],
+        call_id: int | None = None,
     ) -> dict[str, Any]:
-        row = self.db.one(
-            "start_call",
-            run_id=self.run_id,
-            step=self.step.name,
-            generation=self.generation,
-            call_key=call_key,
-            step_attempt=self.attempt,
-            tenant_id=self.tenant_id,
-            model=model,
-            prompt_version=self.step.prompt_version,
-        )
-        assert row is not None
+        """One request, logged before it is sent (as ``call_id``, or now) and after."""
+        if call_id is None:
+            row = self.db.one("start_call", **self._call_row(call_key, model))
+            assert row is not None
+            call_id = row["id"]
         labels = _CallLabels(self.pipeline, self.tenant_id, self.lane, model)
-        call = _CallRecord(self.db, row["id"], self.settings.price_of(model), labels)
-        with self._lock:
-            self.calls_sent += 1
+        call = _CallRecord(self.db, call_id, self.settings.price_of(model), labels)
         started = time.monotonic()
         try:
-            with self.gate(model, self.lane):
+            with self.gate(model, self.lane), self._on_the_wire():
                 completion = self.llm.chat(model=model, messages=messages)
         except LLMError as exc:
             call.finish("error", time.monotonic() - started, error=exc)
+            raise
+        except RunStoppedError as exc:  # never sent: logged as such, costs nothing
+            call.finish("error", 0.0, error=LLMError(str(exc), kind="not_sent"))
             raise
         try:
             output = parse_output(completion.content, schema)

@@ -73,9 +73,9 @@ def _config(settings: Settings) -> dict[str, Any]:
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_max_tasks_per_child": settings.worker_max_tasks_per_child,
         "worker_max_memory_per_child": settings.worker_max_memory_per_child_mb * 1024,
-        # Events feed Flower and the celery-exporter family of dashboards.
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # Task events feed Flower and celery-exporter; docpipe's /metrics need none.
+        "worker_send_task_events": settings.celery_task_events,
+        "task_send_sent_event": settings.celery_task_events,
         "worker_hijack_root_logger": False,
         # In memory: the default shelve-backed schedule file is pickle.
         "beat_scheduler": "docpipe.heartbeat:LivenessScheduler",

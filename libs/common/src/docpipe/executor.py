@@ -29,6 +29,7 @@ from docpipe.db import Database
 from docpipe.errors import (
     BudgetExceededError,
     InvalidOutputError,
+    NotFoundError,
     PermanentLLMError,
     RunStoppedError,
     TransientLLMError,
@@ -101,7 +102,8 @@ class StepExecutor:
         spec = pipeline.step(step)
         if claim.attempt > self.settings.max_step_attempts:
             return self._fail(claim, "needs_review", f"gave up after {claim.attempt - 1} attempts")
-        document, outputs = runs.step_inputs(self.db, run_id)
+        if claim.document is None:
+            raise NotFoundError(f"run {run_id} or its document does not exist")
         ctx = StepContext(
             db=self.db,
             llm=self.llm,
@@ -112,14 +114,14 @@ class StepExecutor:
             lane=claim.lane,
             attempt=claim.attempt,
             generation=claim.generation,
-            document=document,
-            outputs=outputs,
+            document=claim.document,
+            outputs=claim.outputs,
             gate=self.gate,
             pipeline=claim.pipeline,
             owner=self.owner,
         )
         try:
-            with _LeaseKeeper(self, claim):
+            with _LeaseKeeper(self, claim, ctx):
                 output = spec.execute(ctx)
                 _check_output(output, spec.output_schema)
         except TransientLLMError as exc:
@@ -248,9 +250,10 @@ class _LeaseKeeper:
     the reaper hands the step to another worker: recovery never waits for the broker.
     """
 
-    def __init__(self, executor: StepExecutor, claim: runs.Claim) -> None:
+    def __init__(self, executor: StepExecutor, claim: runs.Claim, ctx: StepContext) -> None:
         self._executor = executor
         self._claim = claim
+        self._ctx = ctx
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name="lease-keeper", daemon=True)
 
@@ -284,5 +287,7 @@ class _LeaseKeeper:
                 )
                 continue
             if not kept:
+                # Another worker has the step now: calls not yet sent must not go out twice.
                 log.warning("lease of %s/%s lost", self._claim.run_id, self._claim.step)
+                self._ctx.stop_sending()
                 return

@@ -56,7 +56,11 @@ def publish_outbox(db: Database, broker: Broker, ids: Sequence[int]) -> int:
         return 0
     try:
         with db.transaction() as tx:
-            return _send(tx, broker, tx.all("lock_outbox_ids", ids=list(ids)))
+            # Locked and marked in one statement; a failed publish rolls the mark back.
+            rows = tx.all("take_outbox_ids", ids=list(ids))
+            for row in rows:
+                broker.publish(OutboxMessage.from_row(row))
+            return len(rows)
     except Exception:
         log.exception("publishing outbox rows %s failed; the sweep will retry them", list(ids))
         return 0

@@ -83,10 +83,13 @@ class ManagedProcess:
     env: Mapping[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _log: IO[bytes] | None = field(default=None, init=False)
+    # Where this start's output begins in the log, which a restart appends to.
+    _log_start: int = field(default=0, init=False)
 
     def start(self) -> ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
+        self._log_start = self._log.tell()
         self.proc = subprocess.Popen(
             list(self.argv),
             env={**os.environ, **self.env},
@@ -108,11 +111,15 @@ class ManagedProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def wait_for_log(self, pattern: str, timeout_s: float = 30.0) -> None:
-        """Block until ``pattern`` appears in the output; fail if the process exits first."""
+        """Block until ``pattern`` appears in the output of this start; fail if the process
+        exits first."""
         regex = re.compile(pattern)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if regex.search(self.log_text()):
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_start)
+                output = log.read().decode("utf-8", errors="replace")
+            if regex.search(output):
                 return
             if not self.alive():
                 raise RuntimeError(f"{self.name} exited early:\n{self.log_text()[-3000:]}")

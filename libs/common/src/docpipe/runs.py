@@ -15,7 +15,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -147,6 +147,9 @@ class Claim:
     document_id: str
     lane: str
     batch_id: str | None
+    # What the step reads, fetched with the claim: None if the document is gone.
+    document: str | None = field(default=None, repr=False)
+    outputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 def claim_step(db: Database, run_id: str, step: str, *, owner: str, lease_s: float) -> Claim | None:
@@ -165,6 +168,8 @@ def claim_step(db: Database, run_id: str, step: str, *, owner: str, lease_s: flo
         document_id=row["document_id"],
         lane=row["lane"],
         batch_id=str(row["batch_id"]) if row["batch_id"] else None,
+        document=row["document"],
+        outputs=dict(row["outputs"]),
     )
 
 
@@ -201,14 +206,6 @@ def release_step(
     return row is not None
 
 
-def step_inputs(db: Database, run_id: str) -> tuple[str, dict[str, Any]]:
-    """The document text and the outputs of the run's finished steps."""
-    row = db.one("step_inputs", run_id=run_id)
-    if row is None:
-        raise NotFoundError(f"run {run_id} or its document does not exist")
-    return row["document"], dict(row["outputs"])
-
-
 @dataclass(frozen=True)
 class RecordedStep:
     run_status: str
@@ -227,26 +224,24 @@ def record_step_result(
     next_step: str | None,
 ) -> RecordedStep | None:
     """Mark the step done with its output, tokens and cost, advance the run and enqueue its
-    next step, all in one transaction. None if the lease was lost or the run has ended."""
-    with db.transaction() as tx:
-        row = tx.one(
-            "record_step_result",
-            run_id=claim.run_id,
-            step=claim.step,
-            generation=claim.generation,
-            owner=owner,
-            output=Jsonb(output),
-            model=model,
-            prompt_version=prompt_version,
-            next_step=next_step,
-        )
-        if row is None:
-            return None
-        outbox_ids = enqueue_step(tx, claim.run_id, next_step) if next_step else ()
+    next step, all in one statement. None if the lease was lost or the run has ended."""
+    row = db.one(
+        "record_step_result",
+        run_id=claim.run_id,
+        step=claim.step,
+        generation=claim.generation,
+        owner=owner,
+        output=Jsonb(output),
+        model=model,
+        prompt_version=prompt_version,
+        next_step=next_step,
+    )
+    if row is None:
+        return None
     return RecordedStep(
         run_status=row["status"],
         batch_id=str(row["batch_id"]) if row["batch_id"] else None,
-        outbox_ids=outbox_ids,
+        outbox_ids=tuple(row["outbox_ids"]),
     )
 
 

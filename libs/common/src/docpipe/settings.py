@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     # one kills the work without a recorded error (see README, "Time limits").
     llm_timeout_s: Seconds = 20.0
     task_soft_time_limit_s: Seconds = 60.0
-    task_time_limit_s: Seconds = 75.0
+    task_time_limit_s: Seconds = 90.0
     broker_visibility_timeout_s: Seconds = 3600.0
 
     # A dead worker's step is handed on within lease_ttl_s + reaper_interval_s.
@@ -130,6 +130,10 @@ class Settings(BaseSettings):
     # On SIGQUIT (cold shutdown) running steps get this long before they are requeued.
     worker_soft_shutdown_s: Seconds = 10.0
     liveness_file: Path | None = None
+    # Celery's task events (task-sent, -received, -started, -succeeded) for Flower and
+    # celery-exporter. docpipe's own /metrics do not need them, and they cost every step four
+    # more Redis messages (about 10 % of a worker's CPU at zero provider latency, bench/).
+    celery_task_events: bool = True
 
     # Workers and beat serve Prometheus metrics at http://<host>:<port>/metrics (0: off);
     # the API serves /metrics on its own port.
@@ -151,6 +155,13 @@ class Settings(BaseSettings):
                     f"{outer}={outer_s:g} (rule: llm timeout < task soft limit < task hard "
                     f"limit < broker visibility timeout)"
                 )
+        if not self.task_soft_time_limit_s + self.llm_timeout_s < self.task_time_limit_s:
+            raise ValueError(
+                f"DOCPIPE_TASK_TIME_LIMIT_S={self.task_time_limit_s:g} must exceed "
+                f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S + DOCPIPE_LLM_TIMEOUT_S="
+                f"{self.task_soft_time_limit_s + self.llm_timeout_s:g}: calls in flight at the "
+                f"soft limit are answered and recorded before the hard limit kills the process"
+            )
         if not self.heartbeat_interval_s * 2 <= self.lease_ttl_s:
             raise ValueError(
                 f"DOCPIPE_HEARTBEAT_INTERVAL_S={self.heartbeat_interval_s:g} must be at most half "

@@ -62,7 +62,8 @@ FROM target
 RETURNING id;
 
 -- name: claim_step
--- Lease a run's current step: pending, or running under a lease that expired (dead worker).
+-- Lease a run's current step: pending, or running under a lease that expired (dead worker);
+-- with what the step reads: the document text and the outputs of the steps done before it.
 WITH claimed AS (
     UPDATE pipeline_step_result s
     SET status = 'running', attempt = s.attempt + 1, lease_owner = %(owner)s,
@@ -80,8 +81,13 @@ WITH claimed AS (
     WHERE r.id = claimed.run_id AND r.status = 'queued'
 )
 SELECT c.run_id, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline, r.document_id,
-       r.lane, r.batch_id
-FROM claimed c JOIN pipeline_run r ON r.id = c.run_id;
+       r.lane, r.batch_id, d.content AS document,
+       coalesce((SELECT jsonb_object_agg(s.step, s.output)
+                 FROM pipeline_step_result s
+                 WHERE s.run_id = c.run_id AND s.status = 'done'), '{}'::jsonb) AS outputs
+FROM claimed c
+JOIN pipeline_run r ON r.id = c.run_id
+LEFT JOIN document d ON d.tenant_id = r.tenant_id AND d.id = r.document_id;
 
 -- name: step_state
 -- Why a step could not be claimed: its own state and its run's.
@@ -109,18 +115,9 @@ WHERE run_id = %(run_id)s AND step = %(step)s AND status = 'running'
   AND lease_owner = %(owner)s
 RETURNING attempt;
 
--- name: step_inputs
--- The document text and the outputs of the steps before this one.
-SELECT d.content AS document,
-       coalesce((SELECT jsonb_object_agg(s.step, s.output)
-                 FROM pipeline_step_result s
-                 WHERE s.run_id = r.id AND s.status = 'done'), '{}'::jsonb) AS outputs
-FROM pipeline_run r
-JOIN document d ON d.tenant_id = r.tenant_id AND d.id = r.document_id
-WHERE r.id = %(run_id)s;
-
 -- name: record_step_result
--- Save a step's output with its tokens and cost, and move the run on to its next step.
+-- Save a step's output with its tokens and cost, move the run on to its next step and put
+-- that step's message in the outbox (as enqueue_step does): one statement, so one commit.
 WITH calls AS (
     SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
            coalesce(sum(output_tokens), 0) AS output_tokens,
@@ -138,14 +135,30 @@ WITH calls AS (
     WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
       AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status = 'running'
     RETURNING s.run_id
+), advanced AS (
+    UPDATE pipeline_run r
+    SET steps_done = r.steps_done + 1, current_step = %(next_step)s, updated_at = now(),
+        status = CASE WHEN %(next_step)s::text IS NULL THEN 'done' ELSE r.status END,
+        finished_at = CASE WHEN %(next_step)s::text IS NULL THEN now() END
+    FROM done
+    WHERE r.id = done.run_id
+    RETURNING r.id, r.status, r.batch_id, r.lane, r.traceparent, r.current_step
+), next_step AS (
+    UPDATE pipeline_step_result s
+    SET enqueued_at = now()
+    FROM advanced a
+    WHERE s.run_id = a.id AND s.step = a.current_step AND s.status = 'pending'
+      AND a.status IN ('queued', 'running')
+    RETURNING s.run_id, s.step
+), message AS (
+    INSERT INTO outbox (topic, run_id, step, queue, traceparent, available_at)
+    SELECT 'step', a.id, n.step, 'llm_' || a.lane, a.traceparent, now()
+    FROM advanced a JOIN next_step n ON n.run_id = a.id
+    RETURNING id
 )
-UPDATE pipeline_run r
-SET steps_done = r.steps_done + 1, current_step = %(next_step)s, updated_at = now(),
-    status = CASE WHEN %(next_step)s::text IS NULL THEN 'done' ELSE r.status END,
-    finished_at = CASE WHEN %(next_step)s::text IS NULL THEN now() END
-FROM done
-WHERE r.id = done.run_id
-RETURNING r.id, r.status, r.batch_id;
+SELECT a.id, a.status, a.batch_id,
+       array(SELECT id FROM message ORDER BY id) AS outbox_ids
+FROM advanced a;
 
 -- name: fail_run
 -- End a run at a step that cannot succeed: 'failed' (permanent) or 'needs_review'.
@@ -254,22 +267,40 @@ FROM pipeline_step_result
 WHERE run_id = %(run_id)s
 ORDER BY step_index;
 
--- name: call_precheck
+-- name: check_and_start_call
 -- Before a call: its memoised answer if any, whether the run still runs and the step is
--- still leased to this worker, and the spending of the run and its batch against budgets.
-SELECT (SELECT response
-        FROM llm_call_log
-        WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s
-          AND call_key = %(call_key)s AND status = 'ok'
-        ORDER BY id DESC
-        LIMIT 1) AS memo,
-       (SELECT lease_owner FROM pipeline_step_result
-        WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
-       r.status, r.cost_usd, r.budget_usd, b.cost_usd AS batch_cost_usd,
-       b.budget_usd AS batch_budget_usd
-FROM pipeline_run r
-LEFT JOIN batch b ON b.id = r.batch_id
-WHERE r.id = %(run_id)s;
+-- still leased to this worker, and the spending of the run and its batch against budgets;
+-- when all allow the call, its llm_call_log row (for the step's first model) is written in
+-- the same statement, still before the request is sent.
+WITH checked AS (
+    SELECT (SELECT response
+            FROM llm_call_log
+            WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s
+              AND call_key = %(call_key)s AND status = 'ok'
+            ORDER BY id DESC
+            LIMIT 1) AS memo,
+           (SELECT lease_owner FROM pipeline_step_result
+            WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
+           r.id AS run_id, r.status, r.cost_usd, r.budget_usd, b.cost_usd AS batch_cost_usd,
+           b.budget_usd AS batch_budget_usd
+    FROM pipeline_run r
+    LEFT JOIN batch b ON b.id = r.batch_id
+    WHERE r.id = %(run_id)s
+), started AS (
+    INSERT INTO llm_call_log (run_id, step, generation, call_key, step_attempt, tenant_id,
+                              model, prompt_version)
+    SELECT run_id, %(step)s, %(generation)s, %(call_key)s, %(step_attempt)s, %(tenant_id)s,
+           %(model)s, %(prompt_version)s
+    FROM checked
+    WHERE memo IS NULL AND status IN ('queued', 'running')
+      AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s)
+      AND (budget_usd IS NULL OR cost_usd < budget_usd)
+      AND (batch_budget_usd IS NULL OR batch_cost_usd < batch_budget_usd)
+    RETURNING id
+)
+SELECT memo, lease_owner, status, cost_usd, budget_usd, batch_cost_usd, batch_budget_usd,
+       (SELECT id FROM started) AS call_id
+FROM checked;
 
 -- name: start_call
 -- Log a provider call before it is sent.
@@ -301,13 +332,26 @@ SET cost_usd = b.cost_usd + run.cost_usd
 FROM run
 WHERE b.id = run.batch_id AND run.cost_usd > 0;
 
--- name: lock_outbox_ids
--- Unpublished outbox rows among the given ids that are due, locked for this publisher.
-SELECT id, topic, run_id, step, queue, traceparent, payload
-FROM outbox
-WHERE id = ANY(%(ids)s) AND published_at IS NULL AND available_at <= now()
-ORDER BY id
-FOR UPDATE SKIP LOCKED;
+-- name: take_outbox_ids
+-- Unpublished outbox rows among the given ids that are due, locked for this publisher (rows
+-- another one holds are skipped) and marked published with their steps' enqueue time, as
+-- mark_published does, in one statement: the caller commits only once the broker has them.
+WITH taken AS (
+    SELECT id FROM outbox
+    WHERE id = ANY(%(ids)s) AND published_at IS NULL AND available_at <= now()
+    FOR UPDATE SKIP LOCKED
+), published AS (
+    UPDATE outbox o SET published_at = now()
+    FROM taken
+    WHERE o.id = taken.id
+    RETURNING o.id, o.topic, o.run_id, o.step, o.queue, o.traceparent, o.payload
+), steps AS (
+    UPDATE pipeline_step_result s
+    SET enqueued_at = now()
+    FROM published p
+    WHERE p.topic = 'step' AND s.run_id = p.run_id AND s.step = p.step AND s.status = 'pending'
+)
+SELECT id, topic, run_id, step, queue, traceparent, payload FROM published ORDER BY id;
 
 -- name: lock_due_outbox
 -- Rows whose publish was lost or whose parked delay is over, oldest first.
