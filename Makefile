@@ -9,7 +9,7 @@ PACKAGES := libs/common services/api services/fake-llm
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
 
-.PHONY: run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos
+.PHONY: run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
 
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
@@ -90,3 +90,10 @@ dashboards: venv ## regenerate the Grafana dashboards in charts/docpipe/dashboar
 
 bench-queue-lag: deps venv ## plot queue lag and throughput of a batch run: docs/benchmarks/queue-lag.png
 	$(BIN)/python -m bench.queue_lag_plot
+
+# --- Benchmarks (never part of make test) ----------------------------------------------------
+bench: deps venv ## every benchmark in sequence: table + docs/benchmarks/README.md (BENCH_QUICK=1: smoke)
+	$(BIN)/python -m bench.suite
+
+bench-profile: deps venv ## py-spy flame graph of a batch worker at 0 s per call: docs/benchmarks/profile.svg
+	$(BIN)/python -m bench.profile_hot_path

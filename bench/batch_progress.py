@@ -58,6 +58,12 @@ def main() -> None:
 | `GET /batches/{{id}}` p99 / max | {percentile(latencies, 99):.1f} / {max(latencies):.1f} ms |
 | the progress query alone (EXPLAIN ANALYZE) | {sql_ms:.1f} ms |
 """,
+        {
+            "runs": args.runs,
+            "p50_ms": percentile(latencies, 50),
+            "p95_ms": percentile(latencies, 95),
+            "p99_ms": percentile(latencies, 99),
+        },
     )
 
 

@@ -88,6 +88,7 @@ Admission gives each freed slot to the tenant served least recently (then the ba
 least), so B's documents enter as soon as A's runs in flight finish; A is not starved, it
 continues with every slot B does not need.
 """,
+        {"ratio": contended / alone, "alone_s": alone, "contended_s": contended},
     )
 
 

@@ -6,6 +6,7 @@ never assert on timings (tests do not either).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -122,11 +123,22 @@ def summary(values: Sequence[float]) -> str:
     )
 
 
-def write_report(name: str, markdown: str) -> Path:
-    """Write docs/benchmarks/<name>.md (one file per benchmark, replaced on every run)."""
+def write_report(name: str, markdown: str, figures: dict[str, Any] | None = None) -> Path:
+    """Write docs/benchmarks/<name>.md (one file per benchmark, replaced on every run), and
+    the headline ``figures`` as <name>.json for the summary of `make bench`."""
     REPORTS.mkdir(parents=True, exist_ok=True)
     path = REPORTS / f"{name}.md"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     machine = f"{os.cpu_count()} CPUs"
     path.write_text(f"{markdown.rstrip()}\n\n_Measured {stamp} on {machine}._\n", encoding="utf-8")
+    if figures is not None:
+        merged = _read_json(REPORTS / f"{name}.json") | {"figures": figures, "measured": stamp}
+        (REPORTS / f"{name}.json").write_text(json.dumps(merged, indent=1, default=str) + "\n")
     return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}

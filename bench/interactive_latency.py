@@ -133,6 +133,12 @@ Cancelling the batch mid-way (after {progress["steps_done"]} of its steps):
 | messages of the batch left in Redis (queues + unacked) | {leftover} |
 | runs by status after the cancel | {final["runs_by_status"]} |
 """,
+        {
+            "p50_ratio": ratio50,
+            "p95_ratio": ratio95,
+            "calls_after_cancel": late_calls,
+            "messages_left": leftover,
+        },
     )
 
 

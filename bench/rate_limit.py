@@ -108,6 +108,7 @@ with its own token bucket; docpipe's shared limiter configured with the same R.
 
 ![accepted requests per second and the limiter's allowed rate](rate-limit.png)
 """,
+        {"utilisation": achieved / args.rpm, "share_429": share_429, "recovered_s": recovered},
     )
 
 

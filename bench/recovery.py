@@ -68,6 +68,7 @@ timeout untouched (3600 s).
 Bound: lease_ttl_s (8) + reaper_interval_s (2) after the last renewal; the broker's
 visibility timeout plays no part.
 """,
+        {"median_s": statistics.median(recoveries), "lost_in_flight": statistics.fmean(wasted)},
     )
 
 

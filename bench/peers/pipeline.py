@@ -1,0 +1,89 @@
+"""docpipe's ``document_extract:v1`` pipeline without docpipe: the same calls, no state.
+
+The peers run the very step functions of ``docpipe.document_extract`` (same prompts, same
+user messages, same answer schemas, same fallback model, same post-processing) through a
+context that only talks to the provider: no call log, no memo, no budget check, no lease.
+Each step's independent calls go out ``STEP_CALL_CONCURRENCY`` at a time, as in docpipe
+(one thread pool per step, like docpipe's ``StepContext.ask_all``), and each step's output
+is validated against its schema, as docpipe's executor does. The provider client
+(``docpipe.llm.LLMClient``) and answer parsing (``parse_output``) are docpipe's own, so
+whatever differs in a comparison is orchestration only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from typing import Any, cast
+
+from docpipe.calls import StepContext
+from docpipe.document_extract import DOCUMENT_EXTRACT
+from docpipe.errors import InvalidOutputError
+from docpipe.llm import LLMClient, parse_output, validate_json
+from docpipe.pipeline import Step
+
+__all__ = ["PIPELINE", "STEP_CALL_CONCURRENCY", "llm_client", "run_document", "run_step"]
+
+PIPELINE = DOCUMENT_EXTRACT
+STEP_CALL_CONCURRENCY = int(os.environ.get("DOCPIPE_STEP_CALL_CONCURRENCY", "4"))
+
+
+@cache
+def llm_client(pid: int | None = None) -> LLMClient:
+    """One provider client per process (pass ``os.getpid()``: never share across a fork)."""
+    return LLMClient(
+        base_url=os.environ["PEER_LLM_BASE_URL"],
+        api_key="",
+        timeout_s=20,
+    )
+
+
+class PlainContext:
+    """What docpipe's step functions use of a StepContext: the inputs and ``ask``."""
+
+    def __init__(self, step: Step, document: str, outputs: Mapping[str, Any]) -> None:
+        self.step = step
+        self.document = document
+        self.outputs = outputs
+        self.llm = llm_client(os.getpid())
+
+    def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        messages = [
+            {"role": "system", "content": self.step.system_prompt},
+            {"role": "user", "content": user},
+        ]
+        invalid = []
+        for model in self.step.models:
+            completion = self.llm.chat(model=model, messages=messages)
+            try:
+                return parse_output(completion.content, schema)
+            except InvalidOutputError as exc:
+                invalid.append(f"{model}: {exc}")
+        raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
+
+    def ask_all(
+        self, requests: Sequence[tuple[str, str, Mapping[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        parallel = min(STEP_CALL_CONCURRENCY, len(requests))
+        if parallel <= 1:
+            return [self.ask(*r) for r in requests]
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            return list(pool.map(lambda r: self.ask(*r), requests))
+
+
+def run_step(name: str, document: str, outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """One step of the pipeline, from the document and the earlier steps' outputs."""
+    step = PIPELINE.step(name)
+    output = step.execute(cast(StepContext, PlainContext(step, document, outputs)))
+    validate_json(output, step.output_schema)
+    return output
+
+
+def run_document(document: str) -> dict[str, Any]:
+    """The whole pipeline in one go (what a plain script or a one-task worker does)."""
+    outputs: dict[str, Any] = {}
+    for step in PIPELINE.steps:
+        outputs[step.name] = run_step(step.name, document, outputs)
+    return outputs

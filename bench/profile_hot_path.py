@@ -1,0 +1,93 @@
+"""Where a batch worker's CPU goes at zero provider latency: py-spy over its pool processes.
+
+A batch of --docs documents runs through a fresh stack (fake provider at 0 ms) while py-spy
+samples the batch worker and its pool processes. Writes the flame graph
+(docs/benchmarks/profile.svg) and prints the costliest frames, inclusive, grouped into
+the parts of a step (claim, inputs, calls, record, publish, Celery, ...).
+
+    python -m bench.profile_hot_path [--docs 200] [--concurrency 4] [--rate 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.harness import REPORTS, bench_stack, wait_for
+from bench.systems import documents
+
+
+def py_spy() -> str:
+    found = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(found).exists():
+        raise SystemExit("py-spy is not installed: pip install py-spy")
+    return found
+
+
+def frame_shares(path: Path) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """(self, inclusive) share of samples per function in a collapsed-stack file."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        # "function (path/file.py:line)" -> "function (path/file.py)"
+        frames = [f.rsplit(":", 1)[0] + ")" if ".py:" in f else f for f in stack.split(";")]
+        own[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
+    shares = [(f, n / total) for f, n in own.most_common()]
+    return shares, [(f, n / total) for f, n in inclusive.most_common()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--docs", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--idle", action="store_true", help="wall clock: count waiting too")
+    args = parser.parse_args()
+    docs = documents(args.docs, prefix="profile")
+    out = Path(tempfile.mkdtemp(prefix="docpipe-profile-"))
+    with bench_stack(batch_concurrency=args.concurrency, interactive_concurrency=1,
+                     latency_ms="0:0") as bench:  # fmt: skip
+        worker = bench.stack.process("worker-batch")
+        record = [py_spy(), "record", "--pid", str(worker.pid), "--subprocesses", "--nonblocking",
+                  "--rate", str(args.rate), *(["--idle"] if args.idle else [])]  # fmt: skip
+        # Warm up first: pool processes connect and import lazily on their first tasks.
+        bench.client.submit_batch([{"id": f"warm-{i}", "text": t} for i, t in docs[:8]])
+        wait_for(lambda: bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
+                 >= 8, timeout_s=300)  # fmt: skip
+        raw = subprocess.Popen([*record, "--format", "raw", "-o", str(out / "profile.txt")])
+        svg = subprocess.Popen([*record, "-o", str(REPORTS / "profile.svg")])
+        time.sleep(1)
+        started = time.monotonic()
+        bench.client.submit_batch([{"id": i, "text": t} for i, t in docs])
+        wait_for(lambda: bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
+                 >= len(docs) + 8, timeout_s=1800)  # fmt: skip
+        elapsed = time.monotonic() - started
+        for proc in (raw, svg):
+            proc.send_signal(2)  # SIGINT: py-spy writes its output and exits
+            proc.wait(60)
+    print(f"{args.docs} documents in {elapsed:.1f}s ({args.docs / elapsed:.1f}/s)")
+    own, inclusive = frame_shares(out / "profile.txt")
+    mode = "wall clock" if args.idle else "on CPU"
+    print(f"top functions by own samples ({mode}):")
+    for frame, share in own[:25]:
+        print(f"  {share:6.1%}  {frame}")
+    print(f"docpipe's functions, inclusive ({mode}):")
+    for frame, share in [(f, x) for f, x in inclusive if "docpipe/" in f][:30]:
+        print(f"  {share:6.1%}  {frame}")
+    print(f"flame graph: {REPORTS / 'profile.svg'}; collapsed stacks: {out / 'profile.txt'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""`make bench`: every benchmark in sequence, then one summary table.
+
+Each benchmark runs as its own process (a fresh stack each), writes
+docs/benchmarks/<name>.md (+ .json with its headline figures, + PNGs); this script then
+prints the summary and writes docs/benchmarks/README.md linking every report.
+
+    python -m bench.suite                 # full size (about an hour on 2 cores)
+    BENCH_QUICK=1 python -m bench.suite   # smoke run at small sizes (a few minutes)
+    BENCH_ONLY=throughput,crash-cost python -m bench.suite   # a subset
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.harness import REPORTS, ROOT
+
+Figures = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # report name: docs/benchmarks/<name>.md and .json
+    module: str
+    full: tuple[str, ...]
+    quick: tuple[str, ...]
+    # (what, value) rows for the summary table, from the report's figures.
+    headline: Callable[[Figures], list[tuple[str, str]]]
+
+
+def _x(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _throughput(f: Figures) -> list[tuple[str, str]]:
+    rows = []
+    for latency in ("0s", "0.2s"):
+        if (rate := f.get(f"docpipe_docs_per_s@{latency}")) is None:
+            continue
+        ratios = ", ".join(
+            f"{_x(f[k])} {k.split('_vs_')[1].split('@')[0]}"
+            for k in sorted(f)
+            if k.startswith("ratio_vs_") and k.endswith(f"@{latency}")
+        )
+        rows.append(
+            (
+                f"throughput at {latency.removesuffix('s')} s per call, concurrency "
+                f"{f['concurrency']}",
+                f"{rate:.1f} documents/s; docpipe / peer: {ratios}",
+            )
+        )
+        if (share := f.get(f"docpipe_share_of_ideal@{latency}")) is not None:
+            rows.append(
+                (
+                    f"share of ideal at {latency.removesuffix('s')} s per call",
+                    f"{share:.1%} (ideal: C / (latency x {f['mean_rounds']:.2f} round trips))",
+                )
+            )
+    overhead = {
+        k.removesuffix("_overhead_wall_ms_per_step"): v
+        for k, v in f.items()
+        if k.endswith("_overhead_wall_ms_per_step")
+    }
+    if "docpipe" in overhead:
+        cpu = f["docpipe_overhead_cpu_ms_per_step"]
+        peers = ", ".join(f"{k} {v:.1f}" for k, v in overhead.items() if k != "docpipe")
+        rows.append(
+            (
+                "orchestration overhead per step (0 s provider, concurrency 1)",
+                f"{overhead['docpipe']:.1f} ms wall, {cpu:.1f} ms CPU (peers' wall: {peers})",
+            )
+        )
+    return rows
+
+
+def _crash(f: Figures) -> list[tuple[str, str]]:
+    return [
+        (
+            f"crash mid step 2: calls paid twice, {name}",
+            f"{s['wasted_calls']:.1f} of {s['clean_calls']:.0f}; resumes after {s['resume_s']:.1f} s",
+        )
+        for name, s in f.items()
+    ]
+
+
+BENCHMARKS = [
+    Benchmark(
+        "throughput",
+        "bench.throughput",
+        ("--docs", "1000", "--concurrency", "8", "--overhead-docs", "100"),
+        ("--docs", "100", "--concurrency", "8", "--overhead-docs", "20"),
+        _throughput,
+    ),
+    Benchmark(
+        "crash-cost",
+        "bench.crash_cost",
+        ("--rounds", "3", "--visibility-timeout-s", "30"),
+        ("--rounds", "1", "--visibility-timeout-s", "10"),
+        _crash,
+    ),
+    Benchmark(
+        "interactive-latency",
+        "bench.interactive_latency",
+        ("--docs", "40", "--batch", "1000"),
+        ("--docs", "8", "--batch", "100"),
+        lambda f: [
+            (
+                "interactive latency under a batch, p50 / p95 ratio",
+                f"{f['p50_ratio']:.2f} / {f['p95_ratio']:.2f}",
+            )
+        ],
+    ),
+    Benchmark(
+        "rate-limit",
+        "bench.rate_limit",
+        (),
+        ("--seconds", "50", "--burst-at", "35", "--squeeze-s", "10", "--docs", "200"),
+        lambda f: [
+            (
+                "provider-limit utilisation / 429 share",
+                f"{f['utilisation']:.1%} / {f['share_429']:.2%}",
+            )
+        ],
+    ),
+    Benchmark(
+        "batch-progress",
+        "bench.batch_progress",
+        ("--runs", "10000"),
+        ("--runs", "1000", "--requests", "100"),
+        lambda f: [
+            (
+                f"GET /batches/{{id}} at {f['runs']:,} runs, p50 / p95",
+                f"{f['p50_ms']:.1f} / {f['p95_ms']:.1f} ms",
+            )
+        ],
+    ),
+    Benchmark(
+        "api-load",
+        "bench.api_load",
+        ("--rps", "200", "--seconds", "60"),
+        ("--rps", "200", "--seconds", "10"),
+        lambda f: [
+            (
+                f"GET /runs/{{id}} at {f['rps']:g} requests/s, p50 / p99",
+                f"{f['p50_ms']:.1f} / {f['p99_ms']:.1f} ms ({f['errors']} errors)",
+            )
+        ],
+    ),
+    Benchmark(
+        "footprint",
+        "bench.footprint",
+        ("--queued", "200"),
+        ("--queued", "50", "--docs", "16"),
+        lambda f: [
+            (
+                "broker bytes per queued step (Redis MEMORY USAGE)",
+                f"{f['docpipe_broker_bytes_per_step']:.0f} B "
+                f"(raw message {f['docpipe_raw_message_bytes']:.0f} B)",
+            ),
+            (
+                "RSS per worker process (mean) / PSS of a 4-process pool",
+                f"{f['docpipe_worker_rss_mb']:.0f} MB / {f['docpipe_worker_pss_total_mb']:.0f} MB",
+            ),
+        ],
+    ),
+    Benchmark(
+        "recovery",
+        "bench.recovery",
+        ("--rounds", "5"),
+        ("--rounds", "1"),
+        lambda f: [
+            ("SIGKILL of a worker -> step running again (median)", f"{f['median_s']:.1f} s")
+        ],
+    ),
+    Benchmark(
+        "fairness",
+        "bench.fairness",
+        (),
+        ("--big", "60", "--small", "5"),
+        lambda f: [("fairness: small tenant's batch behind a big one / alone", _x(f["ratio"]))],
+    ),
+]
+
+
+def run(bench: Benchmark, quick: bool) -> tuple[bool, float]:
+    argv = [sys.executable, "-m", bench.module, *(bench.quick if quick else bench.full)]
+    print(f"\n=== {bench.name}: {' '.join(argv[1:])}", flush=True)
+    started = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode == 0
+    return ok, time.monotonic() - started
+
+
+def figures_of(name: str) -> tuple[Figures | None, str]:
+    try:
+        data = json.loads((REPORTS / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None, ""
+    return data.get("figures"), str(data.get("measured", ""))
+
+
+def main() -> None:
+    quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    only = {n for n in os.environ.get("BENCH_ONLY", "").split(",") if n}
+    outcome: dict[str, tuple[bool, float]] = {}
+    for bench in BENCHMARKS:
+        if not only or bench.name in only:
+            outcome[bench.name] = run(bench, quick)
+    rows: list[tuple[str, str, str, str]] = []
+    for bench in BENCHMARKS:
+        figures, measured = figures_of(bench.name)
+        link = f"[{bench.name}]({bench.name}.md)"
+        if bench.name in outcome and not outcome[bench.name][0]:
+            rows.append((bench.name, "FAILED (see the output above)", link, ""))
+            continue
+        if figures is None:
+            rows.append((bench.name, "not measured yet", link, ""))
+            continue
+        try:
+            lines = bench.headline(figures)
+        except (KeyError, TypeError, ValueError) as exc:
+            lines = [(bench.name, f"figures incomplete ({exc!r})")]
+        for what, value in lines:
+            rows.append((what, value, link, measured))
+    table = "\n".join(
+        ["| figure | measured | report | when |", "|---|---|---|---|"]
+        + [f"| {what} | {value} | {link} | {when} |" for what, value, link, when in rows]
+    )
+    mode = "BENCH_QUICK=1 (small sizes: a smoke run, not the figures)" if quick else "full size"
+    durations = ", ".join(f"{n} {s / 60:.1f} min" for n, (_, s) in outcome.items())
+    readme = f"""# Benchmarks
+
+`make bench` runs every benchmark below in sequence on a fresh local stack each
+(PostgreSQL, Redis and the fake provider as local processes) and rewrites this page;
+`BENCH_QUICK=1 make bench` is a smoke run at small sizes, `BENCH_ONLY=throughput,...` runs
+a subset. Each report says exactly what was run and how to rerun it alone. Last run:
+{mode}; {durations or "nothing run"}.
+
+{table}
+
+Figures are measured, not asserted: they vary with the machine and with whatever else
+runs on it. Ratios are measured inside one run (docpipe and its peers on the same
+servers, one after the other), so they move less than absolute rates.
+
+Plots: [throughput](throughput.png), [rate limit](rate-limit.png), [queue lag](queue-lag.png)
+(`make bench-queue-lag`); where a worker's CPU goes: [flame graph](profile.svg)
+(`make bench-profile`, py-spy over a batch worker at 0 s per call).
+"""
+    (REPORTS / "README.md").write_text(readme, encoding="utf-8")
+    print("\n" + table)
+    print(f"\nwrote {REPORTS / 'README.md'}")
+    if not all(ok for ok, _ in outcome.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
