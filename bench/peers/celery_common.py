@@ -1,7 +1,8 @@
 """What both plain-Celery peers share: the same broker settings as docpipe, and a tally.
 
 Settings are docpipe's where they matter for the comparison: JSON only, no result backend,
-late acks with requeue on a lost worker, prefetch 1, prefork pool. The broker is a Redis
+late acks with requeue on a lost worker, prefetch 1, prefork pool; a transient provider error
+is retried with backoff (``RETRY_TRANSIENT``), as docpipe retries it. The broker is a Redis
 database of its own (``PEER_REDIS_URL``). ``PEER_VISIBILITY_TIMEOUT_S`` is how long an
 unacknowledged message of a dead worker waits before Redis hands it out again (Celery's
 default: 3600 s); the crash benchmark sets it low and says so.
@@ -16,7 +17,18 @@ from functools import cache
 import redis
 from celery import Celery
 
-__all__ = ["DONE_KEY", "QUEUE", "create_app", "mark_done"]
+from docpipe.errors import TransientLLMError
+
+__all__ = ["DONE_KEY", "QUEUE", "RETRY_TRANSIENT", "create_app", "mark_done"]
+
+# Task options: a provider timeout or 5xx is retried, as docpipe does, instead of losing the
+# document (which would leave the benchmark waiting for it).
+RETRY_TRANSIENT = {
+    "autoretry_for": (TransientLLMError,),
+    "retry_backoff": 1,
+    "retry_backoff_max": 10,
+    "max_retries": 5,
+}
 
 QUEUE = "peer"
 DONE_KEY = "peer:done"  # document id -> unix time its pipeline finished (measurement only)

@@ -11,13 +11,13 @@ from typing import Any
 
 from celery import Celery, chain
 
-from bench.peers.celery_common import create_app, mark_done
+from bench.peers.celery_common import RETRY_TRANSIENT, create_app, mark_done
 from bench.peers.pipeline import PIPELINE, run_step
 
 app = create_app("peer_steps")
 
 
-@app.task(name="peer.step")
+@app.task(name="peer.step", **RETRY_TRANSIENT)
 def step(outputs: dict[str, Any], doc_id: str, document: str, name: str) -> dict[str, Any]:
     outputs = {**outputs, name: run_step(name, document, outputs)}
     if name == PIPELINE.steps[-1].name:

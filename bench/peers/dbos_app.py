@@ -19,13 +19,21 @@ from typing import Any
 from dbos import DBOS
 
 from bench.peers.pipeline import PIPELINE, run_step
+from docpipe.errors import TransientLLMError
 
 APP_NAME = "docpipe-peer"
 QUEUE = "pipeline"
 WORKFLOW = "pipeline_workflow"
 
 
-@DBOS.step(name="pipeline_step")
+# A transient provider error is retried, as docpipe retries it.
+@DBOS.step(
+    name="pipeline_step",
+    retries_allowed=True,
+    max_attempts=6,
+    interval_seconds=0.5,
+    should_retry=lambda exc: isinstance(exc, TransientLLMError),
+)
 def pipeline_step(name: str, document: str, outputs: dict[str, Any]) -> dict[str, Any]:
     return run_step(name, document, outputs)
 

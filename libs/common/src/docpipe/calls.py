@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
@@ -90,25 +90,23 @@ class StepContext:
         return [f.result() for f in futures]
 
     def stop_sending(self, *, wait_s: float = 0.0) -> None:
-        """Let no further request start (calls still waiting for the limiter give up), and
-        wait up to ``wait_s`` for those already sent to finish."""
+        """Let no further request start (a call the limiter lets through afterwards gives
+        up), and wait up to ``wait_s`` for those already sent to be answered and recorded."""
         with self._idle:
             self._stopping = True
             self._idle.wait_for(lambda: self._in_flight == 0, timeout=wait_s)
 
-    @contextmanager
-    def _on_the_wire(self) -> Iterator[None]:
+    def _request_starts(self) -> None:
         with self._idle:
             if self._stopping:
                 raise RunStoppedError(f"{self.run_id}/{self.step.name} stopped sending")
             self._in_flight += 1
             self.calls_sent += 1
-        try:
-            yield
-        finally:
-            with self._idle:
-                self._in_flight -= 1
-                self._idle.notify_all()
+
+    def _request_ends(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
 
     def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         """The answer to ``user`` under the step's prompt, valid against ``schema``.
@@ -172,20 +170,29 @@ class StepContext:
         call = _CallRecord(self.db, call_id, self.settings.price_of(model), labels)
         started = time.monotonic()
         try:
-            with self.gate(model, self.lane), self._on_the_wire():
-                completion = self.llm.chat(model=model, messages=messages)
-        except LLMError as exc:
-            call.finish("error", time.monotonic() - started, error=exc)
-            raise
+            with self.gate(model, self.lane):
+                self._request_starts()
+                try:
+                    completion = self.llm.chat(model=model, messages=messages)
+                except BaseException:
+                    self._request_ends()  # a failed call is no memo: nothing to wait for
+                    raise
         except RunStoppedError as exc:  # never sent: logged as such, costs nothing
             call.finish("error", 0.0, error=LLMError(str(exc), kind="not_sent"))
             raise
+        except LLMError as exc:
+            call.finish("error", time.monotonic() - started, error=exc)
+            raise
+        # In flight until its answer is stored: that row is the memo the next attempt reads.
         try:
             output = parse_output(completion.content, schema)
         except InvalidOutputError as exc:
             call.finish("invalid_output", completion.latency_s, completion, error=exc)
             raise
-        call.finish("ok", completion.latency_s, completion, response=output)
+        else:
+            call.finish("ok", completion.latency_s, completion, response=output)
+        finally:
+            self._request_ends()
         return output
 
 
