@@ -20,7 +20,7 @@ from docpipe.executor import StepExecutor
 from docpipe.llm import LLMClient
 from docpipe.samples import SampleContract, dummy_document, sample_contracts
 from docpipe.settings import Settings
-from tests.factories import new_run, scalar
+from tests.factories import TENANT, new_run, scalar
 from tests.fakellm import FakeLLM
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
@@ -275,6 +275,45 @@ def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_thro
     assert fake_llm.stats()["requests_total"] == 0
     row = scalar(db, "SELECT (status, error_kind, cost_usd)::text FROM llm_call_log")
     assert row == "(error,not_sent,0.000000)"
+
+
+def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    run = new_run(db, CONTRACTS[0].text)
+
+    @contextmanager
+    def slow_gate_while_the_run_is_cancelled(model: str, lane: str) -> Iterator[None]:
+        assert runs.cancel_run(db, TENANT, run.run_id)
+        time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
+        yield
+
+    executor = StepExecutor(db, llm, settings, gate=slow_gate_while_the_run_is_cancelled)
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert (outcome.kind, outcome.calls_sent) == ("stopped", 0)
+    assert fake_llm.stats()["requests_total"] == 0
+    assert scalar(db, "SELECT status FROM pipeline_step_result WHERE step = %s", STEP1) == (
+        "cancelled"
+    )
+
+
+def test_a_transient_error_after_the_run_was_cancelled_is_not_retried(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    run = new_run(db, CONTRACTS[0].text)
+
+    @contextmanager
+    def cancel_then_fail(model: str, lane: str) -> Iterator[None]:
+        assert runs.cancel_run(db, TENANT, run.run_id)
+        fake_llm.add_fault("503", count=1, step=STEP1)
+        yield
+
+    executor = StepExecutor(db, llm, settings, gate=cancel_then_fail)
+    outcome = executor.run_step(run.run_id, STEP1)
+    assert outcome.kind == "stopped", "no retry message for a cancelled run"
+    assert scalar(db, "SELECT status FROM pipeline_step_result WHERE step = %s", STEP1) == (
+        "cancelled"
+    )
 
 
 def _messages(step: str, text: str) -> list[dict[str, str]]:

@@ -8,6 +8,8 @@ short and a cancel is instant: nothing but a handful of messages was ever enqueu
 from __future__ import annotations
 
 import hashlib
+import random
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -213,7 +215,7 @@ def batch_runs(
     return [{**r, "id": str(r["id"])} for r in rows]
 
 
-_DEADLOCK_RETRIES = 5
+_LOCK_RETRIES = 50
 
 
 def stop_batch(
@@ -228,16 +230,20 @@ def stop_batch(
     """End a running batch as ``status``; returns the runs it stopped (empty if the batch
     had already ended). Their waiting messages are removed from the broker when given."""
     # This statement locks the batch, then its runs, then their steps; a worker locks a step,
-    # then its run, then the batch. PostgreSQL breaks such a deadlock by aborting one side;
-    # when that is us, the statement was rolled back whole and is guarded: try it again.
-    for attempt in range(_DEADLOCK_RETRIES):
+    # then its run, then the batch. Rather than wait for PostgreSQL to find such a deadlock
+    # (deadlock_timeout, 1 s by default, each time), the statement gives up on any lock it
+    # cannot have at once; it was rolled back whole and is guarded, so it is simply retried.
+    for attempt in range(_LOCK_RETRIES):
         try:
-            row = db.one("stop_batch", tenant_id=tenant_id, batch_id=batch_id, status=status,
-                         reason=reason)  # fmt: skip
+            with db.transaction() as tx:
+                tx.conn.execute("SET LOCAL lock_timeout = '50ms'")
+                row = tx.one("stop_batch", tenant_id=tenant_id, batch_id=batch_id,
+                             status=status, reason=reason)  # fmt: skip
             break
-        except psycopg.errors.DeadlockDetected:
-            if attempt == _DEADLOCK_RETRIES - 1:
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            if attempt == _LOCK_RETRIES - 1:
                 raise
+            time.sleep(random.uniform(0, 0.02))
     assert row is not None
     run_ids: list[str] = row["run_ids"]
     if broker_redis is not None and run_ids:

@@ -186,7 +186,7 @@ class StepExecutor:
             error=str(exc), refund_attempt=True,
         )  # fmt: skip
         if not released:
-            return StepOutcome("stopped", calls_sent=calls_sent, error="lease lost")
+            return self._stopped(claim, calls_sent)
         return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=str(exc))
 
     def _retry_or_give_up(
@@ -205,7 +205,7 @@ class StepExecutor:
             self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=delay, error=error
         )
         if not released:
-            return StepOutcome("stopped", calls_sent=calls_sent, error="lease lost")
+            return self._stopped(claim, calls_sent)
         log.info(
             "step %s/%s attempt %d: retry in %.2fs: %s",
             claim.run_id,
@@ -215,6 +215,12 @@ class StepExecutor:
             error,
         )
         return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=error)
+
+    def _stopped(self, claim: runs.Claim, calls_sent: int) -> StepOutcome:
+        """The step could not be handed back: its run ended meanwhile (the step is dropped
+        with it) or another worker holds its lease (nothing to do)."""
+        runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
+        return StepOutcome("stopped", calls_sent=calls_sent, error="run ended or lease lost")
 
     def _stop_for_budget(
         self, claim: runs.Claim, exc: BudgetExceededError, calls_sent: int
@@ -287,7 +293,8 @@ class _LeaseKeeper:
                 )
                 continue
             if not kept:
-                # Another worker has the step now: calls not yet sent must not go out twice.
+                # Another worker has the step now, or its run ended (cancelled): the calls
+                # not yet sent must not go out.
                 log.warning("lease of %s/%s lost", self._claim.run_id, self._claim.step)
                 self._ctx.stop_sending()
                 return

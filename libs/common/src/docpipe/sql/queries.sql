@@ -97,23 +97,26 @@ FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
 WHERE s.run_id = %(run_id)s AND s.step = %(step)s;
 
 -- name: renew_lease
--- Extend the lease of a step this worker still holds.
-UPDATE pipeline_step_result
+-- Extend the lease of a step this worker still holds, while its run goes on.
+UPDATE pipeline_step_result s
 SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
-WHERE run_id = %(run_id)s AND step = %(step)s AND status = 'running'
-  AND lease_owner = %(owner)s
-RETURNING lease_expires_at;
+FROM pipeline_run r
+WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
+  AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status IN ('queued', 'running')
+RETURNING s.lease_expires_at;
 
 -- name: release_step
 -- Give a leased step back after a transient failure; it may be claimed again at once. An
--- attempt that only waited for the provider limiter is refunded.
-UPDATE pipeline_step_result
+-- attempt that only waited for the provider limiter is refunded. Not once its run ended
+-- (cancelled meanwhile): a retry would be a message nobody wants.
+UPDATE pipeline_step_result s
 SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, error = %(error)s,
-    attempt = attempt - %(refund)s::integer,
+    attempt = s.attempt - %(refund)s::integer,
     not_before = now() + make_interval(secs => %(retry_in_s)s)
-WHERE run_id = %(run_id)s AND step = %(step)s AND status = 'running'
-  AND lease_owner = %(owner)s
-RETURNING attempt;
+FROM pipeline_run r
+WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
+  AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status IN ('queued', 'running')
+RETURNING s.attempt;
 
 -- name: record_step_result
 -- Save a step's output with its tokens and cost, move the run on to its next step and put
