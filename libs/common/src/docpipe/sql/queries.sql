@@ -534,24 +534,26 @@ SELECT new_runs.id, s.step, s.ordinality - 1
 FROM new_runs, unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality);
 
 -- name: batch_progress
--- A batch's runs per status, steps, spending and pace, in one request.
-WITH runs AS (
-    SELECT status, admitted_at, steps_done, steps_total
+-- A batch's runs per status, steps, spending and pace, in one request: one pass over the
+-- batch's runs (grouped by status), then sums over those few groups.
+WITH per_status AS (
+    SELECT status, count(*) AS n, count(*) FILTER (WHERE admitted_at IS NULL) AS unadmitted,
+           sum(steps_done) AS steps_done, sum(steps_total) AS steps_total,
+           min(admitted_at) AS first_admitted_at
     FROM pipeline_run
     WHERE batch_id = %(batch_id)s
+    GROUP BY status
 )
 SELECT b.id, b.tenant_id, b.pipeline, b.status, b.runs_total, b.cost_usd, b.budget_usd,
        b.run_budget_usd, b.callback_url, b.created_at, b.finished_at, now() AS now,
-       (SELECT jsonb_object_agg(status, n)
-        FROM (SELECT status, count(*) AS n FROM runs GROUP BY status) per_status)
-           AS runs_by_status,
-       (SELECT count(*) FROM runs WHERE status = 'queued' AND admitted_at IS NULL)
+       (SELECT jsonb_object_agg(status, n) FROM per_status) AS runs_by_status,
+       (SELECT coalesce(sum(unadmitted), 0)::bigint FROM per_status WHERE status = 'queued')
            AS waiting_admission,
-       (SELECT coalesce(sum(steps_done), 0) FROM runs) AS steps_done,
-       (SELECT coalesce(sum(steps_total), 0) FROM runs) AS steps_total,
-       (SELECT coalesce(sum(steps_total - steps_done), 0) FROM runs
+       (SELECT coalesce(sum(steps_done), 0)::bigint FROM per_status) AS steps_done,
+       (SELECT coalesce(sum(steps_total), 0)::bigint FROM per_status) AS steps_total,
+       (SELECT coalesce(sum(steps_total - steps_done), 0)::bigint FROM per_status
         WHERE status IN ('queued', 'running')) AS steps_remaining,
-       (SELECT min(admitted_at) FROM runs) AS first_admitted_at,
+       (SELECT min(first_admitted_at) FROM per_status) AS first_admitted_at,
        (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at
                                  FROM webhook_delivery WHERE batch_id = b.id
                                  ORDER BY id DESC LIMIT 1) w) AS webhook
