@@ -31,4 +31,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", autouse=True)
 def _podman_installed() -> None:
     if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (make podman-e2e installs it on Debian)")
+        pytest.fail("podman is not installed: `make podman-e2e` installs it and runs these")
