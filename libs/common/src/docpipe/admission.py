@@ -11,19 +11,19 @@ from __future__ import annotations
 from docpipe.db import Database
 from docpipe.settings import Settings
 
-__all__ = ["ADMISSION_LOCK_KEY", "admit_batch_runs"]
+__all__ = ["admit_batch_runs"]
 
 # Admissions by beat and by workers (when a batch run ends) take turns, or both would fill
 # the same free slots. Waiting for the turn (milliseconds) instead of skipping it matters:
 # the admission in progress may not see the slot that just freed, which would then stay
 # empty until beat's next tick.
-ADMISSION_LOCK_KEY = 0x646F6370_61646D74
+_ADMISSION_LOCK_KEY = 0x646F6370_61646D74
 
 
 def admit_batch_runs(db: Database, settings: Settings) -> tuple[int, ...]:
     """Fill the free slots of the window; returns the outbox ids to publish."""
     with db.transaction() as tx:
-        tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADMISSION_LOCK_KEY,))
+        tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADMISSION_LOCK_KEY,))
         rows = tx.all(
             "admit_batch_runs",
             window=settings.batch_admission_window,
