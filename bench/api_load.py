@@ -24,23 +24,25 @@ from bench.systems import documents
 
 async def open_loop(
     url: str, api_key: str | None, run_ids: list[str], rps: float, seconds: float
-) -> tuple[list[float], list[float], dict[int, int]]:
-    """Latencies from due time and from send time (ms), and the count of each status."""
+) -> tuple[list[float], list[float], dict[int | str, int]]:
+    """Latencies from due time and from send time (ms), and the count of each status (or
+    of each client-side error, by its type)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     due_latency: list[float] = []
     send_latency: list[float] = []
-    statuses: dict[int, int] = {}
+    statuses: dict[int | str, int] = {}
     rng = random.Random(0)
     async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits,
                                  timeout=30) as client:  # fmt: skip
 
         async def one(due: float, run_id: str) -> None:
             sent = time.perf_counter()
+            status: int | str
             try:
                 status = (await client.get(f"/runs/{run_id}")).status_code
-            except httpx.HTTPError:
-                status = 0
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
             end = time.perf_counter()
             due_latency.append((end - due) * 1000)
             send_latency.append((end - sent) * 1000)
