@@ -37,6 +37,8 @@ def frame_shares(path: Path) -> tuple[list[tuple[str, float]], list[tuple[str, f
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue  # a frame name with a line break in it (a process title) split this line
         n = int(count)
         total += n
         # "function (path/file.py:line)" -> "function (path/file.py)"

@@ -35,6 +35,9 @@ class Benchmark:
     headline: Callable[[Figures], list[tuple[str, str]]]
 
 
+_BUDGET_PARTS = ("ideal_ms", "transport_ms", "inside_steps_ms", "hops_ms", "handoff_ms", "ramp_ms")
+
+
 def _x(value: float) -> str:
     return f"{value:.2f}x"
 
@@ -97,6 +100,20 @@ BENCHMARKS = [
         ("--docs", "1000", "--concurrency", "8", "--overhead-docs", "100"),
         ("--docs", "100", "--concurrency", "8", "--overhead-docs", "20"),
         _throughput,
+    ),
+    Benchmark(
+        "time-budget",
+        "bench.time_budget",
+        ("--docs", "300"),
+        ("--docs", "40"),
+        lambda f: [
+            (
+                "a document's worker time at 0.2 s per call: ideal / transport / inside steps "
+                "/ hops / handoff / ramp-up and tail",
+                " / ".join(f"{f[k]:.0f}" for k in _BUDGET_PARTS)
+                + f" ms ({f['share_of_ideal']:.1%} of the slot is ideal)",
+            )
+        ],
     ),
     Benchmark(
         "crash-cost",

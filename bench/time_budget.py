@@ -1,0 +1,130 @@
+"""Where a document's time goes at 0.2 s per call: what keeps docpipe from the ideal.
+
+C batch workers process --docs documents with the provider answering in --latency-ms.
+Each document holds one worker slot for ``elapsed x C / docs`` on average; that time is
+split, from docpipe's own timestamps in PostgreSQL, into:
+
+- ideal: the provider's configured latency x the round trips the document needs
+  (sections, ceil(sections / 4) rounds of fields, summary), as in bench.throughput;
+- transport: the provider's answers as the worker measured them, beyond that latency
+  (HTTP, the provider's event loop, the worker's threads waiting for the GIL);
+- inside steps: a step's wall time beyond its round trips (claim, the limiter, the call
+  log before and after each call, validation, recording the result);
+- hops: from a step's end to the next step's start (outbox publish, Celery ack, the
+  worker's fetch and hand-over to a pool process, the claim);
+- handoff: a run's end to the first step of the run admitted in its place (admission,
+  publish, dispatch, claim);
+- ramp-up and tail: the rest, mostly the batch's start and end, when fewer runs than
+  workers are in flight (it shrinks as --docs grows).
+
+    python -m bench.time_budget [--docs 300] [--concurrency 8] [--latency-ms 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from bench.harness import bench_stack, wait_for, write_report
+from bench.systems import documents, rounds
+
+_PER_DOCUMENT = """
+SELECT r.document_id,
+       sum(extract(epoch FROM s.finished_at - s.started_at)) AS in_steps_s,
+       coalesce(sum(extract(epoch FROM s.started_at - s.previous_end)), 0) AS hops_s
+FROM pipeline_run r
+JOIN (SELECT run_id, started_at, finished_at,
+             lag(finished_at) OVER (PARTITION BY run_id ORDER BY step_index) AS previous_end
+      FROM pipeline_step_result) s ON s.run_id = r.id
+WHERE r.batch_id = %s AND r.status = 'done'
+GROUP BY r.document_id
+"""
+# A run admitted when another one ended: from that end to the new run's first step start.
+_HANDOFF = """
+SELECT avg(extract(epoch FROM s.started_at - freed.at)) AS handoff_s
+FROM pipeline_run r
+JOIN pipeline_step_result s ON s.run_id = r.id AND s.step_index = 0
+CROSS JOIN LATERAL (
+    SELECT max(e.finished_at) AS at FROM pipeline_run e
+    WHERE e.batch_id = r.batch_id AND e.finished_at <= r.admitted_at
+) freed
+WHERE r.batch_id = %s AND freed.at IS NOT NULL
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--docs", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--latency-ms", type=int, default=200)
+    args = parser.parse_args()
+    c, latency_s = args.concurrency, args.latency_ms / 1000
+    docs = documents(args.docs, "budget")
+    doc_rounds = {doc_id: rounds(text, 4) for doc_id, text in docs}
+    ms = f"{args.latency_ms}:{args.latency_ms}"
+    with bench_stack(batch_concurrency=c, interactive_concurrency=1, latency_ms=ms) as bench:
+        warm = bench.client.submit_batch([{"id": f"warm{i}", "text": t}
+                                          for i, t in documents(2 * c, "warm")])  # fmt: skip
+        wait_for(lambda: bench.client.batch(warm["batch_id"])["status"] == "done", timeout_s=600)
+        batch_id = bench.client.submit_batch([{"id": i, "text": t} for i, t in docs])["batch_id"]
+        wait_for(lambda: bench.client.batch(batch_id)["status"] != "running", timeout_s=3600)
+        elapsed_s = float(bench.scalar(
+            "SELECT extract(epoch FROM max(r.finished_at) - b.created_at) FROM pipeline_run r"
+            " JOIN batch b ON b.id = r.batch_id WHERE b.id = %s GROUP BY b.created_at", batch_id
+        ))  # fmt: skip
+        call_s = float(bench.scalar(
+            "SELECT avg(c.latency_ms) / 1000 FROM llm_call_log c JOIN pipeline_run r"
+            " ON r.id = c.run_id WHERE r.batch_id = %s AND c.status = 'ok'", batch_id
+        ))  # fmt: skip
+        per_doc = bench.sql(_PER_DOCUMENT, batch_id)
+        handoff_s = float(bench.scalar(_HANDOFF, batch_id))
+    if len(per_doc) != args.docs:
+        raise SystemExit(f"{len(per_doc)} of {args.docs} documents done: see the stack's logs")
+
+    mean_rounds = statistics.fmean(doc_rounds[r["document_id"]] for r in per_doc)
+    slot_ms = 1000 * elapsed_s * c / args.docs
+    ideal_ms = 1000 * latency_s * mean_rounds
+    transport_ms = 1000 * (call_s - latency_s) * mean_rounds
+    steps_ms = 1000 * statistics.fmean(float(r["in_steps_s"]) for r in per_doc)
+    inside_ms = steps_ms - 1000 * call_s * mean_rounds
+    hops_ms = 1000 * statistics.fmean(float(r["hops_s"]) for r in per_doc)
+    handoff_ms = 1000 * handoff_s
+    ramp_ms = slot_ms - ideal_ms - transport_ms - inside_ms - hops_ms - handoff_ms
+    parts = [  # (figure, what it is, ms per document)
+        ("ideal_ms", "ideal: configured latency x round trips", ideal_ms),
+        ("transport_ms", "transport: answers beyond the configured latency", transport_ms),
+        ("inside_steps_ms", "docpipe inside steps", inside_ms),
+        ("hops_ms", "hops between steps", hops_ms),
+        ("handoff_ms", "handoff: a run's end to the next run's first step", handoff_ms),
+        ("ramp_ms", "ramp-up and tail: fewer runs than workers", ramp_ms),
+    ]
+    share = ideal_ms / slot_ms
+    figures = {
+        "docs_per_s": args.docs / elapsed_s,
+        "share_of_ideal": share,
+        "slot_ms": slot_ms,
+        "mean_call_ms": 1000 * call_s,
+        **{key: value for key, _, value in parts},
+    }
+    rows = "\n".join(f"| {what} | {ms:.1f} | {ms / slot_ms:.1%} |" for _, what, ms in parts)
+    report = f"""# Where a document's time goes at {args.latency_ms} ms per call
+
+`python -m bench.time_budget --docs {args.docs} --concurrency {c} --latency-ms {args.latency_ms}`:
+{c} batch workers, {args.docs} documents ({mean_rounds:.2f} provider round trips each on
+average), {args.docs / elapsed_s:.2f} documents/s. Each document holds a worker slot for
+{slot_ms:.0f} ms on average (elapsed x {c} / {args.docs}); docpipe's timestamps split it:
+
+| part | ms per document | share |
+|---|---|---|
+{rows}
+| **total: one worker slot per document** | **{slot_ms:.1f}** | 100% |
+
+Share of ideal: **{share:.1%}**. The provider's answers took {1000 * call_s:.1f} ms on
+average as the workers measured them, for a configured {args.latency_ms} ms.
+"""
+    print(report)
+    write_report("time-budget", report, figures)
+
+
+if __name__ == "__main__":
+    main()
