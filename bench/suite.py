@@ -83,6 +83,17 @@ def _throughput(f: Figures) -> list[tuple[str, str]]:
     return rows
 
 
+def _admission(f: Figures) -> list[tuple[str, str]]:
+    backlogs = sorted(int(k.removeprefix("p50_ms@")) for k in f)
+    return [
+        (
+            f"admitting one batch run behind {' / '.join(f'{b:,}' for b in backlogs)} "
+            "waiting runs, p50",
+            " / ".join(f"{f[f'p50_ms@{b}']:.2f}" for b in backlogs) + " ms",
+        )
+    ]
+
+
 def _crash(f: Figures) -> list[tuple[str, str]]:
     return [
         (
@@ -157,6 +168,13 @@ BENCHMARKS = [
                 f"{f['p50_ms']:.1f} / {f['p95_ms']:.1f} ms",
             )
         ],
+    ),
+    Benchmark(
+        "admission-cost",
+        "bench.admission_cost",
+        (),
+        ("--backlogs", "100,1000", "--rounds", "10"),
+        _admission,
     ),
     Benchmark(
         "api-load",
@@ -258,7 +276,7 @@ def main() -> None:
 (PostgreSQL, Redis and the fake provider as local processes) and rewrites this page;
 `BENCH_QUICK=1 make bench` is a smoke run at small sizes, `BENCH_ONLY=throughput,...` runs
 a subset. Each report says exactly what was run and how to rerun it alone. Last run:
-{mode}; {durations or "nothing run"}.
+{mode}; {durations or "no benchmark rerun, the table only rebuilt"}.
 
 {table}
 

@@ -607,14 +607,25 @@ RETURNING id;
 -- to the tenant (then the batch) served least so far (least attained service), so a
 -- client's 10 documents are not queued behind another's 500. Each admitted run's first
 -- step goes into the outbox in the same statement.
-WITH inflight AS (
-    SELECT count(*) AS n FROM pipeline_run
+WITH free AS (
+    SELECT greatest(0, %(window)s - count(*)) AS slots FROM pipeline_run
     WHERE lane = 'batch' AND admitted_at IS NOT NULL AND status IN ('queued', 'running')
 ), waiting AS (
-    SELECT id, tenant_id, batch_id, created_at,
-           row_number() OVER (PARTITION BY batch_id ORDER BY created_at, id) AS batch_rank
-    FROM pipeline_run
-    WHERE lane = 'batch' AND status = 'queued' AND admitted_at IS NULL
+    -- A batch's runs go in creation order, so only its first `slots` waiting runs can be
+    -- admitted now: only they are ranked, not the whole backlog.
+    -- Waiting runs all belong to running batches (stopping a batch ends its runs).
+    SELECT w.id, w.tenant_id, b.id AS batch_id, w.created_at, w.batch_rank
+    FROM batch b CROSS JOIN free
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.tenant_id, r.created_at,
+               row_number() OVER (ORDER BY r.created_at, r.id) AS batch_rank
+        FROM pipeline_run r
+        WHERE r.batch_id = b.id AND r.lane = 'batch' AND r.status = 'queued'
+          AND r.admitted_at IS NULL
+        ORDER BY r.created_at, r.id
+        LIMIT free.slots
+    ) w
+    WHERE b.status = 'running'
 ), served_batch AS (
     SELECT batch_id, count(*) AS n FROM pipeline_run
     WHERE batch_id IN (SELECT DISTINCT batch_id FROM waiting) AND admitted_at IS NOT NULL
@@ -637,7 +648,7 @@ WITH inflight AS (
     UPDATE pipeline_run r SET admitted_at = now(), updated_at = now()
     WHERE r.id IN (SELECT id FROM ordered
                    ORDER BY tenant_turn, batch_turn, created_at
-                   LIMIT greatest(0, %(window)s - (SELECT n FROM inflight)))
+                   LIMIT (SELECT slots FROM free))
       AND r.admitted_at IS NULL AND r.status = 'queued'
     RETURNING r.id, r.current_step, r.traceparent
 ), first_steps AS (

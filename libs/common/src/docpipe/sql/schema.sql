@@ -31,6 +31,8 @@ CREATE TABLE batch (
     notified_at     timestamptz,                         -- its webhook was queued
     UNIQUE (tenant_id, idempotency_key)
 );
+-- The batches admission looks into.
+CREATE INDEX batch_running_idx ON batch (created_at) WHERE status = 'running';
 
 CREATE TABLE pipeline_run (
     id              uuid          PRIMARY KEY,
@@ -63,8 +65,9 @@ CREATE TABLE pipeline_run (
 );
 CREATE INDEX pipeline_run_batch_idx ON pipeline_run (batch_id, status) WHERE batch_id IS NOT NULL;
 CREATE INDEX pipeline_run_active_idx ON pipeline_run (status) WHERE status IN ('queued', 'running');
--- Batch runs wait until admitted; fairness is computed over this index.
-CREATE INDEX pipeline_run_admission_idx ON pipeline_run (batch_id, created_at)
+-- Batch runs wait until admitted; admission reads each running batch's first few waiting
+-- runs from this index, in admission order, whatever the backlog.
+CREATE INDEX pipeline_run_admission_order_idx ON pipeline_run (batch_id, created_at, id)
     WHERE lane = 'batch' AND status = 'queued' AND admitted_at IS NULL;
 -- Admitted batch runs still in flight bound the admission window.
 CREATE INDEX pipeline_run_batch_inflight_idx ON pipeline_run (tenant_id, admitted_at)
