@@ -24,7 +24,7 @@ from docpipe.processes import ManagedProcess
 from docpipe.queues import RUN_ID_HEADER, sub_lists
 from docpipe.samples import sample_contracts
 from docpipe.settings import Settings
-from tests.factories import scalar
+from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
 
@@ -220,6 +220,25 @@ def test_admission_alternates_between_batches_of_one_tenant(
             b"SELECT count(*) AS n FROM pipeline_run WHERE admitted_at IS NOT NULL"
             b" GROUP BY batch_id").fetchall()]  # fmt: skip
     assert sorted(counts) == [3, 3]
+
+
+def test_admission_takes_the_head_of_a_big_backlog_and_single_batch_lane_runs(
+    db: Database, settings: Settings
+) -> None:
+    window = settings.model_copy(update={"batch_admission_window": 4})
+    create(db, "a", 60, "big")
+    single = new_run(db, tenant_id="b", lane="batch")
+    admit_batch_runs(db, window)
+    # Tenant b's one run (no batch) is a queue of its own, served like a batch would be.
+    assert scalar(db, "SELECT admitted_at IS NOT NULL FROM pipeline_run WHERE id = %s",
+                  single.run_id) is True  # fmt: skip
+    # The big batch goes in creation order: its first runs, not any 3 of the 60.
+    first_three = scalar(db, "SELECT array_agg(id::text ORDER BY id::text) FROM (SELECT id"
+                             " FROM pipeline_run WHERE batch_id IS NOT NULL"
+                             " ORDER BY created_at, id LIMIT 3) f")  # fmt: skip
+    taken = scalar(db, "SELECT array_agg(id::text ORDER BY id::text) FROM pipeline_run"
+                       " WHERE batch_id IS NOT NULL AND admitted_at IS NOT NULL")  # fmt: skip
+    assert taken == first_three
 
 
 # --- with workers -------------------------------------------------------------------------

@@ -612,8 +612,8 @@ WITH free AS (
     WHERE lane = 'batch' AND admitted_at IS NOT NULL AND status IN ('queued', 'running')
 ), waiting AS (
     -- A batch's runs go in creation order, so only its first `slots` waiting runs can be
-    -- admitted now: only they are ranked, not the whole backlog.
-    -- Waiting runs all belong to running batches (stopping a batch ends its runs).
+    -- admitted now: only they are ranked, not the whole backlog. A batch's waiting runs
+    -- belong to a running batch (stopping a batch ends its runs).
     SELECT w.id, w.tenant_id, b.id AS batch_id, w.created_at, w.batch_rank
     FROM batch b CROSS JOIN free
     CROSS JOIN LATERAL (
@@ -626,6 +626,12 @@ WITH free AS (
         LIMIT free.slots
     ) w
     WHERE b.status = 'running'
+    UNION ALL
+    -- Batch-lane runs started one at a time (no batch): a tenant's are one more queue.
+    SELECT id, tenant_id, NULL, created_at,
+           row_number() OVER (PARTITION BY tenant_id ORDER BY created_at, id)
+    FROM pipeline_run
+    WHERE batch_id IS NULL AND lane = 'batch' AND status = 'queued' AND admitted_at IS NULL
 ), served_batch AS (
     SELECT batch_id, count(*) AS n FROM pipeline_run
     WHERE batch_id IN (SELECT DISTINCT batch_id FROM waiting) AND admitted_at IS NOT NULL
