@@ -356,13 +356,18 @@ def test_a_future_start_is_parked_in_postgres_not_in_redis(
     assert abs(row["available_at"] - start_at) < timedelta(seconds=1)
 
 
-def test_batch_runs_are_accepted_and_wait_for_admission(
+def test_batch_lane_runs_start_while_the_window_has_room_and_then_wait(
     client: TestClient, db: Database, broker_redis: redis.Redis
 ) -> None:
-    run_id = started_run(client, lane="batch")
-    assert client.get(f"/runs/{run_id}").json()["lane"] == "batch"
-    assert count(db, "outbox") == 0
-    assert broker_redis.llen("llm_batch") == 0
+    window = get_settings().batch_admission_window
+    assert put_text(client).status_code in (200, 201)
+    run_ids = [extract(client, key=f"b-{i}", lane="batch").json()["run_id"]
+               for i in range(window + 1)]  # fmt: skip
+    assert client.get(f"/runs/{run_ids[0]}").json()["lane"] == "batch"
+    assert broker_redis.llen("llm_batch") == window, "the window's runs start at once"
+    waiting = scalar(db, "SELECT admitted_at IS NULL FROM pipeline_run WHERE id = %s",
+                     run_ids[-1])  # fmt: skip
+    assert waiting is True, "the run beyond the window waits in PostgreSQL"
 
 
 # --- runs ---------------------------------------------------------------------------------

@@ -8,10 +8,17 @@ decides fairness instead of the queue's FIFO.
 
 from __future__ import annotations
 
+import logging
+
+import psycopg
+
 from docpipe.db import Database
+from docpipe.outbox import Broker, publish_outbox
 from docpipe.settings import Settings
 
-__all__ = ["admit_batch_runs"]
+__all__ = ["admit_after_commit", "admit_and_publish", "admit_batch_runs"]
+
+log = logging.getLogger(__name__)
 
 # Admissions by beat and by workers (when a batch run ends) take turns, or both would fill
 # the same free slots. Waiting for the turn (milliseconds) instead of skipping it matters:
@@ -30,3 +37,21 @@ def admit_batch_runs(db: Database, settings: Settings) -> tuple[int, ...]:
             memory_s=settings.batch_fairness_memory_s,
         )
     return tuple(r["id"] for r in rows)
+
+
+def admit_and_publish(db: Database, broker: Broker, settings: Settings) -> int:
+    """Fill the free slots and publish the admitted runs' first steps (a failed publish is
+    swept later); returns how many runs were admitted."""
+    admitted = admit_batch_runs(db, settings)
+    publish_outbox(db, broker, admitted)
+    return len(admitted)
+
+
+def admit_after_commit(db: Database, broker: Broker, settings: Settings) -> None:
+    """``admit_and_publish`` for a request that has just committed new batch-lane runs, so
+    they start now rather than at beat's next admission tick; if the database fails here,
+    the runs are stored all the same and that tick admits them."""
+    try:
+        admit_and_publish(db, broker, settings)
+    except psycopg.Error:
+        log.warning("admission left to beat's next tick", exc_info=True)

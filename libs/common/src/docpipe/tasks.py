@@ -22,7 +22,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_shutdown
 
 from docpipe import celery_app, metrics, runs, tracing
-from docpipe.admission import admit_batch_runs
+from docpipe.admission import admit_and_publish
 from docpipe.backoff import retry_delay
 from docpipe.batches import finish_batches
 from docpipe.celery_app import PERIODIC_QUEUE
@@ -155,7 +155,7 @@ def run_step(self: Task, run_id: str, step: str) -> None:
         publish_outbox(r.db, r.broker, outcome.outbox_ids)
     if outcome.run_status in runs.ENDED_RUN_STATUSES:
         # A run ended: if it was a batch run, its slot in the admission window is free now.
-        publish_outbox(r.db, r.broker, admit_batch_runs(r.db, r.settings))
+        admit_and_publish(r.db, r.broker, r.settings)
     if outcome.kind == "retry":
         assert outcome.retry_in_s is not None
         if outcome.retry_in_s <= r.settings.park_delays_over_s:
@@ -207,9 +207,7 @@ def admit_batch_runs_task() -> None:
     r = resources()
 
     def job() -> dict[str, int]:
-        admitted = admit_batch_runs(r.db, r.settings)
-        publish_outbox(r.db, r.broker, admitted)
-        return {"admitted": len(admitted)}
+        return {"admitted": admit_and_publish(r.db, r.broker, r.settings)}
 
     run_once_per_interval(r.db, "admit_batch_runs", r.settings.admission_interval_s, job)
 

@@ -12,10 +12,12 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import ValidationError
 
 from docpipe import batches, metrics
+from docpipe.admission import admit_after_commit
 from docpipe.db import Database
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.pipeline import get_pipeline
 from docpipe_api.deps import (
+    BrokerDep,
     DatabaseDep,
     IdempotencyKeyDep,
     RedisDep,
@@ -59,10 +61,12 @@ async def submit_batch(
     key: IdempotencyKeyDep,
     settings: SettingsDep,
     db: DatabaseDep,
+    broker: BrokerDep,
     tenant: TenantDep,
     response: Response,
 ) -> BatchAccepted:
-    """All runs are created in one transaction and wait in PostgreSQL for admission."""
+    """All runs are created in one transaction and wait in PostgreSQL for admission; the
+    free slots of the admission window are filled at once."""
     require_json(request)
     body = await read_capped(request, settings.max_batch_bytes)
     try:
@@ -80,6 +84,7 @@ async def submit_batch(
     if created.created:
         pipeline_key = get_pipeline(batch.pipeline).key
         metrics.metrics().runs_created.labels(pipeline_key, "batch").inc(created.runs_total)
+        await run_sync(admit_after_commit, db, broker, settings)
     response.headers["Location"] = f"/batches/{created.batch_id}"
     return BatchAccepted(
         batch_id=created.batch_id,

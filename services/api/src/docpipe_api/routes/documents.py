@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 
 from docpipe import metrics, runs, tracing
+from docpipe.admission import admit_after_commit
 from docpipe.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
 from docpipe.errors import InvalidRequestError
 from docpipe.faults import crash_point
@@ -20,6 +21,7 @@ from docpipe_api.deps import (
     DocumentTextDep,
     ExtractRequestDep,
     IdempotencyKeyDep,
+    SettingsDep,
     TenantDep,
 )
 from docpipe_api.errors import error_responses
@@ -139,6 +141,7 @@ def start_extraction(
     key: IdempotencyKeyDep,
     db: DatabaseDep,
     broker: BrokerDep,
+    settings: SettingsDep,
     tenant: TenantDep,
     response: Response,
 ) -> ExtractAccepted:
@@ -173,6 +176,8 @@ def start_extraction(
     crash_point("api.after_commit")
     # A future start is not due yet: it stays parked and the sweep publishes it in time.
     publish_outbox(db, broker, created.outbox_ids)
+    if created.created and options.lane == "batch":
+        admit_after_commit(db, broker, settings)
     status = runs.run_progress(db, tenant, created.run_id).status
     response.headers["Location"] = f"/runs/{created.run_id}"
     return ExtractAccepted(run_id=created.run_id, status=status, created=created.created)
