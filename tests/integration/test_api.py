@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from docpipe import celery_app, runs
+from docpipe import admission, celery_app, runs
 from docpipe.db import Database
 from docpipe.document_extract import DOCUMENT_EXTRACT
 from docpipe.localstack import LocalRedis, free_port
@@ -368,6 +369,20 @@ def test_batch_lane_runs_start_while_the_window_has_room_and_then_wait(
     waiting = scalar(db, "SELECT admitted_at IS NULL FROM pipeline_run WHERE id = %s",
                      run_ids[-1])  # fmt: skip
     assert waiting is True, "the run beyond the window waits in PostgreSQL"
+
+
+def test_a_batch_lane_run_whose_admission_fails_is_stored_and_left_to_beat(
+    client: TestClient, db: Database, broker_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def database_gone(*_: object) -> None:
+        raise psycopg.OperationalError("connection lost after the commit")
+
+    monkeypatch.setattr(admission, "admit_and_publish", database_gone)
+    run_id = started_run(client, lane="batch")
+    assert scalar(db, "SELECT admitted_at IS NULL FROM pipeline_run WHERE id = %s", run_id)
+    assert broker_redis.llen("llm_batch") == 0
+    admission.admit_batch_runs(db, get_settings())  # what beat's next tick does
+    assert scalar(db, "SELECT admitted_at IS NOT NULL FROM pipeline_run WHERE id = %s", run_id)
 
 
 # --- runs ---------------------------------------------------------------------------------
