@@ -1,5 +1,6 @@
 """Admission of batch runs: they wait in PostgreSQL and enter the ``llm_batch`` queue only
-as runs in flight finish, at most ``batch_admission_window`` at a time.
+while fewer than ``batch_admission_window`` are in flight: when they are stored (the API),
+when a run in flight ends (its worker) and at beat's tick.
 
 So the Redis queue never holds more than the window, a cancel has almost nothing to take
 back, and the order of admission — least served tenant first, then least served batch —
@@ -20,8 +21,8 @@ __all__ = ["admit_after_commit", "admit_and_publish", "admit_batch_runs"]
 
 log = logging.getLogger(__name__)
 
-# Admissions by beat and by workers (when a batch run ends) take turns, or both would fill
-# the same free slots. Waiting for the turn (milliseconds) instead of skipping it matters:
+# Admissions by the API, by workers and by beat take turns, or two would fill the same
+# free slots. Waiting for the turn (milliseconds) instead of skipping it matters:
 # the admission in progress may not see the slot that just freed, which would then stay
 # empty until beat's next tick.
 _ADMISSION_LOCK_KEY = 0x646F6370_61646D74
