@@ -3,7 +3,6 @@ several worker processes, as they share nothing but Redis."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -206,40 +205,3 @@ def test_a_provider_outage_opens_the_breaker_and_probes_go_out_one_at_a_time(
         pass
     with gate.slot("m", "batch"), gate.slot("m", "interactive"):
         pass
-
-
-def test_a_success_is_reported_in_the_background_and_a_429_at_once(
-    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gate = limiter(client, provider_rpm=600)
-    reported_by: dict[str, str] = {}
-    report = gate._report
-
-    def recording(slot_id: str, outcome: str, retry_after: float) -> None:
-        reported_by[outcome] = threading.current_thread().name
-        report(slot_id, outcome, retry_after)
-
-    monkeypatch.setattr(gate, "_report", recording)
-    monkeypatch.setattr(gate._background, "_send", recording)
-    with gate.slot("m", "batch"):
-        pass
-    assert gate.state().in_flight == 0, "state() waits for this process' own reports"
-    assert reported_by["ok"] == "limiter-reports"
-    with pytest.raises(TransientLLMError), gate.slot("m", "batch"):
-        raise TransientLLMError("429", kind="rate_limited", retry_after=0.01)
-    assert reported_by["rate_limited"] == threading.current_thread().name
-    assert gate.state().allowed_rpm == pytest.approx(300)
-
-
-def test_a_forked_process_reports_through_a_thread_of_its_own(client: redis.Redis) -> None:
-    gate = limiter(client)
-    with gate.slot("m", "batch"):  # the parent's reporting thread starts
-        pass
-    child = os.fork()
-    if child == 0:  # pragma: no cover (runs in the child)
-        with gate.slot("m", "batch"):
-            pass
-        os._exit(0 if gate.state().in_flight == 0 else 1)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "the child's report was never sent"
-    assert gate.state().in_flight == 0

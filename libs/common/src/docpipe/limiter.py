@@ -18,23 +18,16 @@
 Clocks come from Redis' TIME, so workers on different hosts agree. If Redis is unreachable
 the limiter lets calls through (the broker is then down too, and the provider's own 429s
 still slow us down) rather than failing work that is already running.
-
-What a call's end says is reported at once when it changes everyone's pace (a 429, the
-provider down, a probe's answer); a success or a call that never went out is reported by a
-background thread, so that the step goes on without waiting for that round trip.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import queue
 import random
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -153,51 +146,6 @@ return tostring(rate)
 """
 
 
-# A call's end: (slot id, outcome, the provider's Retry-After in seconds or 0).
-_Report = tuple[str, str, float]
-
-
-class _BackgroundReports:
-    """Reports sent one by one from a daemon thread of this process. A process that dies
-    with reports unsent loses nothing that matters: its slots expire after the slot TTL."""
-
-    def __init__(self, send: Callable[[str, str, float], None]) -> None:
-        self._send = send
-        self._queue: queue.SimpleQueue[_Report | threading.Event] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._pid = 0  # the process whose thread serves the queue (none yet)
-
-    def put(self, report: _Report) -> None:
-        if self._pid != os.getpid():
-            self._start()
-        self._queue.put(report)
-
-    def flush(self, timeout_s: float) -> None:
-        if self._pid == os.getpid():
-            sent = threading.Event()
-            self._queue.put(sent)
-            sent.wait(timeout_s)
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._pid != os.getpid():  # first use, or a child forked with our queue
-                self._queue = queue.SimpleQueue()
-                threading.Thread(target=self._serve, args=(self._queue,), daemon=True,
-                                 name="limiter-reports").start()  # fmt: skip
-                self._pid = os.getpid()
-
-    def _serve(self, pending: queue.SimpleQueue[_Report | threading.Event]) -> None:
-        while True:
-            item = pending.get()
-            if isinstance(item, threading.Event):
-                item.set()  # everything put before it has been sent
-                continue
-            try:
-                self._send(*item)
-            except Exception:  # a bug here must not stop every later report
-                log.exception("sending the limiter report %s failed", item)
-
-
 @dataclass(frozen=True)
 class LimiterState:
     allowed_rpm: float
@@ -222,7 +170,6 @@ class ProviderLimiter:
         self._burst = settings.provider_burst or max(1, settings.provider_rpm // 60)
         # A slot outlives the longest call by a margin; a crashed holder frees it then.
         self._slot_ttl = settings.llm_timeout_s + 5
-        self._background = _BackgroundReports(self._report)
 
     @contextmanager
     def slot(self, model: str, lane: str) -> Iterator[None]:
@@ -247,11 +194,7 @@ class ProviderLimiter:
             raise
         finally:
             if granted:
-                report = (slot_id, outcome, retry_after)
-                if outcome in ("ok", "error") and granted != "probe":
-                    self._background.put(report)
-                else:
-                    self._report(*report)
+                self._report(slot_id, outcome, retry_after)
 
     def _wait_for_slot(self, slot_id: str, lane: str) -> str:
         """'slot' or 'probe' when granted, '' when Redis is unreachable (no limit applies);
@@ -299,14 +242,8 @@ class ProviderLimiter:
         except redis.RedisError:
             log.warning("provider limiter unavailable; slot %s expires on its own", slot_id)
 
-    def flush(self, timeout_s: float = 1.0) -> None:
-        """Wait until this process' background reports have been sent."""
-        self._background.flush(timeout_s)
-
     def state(self) -> LimiterState:
-        """What the limiter allows now and who waits (for metrics and status pages); this
-        process' own calls are all counted in it."""
-        self.flush()
+        """What the limiter allows now and who waits (for metrics and status pages)."""
         now = time.time()
         with self._redis.pipeline(transaction=False) as pipe:
             pipe.hget(self._keys[0], "rate")

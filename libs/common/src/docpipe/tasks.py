@@ -92,7 +92,6 @@ class Resources:
     webhook_http: httpx.Client
 
     def close(self) -> None:
-        self.limiter.flush()
         self.webhook_http.close()
         self.llm.close()
         self.db.close()
