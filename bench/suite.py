@@ -285,6 +285,12 @@ Figures are measured, not asserted: they vary with the machine and with whatever
 runs on it. Ratios are measured inside one run (docpipe and its peers on the same
 servers, one after the other), so they move less than absolute rates.
 
+On 2 vCPUs the same benchmark run minutes apart can differ by 1-3 points of the share of
+ideal at 0.2 s per call, more than most single changes to the hot path are worth. To
+judge a change, interleave: run `python -m bench.time_budget` on the old code, then on the
+new, at least three pairs in a row, and compare the pairs; a before and an after taken at
+different times of a session prove nothing at that scale.
+
 Plots: [throughput](throughput.png), [rate limit](rate-limit.png), [queue lag](queue-lag.png)
 (`make bench-queue-lag`); where a worker's CPU goes: [flame graph](profile.svg)
 (`make bench-profile`, py-spy over a batch worker at 0 s per call).

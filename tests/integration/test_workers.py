@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 import time
 from collections.abc import Callable
 
+from docpipe import celery_app
 from docpipe.db import Database
 from docpipe.outbox import publish_outbox
 from docpipe.processes import ManagedProcess
@@ -257,3 +259,30 @@ def test_an_idle_worker_stops_cleanly_on_sigterm(start_worker: StartWorker, brok
     worker.signal(signal.SIGTERM)
     assert worker.proc is not None
     assert worker.proc.wait(timeout=30) == 0
+
+
+def test_task_events_are_off_until_a_monitor_turns_them_on(
+    db: Database, publisher: CeleryBroker, broker: object, fake_llm: FakeLLM,
+    start_worker: StartWorker,
+) -> None:  # fmt: skip
+    start_worker()
+    seen: list[str] = []
+    with celery_app.app.connection_for_read() as conn:
+        receiver = celery_app.app.events.Receiver(
+            conn, handlers={"*": lambda event: seen.append(event["type"])}
+        )
+        listening = threading.Thread(target=receiver.capture, kwargs={"limit": None},
+                                     daemon=True)  # fmt: skip
+        listening.start()
+        try:
+            # The worker's heartbeats show that events reach this receiver at all.
+            wait_until(lambda: "worker-heartbeat" in seen, timeout_s=10)
+            assert wait_for_end(db, submit(db, publisher, key="quiet")) == "done"
+            assert not [kind for kind in seen if kind.startswith("task-")]
+            celery_app.app.control.enable_events()  # what Flower does when it starts
+            assert wait_for_end(db, submit(db, publisher, key="watched")) == "done"
+            wait_until(lambda: "task-succeeded" in seen, timeout_s=10)
+            assert "task-received" in seen and "task-started" in seen
+        finally:
+            receiver.should_stop = True
+            listening.join(timeout=5)

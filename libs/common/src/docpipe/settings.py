@@ -131,9 +131,11 @@ class Settings(BaseSettings):
     worker_soft_shutdown_s: Seconds = 10.0
     liveness_file: Path | None = None
     # Celery's task events (task-sent, -received, -started, -succeeded) for Flower and
-    # celery-exporter. docpipe's own /metrics do not need them, and they cost every step four
-    # more Redis messages (about 10 % of a worker's CPU at zero provider latency, bench/).
-    celery_task_events: bool = True
+    # celery-exporter. Off by default: docpipe's own /metrics do not need them, and they cost
+    # every step four more Redis messages, about 10 % of a worker's CPU at zero provider
+    # latency and 1-2 points of the share of ideal at 0.2 s per call (bench/). Flower turns
+    # them on at run time through Celery's remote control; only task-sent needs this setting.
+    celery_task_events: bool = False
 
     # Workers and beat serve Prometheus metrics at http://<host>:<port>/metrics (0: off);
     # the API serves /metrics on its own port.
