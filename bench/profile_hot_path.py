@@ -5,7 +5,7 @@ samples the batch worker and its pool processes. Writes the flame graph
 (docs/benchmarks/profile.svg) and prints the costliest frames, inclusive, grouped into
 the parts of a step (claim, inputs, calls, record, publish, Celery, ...).
 
-    python -m bench.profile_hot_path [--docs 200] [--concurrency 4] [--rate 200]
+    python -m bench.profile_hot_path [--docs 200] [--concurrency 4] [--rate 100] [--idle]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--idle", action="store_true", help="wall clock: count waiting too")
     args = parser.parse_args()
     docs = documents(args.docs, prefix="profile")
@@ -62,8 +62,10 @@ def main() -> None:
     with bench_stack(batch_concurrency=args.concurrency, interactive_concurrency=1,
                      latency_ms="0:0") as bench:  # fmt: skip
         worker = bench.stack.process("worker-batch")
+        # On CPU is sampled as "holds the GIL": py-spy's own idle detection counts a thread
+        # blocked in a socket read or a condition wait as running in some containers.
         record = [py_spy(), "record", "--pid", str(worker.pid), "--subprocesses", "--nonblocking",
-                  "--rate", str(args.rate), *(["--idle"] if args.idle else [])]  # fmt: skip
+                  "--rate", str(args.rate), "--idle" if args.idle else "--gil"]  # fmt: skip
         # Warm up first: pool processes connect and import lazily on their first tasks.
         bench.client.submit_batch([{"id": f"warm-{i}", "text": t} for i, t in docs[:8]])
         wait_for(lambda: bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
@@ -81,7 +83,7 @@ def main() -> None:
             proc.wait(60)
     print(f"{args.docs} documents in {elapsed:.1f}s ({args.docs / elapsed:.1f}/s)")
     own, inclusive = frame_shares(out / "profile.txt")
-    mode = "wall clock" if args.idle else "on CPU"
+    mode = "wall clock" if args.idle else "on CPU, holding the GIL"
     print(f"top functions by own samples ({mode}):")
     for frame, share in own[:25]:
         print(f"  {share:6.1%}  {frame}")
