@@ -293,7 +293,8 @@ different times of a session prove nothing at that scale.
 
 Plots: [throughput](throughput.png), [rate limit](rate-limit.png), [queue lag](queue-lag.png)
 (`make bench-queue-lag`); where a worker's CPU goes: [flame graph](profile.svg)
-(`make bench-profile`, py-spy over a batch worker at 0 s per call, sampling the thread that holds the GIL).
+(`make bench-profile`, py-spy over a batch worker at 0 s per call, sampling the thread
+that holds the GIL).
 """
     (REPORTS / "README.md").write_text(readme, encoding="utf-8")
     print("\n" + table)
