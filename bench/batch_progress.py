@@ -1,4 +1,5 @@
-"""How fast `GET /batches/{id}` answers for a 10,000-run batch that is being processed.
+"""How fast `GET /batches/{id}` answers for a 10,000-run batch that is being processed,
+and how long cancelling that batch takes while its workers run.
 
 python -m bench.batch_progress [--runs 10000] [--requests 300]
 """
@@ -38,10 +39,13 @@ def main() -> None:
         query = "EXPLAIN (ANALYZE, FORMAT JSON) " + _progress_sql()
         plan = bench.sql(query, *[batch_id] * query.count("%s"))[0]["QUERY PLAN"]
         sql_ms = plan[0]["Execution Time"]
-        bench.client.cancel_batch(batch_id)
+        started = time.monotonic()
+        cancelled = bench.client.cancel_batch(batch_id)
+        cancel_s = time.monotonic() - started
     print(f"GET /batches/{{id}} over HTTP (ms): {summary(latencies)}")
     print(f"the progress query itself: {sql_ms:.1f} ms; runs by status at the end: "
           f"{status['runs_by_status']}")  # fmt: skip
+    print(f"POST /batches/{{id}}/cancel: {cancel_s:.2f}s -> {cancelled['runs_by_status']}")
     write_report(
         "batch-progress",
         f"""# Batch progress for a {args.runs:,}-run batch
@@ -57,12 +61,14 @@ def main() -> None:
 | `GET /batches/{{id}}` p95 | **{percentile(latencies, 95):.1f} ms** (target < 50 ms) |
 | `GET /batches/{{id}}` p99 / max | {percentile(latencies, 99):.1f} / {max(latencies):.1f} ms |
 | the progress query alone (EXPLAIN ANALYZE) | {sql_ms:.1f} ms |
+| `POST /batches/{{id}}/cancel` while the workers run (every unfinished run stopped) | {cancel_s:.2f} s |
 """,
         {
             "runs": args.runs,
             "p50_ms": percentile(latencies, 50),
             "p95_ms": percentile(latencies, 95),
             "p99_ms": percentile(latencies, 99),
+            "cancel_s": cancel_s,
         },
     )
 

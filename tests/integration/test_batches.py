@@ -312,6 +312,35 @@ def test_cancelling_a_running_batch_sends_no_new_call_and_leaves_nothing_queued(
     assert client.post(f"/batches/{batch_id}/cancel").status_code == 409
 
 
+def test_a_big_batch_is_cancelled_while_its_workers_keep_paying_for_calls(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    fake_llm: FakeLLM,
+    batch_stack: Callable[..., None],
+) -> None:
+    # Every finished call adds its cost to its run and then to the batch. A cancel that took
+    # the batch first and then its thousands of runs met a worker holding a run and waiting
+    # for the batch, gave up after its lock timeout every time, and answered 503.
+    fake_llm.configure(latency_ms=[0, 0])
+    client = make_api_client()
+    short = "SERVICES AGREEMENT\nThe parties agree.\n1. TERM\n12 months."
+    documents = [{"id": f"big-{i}", "text": short} for i in range(3000)]
+    batch_id = submit(client, {"documents": documents})["batch_id"]
+    batch_stack(window=8, concurrency=4)
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM llm_call_log WHERE status = 'ok'") >= 100)
+
+    cancelled = client.post(f"/batches/{batch_id}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    active = scalar(db, "SELECT count(*) FROM pipeline_run WHERE batch_id = %s"
+                        " AND status IN ('queued', 'running')", batch_id)  # fmt: skip
+    assert active == 0
+    pending = scalar(db, "SELECT count(*) FROM pipeline_step_result s JOIN pipeline_run r"
+                         " ON r.id = s.run_id WHERE r.batch_id = %s AND s.status = 'pending'",
+                     batch_id)  # fmt: skip
+    assert pending == 0
+
+
 def test_a_batch_budget_stops_the_batch_when_reached(
     make_api_client: Callable[..., TestClient],
     db: Database,

@@ -229,23 +229,30 @@ def stop_batch(
 ) -> list[str]:
     """End a running batch as ``status``; returns the runs it stopped (empty if the batch
     had already ended). Their waiting messages are removed from the broker when given."""
-    # This statement locks the batch, then its runs, then their steps; a worker locks a step,
-    # then its run, then the batch. Rather than wait for PostgreSQL to find such a deadlock
-    # (deadlock_timeout, 1 s by default, each time), the statement gives up on any lock it
-    # cannot have at once; it was rolled back whole and is guarded, so it is simply retried.
+    # A worker that is paid for a call locks its run, then the batch (docpipe.calls); this
+    # takes the runs first and the batch last, or it would hold the batch while waiting for
+    # such a run, and that worker wait for the batch. A worker claiming a run's first step
+    # still locks the step before the run: rather than wait for PostgreSQL to find that
+    # deadlock (deadlock_timeout, 1 s by default, each time), the transaction gives up on
+    # any lock it cannot have at once; it was rolled back whole and is guarded, so it is
+    # simply retried.
+    params = {"tenant_id": tenant_id, "batch_id": batch_id}
     for attempt in range(_LOCK_RETRIES):
         try:
             with db.transaction() as tx:
                 tx.conn.execute("SET LOCAL lock_timeout = '50ms'")
-                row = tx.one("stop_batch", tenant_id=tenant_id, batch_id=batch_id,
-                             status=status, reason=reason)  # fmt: skip
+                row = tx.one("stop_batch_runs", status=status, reason=reason, **params)
+                assert row is not None
+                run_ids: list[str] = row["run_ids"]
+                if tx.one("end_stopped_batch", status=status, **params) is None:
+                    run_ids = []
+                    raise psycopg.Rollback()  # it ended meanwhile: change nothing
+                tx.execute("cancel_pending_steps", run_ids=run_ids)
             break
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
             if attempt == _LOCK_RETRIES - 1:
                 raise
             time.sleep(random.uniform(0, 0.02))
-    assert row is not None
-    run_ids: list[str] = row["run_ids"]
     if broker_redis is not None and run_ids:
         purge_runs(broker_redis, "llm_batch", set(run_ids))
     return run_ids

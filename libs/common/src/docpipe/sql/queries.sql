@@ -570,29 +570,34 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
 ORDER BY id
 LIMIT %(limit)s;
 
--- name: stop_batch
--- End a running batch ('cancelled' or 'budget_exceeded'): its unfinished runs stop, their
--- pending steps are dropped with their unpublished messages; running steps finish the call
--- in flight and send no other.
-WITH stopped_batch AS (
-    UPDATE batch SET status = %(status)s, finished_at = now()
-    WHERE id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
-    RETURNING id
-), stopped AS (
+-- name: stop_batch_runs
+-- The first statement of stopping a running batch ('cancelled' or 'budget_exceeded'): its
+-- unfinished runs end, their unpublished messages are dropped; running steps finish the
+-- call in flight and send no other. The batch row itself comes after (end_stopped_batch).
+WITH stopped AS (
     UPDATE pipeline_run r
     SET status = %(status)s, error = %(reason)s, finished_at = now(), updated_at = now()
-    FROM stopped_batch
-    WHERE r.batch_id = stopped_batch.id AND r.status IN ('queued', 'running')
+    WHERE r.batch_id = %(batch_id)s AND r.status IN ('queued', 'running')
+      AND EXISTS (SELECT 1 FROM batch b
+                  WHERE b.id = %(batch_id)s AND b.tenant_id = %(tenant_id)s
+                    AND b.status = 'running')
     RETURNING r.id
-), steps AS (
-    UPDATE pipeline_step_result s SET status = 'cancelled'
-    FROM stopped
-    WHERE s.run_id = stopped.id AND s.status = 'pending'
 ), unsent AS (
     DELETE FROM outbox o USING stopped
     WHERE o.run_id = stopped.id AND o.published_at IS NULL
 )
-SELECT (SELECT count(*) FROM stopped_batch) AS batches, array(SELECT id::text FROM stopped) AS run_ids;
+SELECT array(SELECT id::text FROM stopped) AS run_ids;
+
+-- name: end_stopped_batch
+-- The batch of stop_batch_runs ends, unless it has ended meanwhile (no row).
+UPDATE batch SET status = %(status)s, finished_at = now()
+WHERE id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
+RETURNING id;
+
+-- name: cancel_pending_steps
+-- The steps that will not run now that their runs ended.
+UPDATE pipeline_step_result SET status = 'cancelled'
+WHERE run_id = ANY(%(run_ids)s::uuid[]) AND status = 'pending';
 
 -- name: finish_batches
 -- Mark running batches whose runs have all ended as done.
