@@ -4,7 +4,7 @@ Each benchmark runs as its own process (a fresh stack each), writes
 docs/benchmarks/<name>.md (+ .json with its headline figures, + PNGs); this script then
 prints the summary and writes docs/benchmarks/README.md linking every report.
 
-    python -m bench.suite                 # full size (about an hour on 2 cores)
+    python -m bench.suite                 # full size (35-90 minutes on 2 cores)
     BENCH_QUICK=1 python -m bench.suite   # smoke run at small sizes (a few minutes)
     BENCH_ONLY=throughput,crash-cost python -m bench.suite   # a subset
 """
@@ -87,7 +87,15 @@ def _time_budget(f: Figures) -> list[tuple[str, str]]:
             f"a document's worker time at 0.2 s per call: {' / '.join(parts)}",
             " / ".join(f"{ms:.0f}" for ms in parts.values())
             + f" ms ({f['share_of_ideal']:.1%} of the slot is ideal)",
-        )
+        ),
+        (
+            "per document at 0.2 s per call: PostgreSQL transactions / Redis script calls / "
+            "Redis commands in all",
+            " / ".join(
+                f"{f['per_document'][k]:.0f}"
+                for k in ("postgres_transactions", "redis_script_calls", "redis_commands")
+            ),
+        ),
     ]
 
 
@@ -167,7 +175,8 @@ BENCHMARKS = [
             (
                 f"GET /batches/{{id}} at {f['runs']:,} runs, p50 / p95",
                 f"{f['p50_ms']:.1f} / {f['p95_ms']:.1f} ms",
-            )
+            ),
+            ("cancel of that batch while its workers run", f"{f['cancel_s']:.2f} s"),
         ],
     ),
     Benchmark(

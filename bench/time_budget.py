@@ -17,6 +17,10 @@ split, from docpipe's own timestamps in PostgreSQL, into:
 - ramp-up and tail: the rest, mostly the batch's start and end, when fewer runs than
   workers are in flight (it shrinks as --docs grows).
 
+Beside the split, what the stores did for it: PostgreSQL transactions, Redis script calls
+and commands per document, counted by the servers over the measured batch (everything the
+stack did meanwhile included: beat's periodic jobs, this script's polling).
+
     python -m bench.time_budget [--docs 300] [--concurrency 8] [--latency-ms 200]
 """
 
@@ -25,7 +29,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from bench.harness import bench_stack, wait_for, write_report
+import redis
+
+from bench.harness import Bench, bench_stack, wait_for, write_report
 from bench.systems import documents, rounds
 
 _PER_DOCUMENT = """
@@ -52,6 +58,21 @@ WHERE r.batch_id = %s AND freed.at IS NOT NULL
 """
 
 
+def _server_counters(bench: Bench) -> dict[str, int]:
+    """What the stores have done so far: PostgreSQL's transactions in docpipe's database;
+    Redis' script calls (the limiter) and commands in all (a script's own counted each)."""
+    # A backend reports its counts at most once a second: a few may still be missing.
+    transactions = bench.scalar(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+        " WHERE datname = current_database()"
+    )
+    with redis.Redis.from_url(bench.stack.env["DOCPIPE_REDIS_URL"]) as client:
+        commands = client.info("stats")["total_commands_processed"]
+        scripts = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    return {"postgres_transactions": int(transactions), "redis_script_calls": int(scripts),
+            "redis_commands": int(commands)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--docs", type=int, default=300)
@@ -66,11 +87,13 @@ def main() -> None:
         warm = bench.client.submit_batch([{"id": f"warm{i}", "text": t}
                                           for i, t in documents(2 * c, "warm")])  # fmt: skip
         wait_for(lambda: bench.client.batch(warm["batch_id"])["status"] == "done", timeout_s=600)
+        counted_before = _server_counters(bench)
         batch_id = bench.client.submit_batch([{"id": i, "text": t} for i, t in docs])["batch_id"]
         # The end is read from the runs' timestamps, not from this poll: poll rarely, as
         # each look at the batch's progress costs the measured machine CPU.
         wait_for(lambda: bench.client.batch(batch_id)["status"] != "running", timeout_s=3600,
                  every_s=1.0)  # fmt: skip
+        counted = {k: v - counted_before[k] for k, v in _server_counters(bench).items()}
         elapsed_s = float(bench.scalar(
             "SELECT extract(epoch FROM max(r.finished_at) - b.created_at) FROM pipeline_run r"
             " JOIN batch b ON b.id = r.batch_id WHERE b.id = %s GROUP BY b.created_at", batch_id
@@ -102,12 +125,14 @@ def main() -> None:
         ("ramp-up and tail", "ramp-up and tail: fewer runs than workers", ramp_ms),
     ]
     share = ideal_ms / slot_ms
+    per_doc = {k: v / args.docs for k, v in counted.items()}
     figures = {
         "docs_per_s": args.docs / elapsed_s,
         "share_of_ideal": share,
         "slot_ms": slot_ms,
         "mean_call_ms": 1000 * call_s,
         "parts_ms": {name: ms for name, _, ms in parts},
+        "per_document": per_doc,
     }
     rows = "\n".join(f"| {what} | {ms:.1f} | {ms / slot_ms:.1%} |" for _, what, ms in parts)
     report = f"""# Where a document's time goes at {args.latency_ms} ms per call
@@ -124,6 +149,11 @@ average), {args.docs / elapsed_s:.2f} documents/s. Each document holds a worker 
 
 Share of ideal: **{share:.1%}**. The provider's answers took {1000 * call_s:.1f} ms on
 average as the workers measured them, for a configured {args.latency_ms} ms.
+
+What the stores did for it, per document (counted by the servers over the batch, the
+stack's periodic work included): {per_doc["postgres_transactions"]:.1f} PostgreSQL
+transactions; in Redis, {per_doc["redis_script_calls"]:.1f} limiter script calls and
+{per_doc["redis_commands"]:.1f} commands in all (a script's own commands counted each).
 """
     print(report)
     write_report("time-budget", report, figures)
