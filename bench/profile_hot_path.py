@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.harness import REPORTS, bench_stack, wait_for
+from bench.harness import REPORTS, ROOT, bench_stack, wait_for
 from bench.systems import documents
 
 
@@ -81,6 +81,7 @@ def main() -> None:
         for proc in (raw, svg):
             proc.send_signal(2)  # SIGINT: py-spy writes its output and exits
             proc.wait(60)
+    _drop_machine_paths(REPORTS / "profile.svg")
     print(f"{args.docs} documents in {elapsed:.1f}s ({args.docs / elapsed:.1f}/s)")
     own, inclusive = frame_shares(out / "profile.txt")
     mode = "wall clock" if args.idle else "on CPU, holding the GIL"
@@ -91,6 +92,12 @@ def main() -> None:
     for frame, share in [(f, x) for f, x in inclusive if "docpipe/" in f][:30]:
         print(f"  {share:6.1%}  {frame}")
     print(f"flame graph: {REPORTS / 'profile.svg'}; collapsed stacks: {out / 'profile.txt'}")
+
+
+def _drop_machine_paths(svg: Path) -> None:
+    """The flame graph is committed: its process titles and py-spy's own command line name
+    files relative to the project, not where this machine keeps it."""
+    svg.write_text(svg.read_text(encoding="utf-8").replace(f"{ROOT}/", ""), encoding="utf-8")
 
 
 if __name__ == "__main__":
