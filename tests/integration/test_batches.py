@@ -416,6 +416,23 @@ def test_steps_are_the_pipelines_steps() -> None:
     assert DOCUMENT_EXTRACT.step_names == ["extract_sections", "extract_fields", "summarize"]
 
 
+def test_stopping_a_batch_ends_its_runs_and_steps_once_and_only_for_its_tenant(
+    db: Database,
+) -> None:
+    create(db, "a", 2, "x")
+    batch_id = str(scalar(db, "SELECT id FROM batch"))
+    assert stop_batch(db, "b", batch_id, status="cancelled", reason="test") == []
+    assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'queued'") == 2
+
+    stopped = stop_batch(db, "a", batch_id, status="cancelled", reason="test")
+    assert sorted(stopped) == sorted(run_ids_of(db, batch_id))
+    assert scalar(db, "SELECT count(*) FROM pipeline_step_result WHERE status = 'pending'") == 0
+    # Ended already: the second stop is rolled back whole and says so.
+    assert stop_batch(db, "a", batch_id, status="budget_exceeded", reason="again") == []
+    assert scalar(db, "SELECT status FROM batch") == "cancelled"
+    assert scalar(db, "SELECT array_agg(DISTINCT error) FROM pipeline_run") == ["test"]
+
+
 def test_a_run_of_a_cancelled_batch_cannot_be_retried_but_one_of_a_done_batch_reopens_it(
     db: Database, settings: Settings
 ) -> None:
