@@ -280,6 +280,8 @@ def main() -> None:
     )
     mode = "BENCH_QUICK=1 (small sizes: a smoke run, not the figures)" if quick else "full size"
     durations = ", ".join(f"{n} {s / 60:.1f} min" for n, (_, s) in outcome.items())
+    if only and durations:
+        durations = f'only {durations}; the "when" column dates every row'
     readme = f"""# Benchmarks
 
 `make bench` runs every benchmark below in sequence on a fresh local stack each
