@@ -341,6 +341,24 @@ def test_a_big_batch_is_cancelled_while_its_workers_keep_paying_for_calls(
     assert pending == 0
 
 
+def test_a_cancel_that_cannot_lock_a_run_changes_nothing_and_says_retry(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    client = make_api_client()
+    batch_id = submit(client, batch_body(3))["batch_id"]
+    with db.transaction() as held:  # another writer keeps one run locked past every retry
+        held.conn.execute(b"SELECT 1 FROM pipeline_run WHERE batch_id = %s LIMIT 1 FOR UPDATE",
+                          (batch_id,))  # fmt: skip
+        busy = client.post(f"/batches/{batch_id}/cancel")
+    assert busy.status_code == 503
+    assert "nothing changed, retry" in busy.json()["detail"]
+    assert busy.headers["Retry-After"] == "1"
+    assert client.get(f"/batches/{batch_id}").json()["status"] == "running"
+    assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'queued'") == 3
+
+    assert client.post(f"/batches/{batch_id}/cancel").json()["status"] == "cancelled"
+
+
 def test_a_batch_budget_stops_the_batch_when_reached(
     make_api_client: Callable[..., TestClient],
     db: Database,

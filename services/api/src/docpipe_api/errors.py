@@ -1,8 +1,8 @@
 """docpipe's errors as HTTP answers, all shaped ``{"detail": "<one clear sentence>"}``.
 
 No valid API key -> 401, NotFoundError -> 404, ConflictError -> 409, InvalidRequestError and
-malformed requests -> 422, too many requests -> 429, PostgreSQL unreachable -> 503. Bad input
-is never a 500.
+malformed requests -> 422, too many requests -> 429, PostgreSQL unreachable or the rows to
+change locked for too long -> 503. Bad input is never a 500.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _DESCRIPTIONS = {
     415: "The body's Content-Type is not accepted",
     422: "The request is malformed",
     429: "This API key sent too many requests this minute; retry after Retry-After seconds",
-    503: "A dependency (PostgreSQL) is unavailable; retry later",
+    503: "PostgreSQL is unavailable, or the rows to change stayed busy; retry later",
 }
 
 
@@ -88,6 +88,15 @@ def install_error_handlers(app: FastAPI) -> None:
     async def database_unavailable(_: Request, exc: psycopg.OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", exc)
         return _error(503, "the database is unavailable, retry later")
+
+    # A statement that gave up waiting for a row lock (docpipe.batches.stop_batch under a
+    # storm of worker writes) changed nothing; the database itself is fine.
+    @app.exception_handler(psycopg.errors.LockNotAvailable)
+    async def rows_busy(_: Request, exc: psycopg.errors.LockNotAvailable) -> JSONResponse:
+        log.warning("rows busy: %s", exc)
+        response = _error(503, "the rows this request changes stayed busy; nothing changed, retry")
+        response.headers["Retry-After"] = "1"
+        return response
 
     # Starlette answers 405 from the first route whose path matches, so its Allow header
     # would name that route's methods only (PUT, for /documents/{id} which also has GET).
