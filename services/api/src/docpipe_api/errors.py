@@ -41,6 +41,12 @@ _DESCRIPTIONS = {
 _HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
     429: {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}},
+    503: {
+        "Retry-After": {
+            "schema": {"type": "integer"},
+            "description": "seconds to wait, when the rows to change were busy",
+        }
+    },
 }
 
 
