@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PACKAGES := libs/common services/api services/fake-llm
+PACKAGES := libs/common libs/dev services/api services/fake-llm
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
 
@@ -20,10 +20,11 @@ test: deps venv ## the whole suite: unit, integration (real PostgreSQL, Redis, w
 chaos: deps venv ## the chaos suite alone: crashes and outages during batches, then a table
 	$(BIN)/python -m pytest tests/chaos -ra $(PYTEST_ARGS)
 
-lint: venv ## ruff and mypy (strict on libs/common)
+lint: venv ## ruff, mypy (strict on the library) and the import-linter contracts (.importlinter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy libs/common/src services/api/src services/fake-llm/src
+	$(BIN)/mypy libs/common/src libs/dev/src services/api/src services/fake-llm/src
+	$(BIN)/lint-imports
 
 fmt: venv
 	$(BIN)/ruff format .
@@ -86,7 +87,7 @@ kind-down: ## delete the kind cluster
 
 # --- Observability -------------------------------------------------------------------------
 dashboards: venv ## regenerate the Grafana dashboards in charts/docpipe/dashboards (a test compares)
-	$(BIN)/python -m docpipe.dashboards charts/docpipe/dashboards
+	$(BIN)/python -m docpipe_dev.dashboards charts/docpipe/dashboards
 
 bench-queue-lag: deps venv ## plot queue lag and throughput of a batch run: docs/benchmarks/queue-lag.png
 	$(BIN)/python -m bench.queue_lag_plot

@@ -15,11 +15,11 @@ import argparse
 import time
 
 from bench.harness import bench_stack, percentile, write_report
-from docpipe.admission import admit_batch_runs
-from docpipe.batches import BatchDocument, create_batch
-from docpipe.db import Database
-from docpipe.pipeline import get_pipeline
+from docpipe.pipelines.registry import get_pipeline
 from docpipe.settings import get_settings
+from docpipe.state.admission import admit_batch_runs
+from docpipe.state.batches import BatchDocument, create_batch
+from docpipe.state.db import Database
 
 _END_ONE_ADMITTED_RUN = b"""
 UPDATE pipeline_run SET status = 'done', finished_at = now()

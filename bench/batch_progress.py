@@ -74,7 +74,7 @@ def main() -> None:
 
 
 def _progress_sql() -> str:
-    from docpipe.db import load_queries
+    from docpipe.state.db import load_queries
 
     return (
         load_queries()["batch_progress"]

@@ -13,10 +13,10 @@ import time
 from datetime import datetime
 
 from bench.harness import Bench, bench_stack, wait_for, write_report
-from docpipe.client import DocpipeClient
-from docpipe.db import Database
-from docpipe.samples import sample_contracts
-from docpipe.tenants import create_api_key
+from docpipe.cli.client import DocpipeClient
+from docpipe.state.db import Database
+from docpipe.state.tenants import create_api_key
+from docpipe_dev.samples import sample_contracts
 
 
 def tenant_client(bench: Bench, tenant: str) -> DocpipeClient:

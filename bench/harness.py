@@ -21,9 +21,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from docpipe.client import DocpipeClient
-from docpipe.localstack import free_port
-from docpipe.stack import LocalStack, StackOptions
+from docpipe.cli.client import DocpipeClient
+from docpipe_dev.localstack import free_port
+from docpipe_dev.stack import LocalStack, StackOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "docs" / "benchmarks"

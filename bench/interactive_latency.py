@@ -20,8 +20,8 @@ from datetime import datetime
 import redis
 
 from bench.harness import Bench, bench_stack, percentile, summary, wait_for, write_report
-from docpipe.queues import RUN_ID_HEADER, sub_lists
-from docpipe.samples import sample_contracts
+from docpipe.broker.queues import RUN_ID_HEADER, sub_lists
+from docpipe_dev.samples import sample_contracts
 
 
 def interactive_latencies(bench: Bench, docs: list[str], parallel: int, tag: str) -> list[float]:

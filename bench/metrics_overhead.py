@@ -26,7 +26,7 @@ def per_call_us(fn: Callable[[], None], calls: int) -> float:
 
 
 def measure(calls: int) -> dict[str, float]:
-    from docpipe import metrics
+    from docpipe.observability import metrics
 
     m = metrics.metrics()
 
@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         if args.child == "multiprocess":
-            from docpipe import metrics
+            from docpipe.observability import metrics
 
             metrics.use_multiprocess_dir()
         for name, us in measure(args.calls).items():

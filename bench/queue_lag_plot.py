@@ -21,7 +21,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness import REPORTS, Bench, bench_stack, write_report
-from docpipe.samples import sample_contracts
+from docpipe_dev.samples import sample_contracts
 
 QUEUES = ("llm_interactive", "llm_batch")
 

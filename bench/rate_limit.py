@@ -19,7 +19,7 @@ import httpx
 import redis
 
 from bench.harness import REPORTS, bench_stack, wait_for, write_report
-from docpipe.samples import sample_contracts
+from docpipe_dev.samples import sample_contracts
 
 LIMITER_STATE = "docpipe:limiter:{provider}:state"
 

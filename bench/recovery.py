@@ -13,7 +13,7 @@ import statistics
 import time
 
 from bench.harness import bench_stack, summary, wait_for, write_report
-from docpipe.samples import sample_contracts
+from docpipe_dev.samples import sample_contracts
 
 
 def main() -> None:

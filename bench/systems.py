@@ -25,9 +25,9 @@ import redis
 from bench.harness import ROOT, Bench, wait_for
 from bench.peers.celery_common import create_app
 from bench.procstat import cpu_seconds, tree_pids
-from docpipe.document_extract import locate_sections
-from docpipe.processes import ManagedProcess
-from docpipe.samples import sample_contracts
+from docpipe.pipelines.document_extract import locate_sections
+from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
 
 __all__ = [
     "Document",

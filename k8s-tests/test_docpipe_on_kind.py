@@ -11,8 +11,8 @@ from datetime import datetime
 import pytest
 from kube import Docpipe, wait_for
 
-from docpipe.client import DocpipeClient
-from docpipe.samples import sample_contracts
+from docpipe.cli.client import DocpipeClient
+from docpipe_dev.samples import sample_contracts
 
 # The first test also installs the release (images of PostgreSQL and Redis may be pulled).
 pytestmark = pytest.mark.timeout(1800)

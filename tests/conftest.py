@@ -11,10 +11,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from docpipe.db import Database
-from docpipe.localstack import LocalPostgres
-from docpipe.migrate import apply_migrations
 from docpipe.settings import Settings
+from docpipe.state.db import Database
+from docpipe.state.migrate import apply_migrations
+from docpipe_dev.localstack import LocalPostgres
 from tests.servers import create_database, service_dir
 
 pytest_plugins = ["tests.processes"]

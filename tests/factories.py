@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from docpipe.db import Database
-from docpipe.document_extract import DOCUMENT_EXTRACT
-from docpipe.documents import put_document
-from docpipe.runs import CreatedRun, create_run
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.state.db import Database
+from docpipe.state.documents import put_document
+from docpipe.state.runs import CreatedRun, create_run
 
 TENANT = "acme"
 

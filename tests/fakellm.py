@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from docpipe.processes import ManagedProcess, fake_llm_argv
+from docpipe_dev.processes import ManagedProcess, fake_llm_argv
 
 __all__ = ["FakeLLM", "free_port", "start_fake_llm"]
 

@@ -1,5 +1,5 @@
 """Fixtures that run docpipe's real processes: Redis, the fake provider, celery workers and
-beat, exactly as the images run them (see docpipe.processes)."""
+beat, exactly as the images run them (see docpipe_dev.processes)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from docpipe.celery_app import app
-from docpipe.db import Database
-from docpipe.localstack import LocalRedis, free_port
-from docpipe.processes import ManagedProcess, api_argv, beat_argv, worker_argv
+from docpipe.broker.transport import CeleryPublisher, app
 from docpipe.settings import get_settings
-from docpipe.tasks import CeleryBroker
+from docpipe.state.db import Database
 from docpipe_api.main import create_app
+from docpipe_dev.localstack import LocalRedis, free_port
+from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv, worker_argv
 from tests.fakellm import FakeLLM, start_fake_llm
 from tests.servers import service_dir
 
@@ -145,11 +144,11 @@ def use_celery_broker(url: str) -> None:
 
 
 @pytest.fixture
-def publisher(redis_server: LocalRedis) -> Iterator[CeleryBroker]:
+def publisher(redis_server: LocalRedis) -> Iterator[CeleryPublisher]:
     """Publishes outbox rows from the test process to the test broker."""
     previous = app.conf.broker_url
     use_celery_broker(redis_server.url)
-    yield CeleryBroker()
+    yield CeleryPublisher()
     use_celery_broker(previous)
 
 

@@ -1,12 +1,12 @@
 """docpipe's ``document_extract:v1`` pipeline without docpipe: the same calls, no state.
 
-The peers run the very step functions of ``docpipe.document_extract`` (same prompts, same
+The peers run the very step functions of ``docpipe.pipelines.document_extract`` (same prompts, same
 user messages, same answer schemas, same fallback model, same post-processing) through a
 context that only talks to the provider: no call log, no memo, no budget check, no lease.
 Each step's independent calls go out ``STEP_CALL_CONCURRENCY`` at a time, as in docpipe
 (one thread pool per step, like docpipe's ``StepContext.ask_all``), and each step's output
 is validated against its schema, as docpipe's executor does. The provider client
-(``docpipe.llm.LLMClient``) and answer parsing (``parse_output``) are docpipe's own, so
+(``docpipe.providers.client.LLMClient``) and answer parsing (``parse_output``) are docpipe's own, so
 whatever differs in a comparison is orchestration only.
 """
 
@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any, cast
 
-from docpipe.calls import StepContext
-from docpipe.document_extract import DOCUMENT_EXTRACT
 from docpipe.errors import InvalidOutputError
-from docpipe.llm import LLMClient, parse_output, validate_json
-from docpipe.pipeline import Step
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.pipelines.model import Step
+from docpipe.providers.calls import StepContext
+from docpipe.providers.client import LLMClient, parse_output, validate_json
 
 __all__ = ["PIPELINE", "STEP_CALL_CONCURRENCY", "llm_client", "run_document", "run_step"]
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from docpipe.client import DocpipeClient
-from docpipe.localstack import LocalRedis, free_port
-from docpipe.stack import LocalStack, StackOptions
+from docpipe.cli.client import DocpipeClient
+from docpipe_dev.localstack import LocalRedis, free_port
+from docpipe_dev.stack import LocalStack, StackOptions
 from tests.chaos.invariants import REPORT, ChaosStack
 from tests.processes import FAST_TIMINGS
 

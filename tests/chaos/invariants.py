@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from docpipe.client import DocpipeClient
-from docpipe.localstack import LocalRedis
-from docpipe.samples import sample_contracts
-from docpipe.stack import LocalStack
+from docpipe.cli.client import DocpipeClient
+from docpipe_dev.localstack import LocalRedis
+from docpipe_dev.samples import sample_contracts
+from docpipe_dev.stack import LocalStack
 
 CONTRACTS = sample_contracts(200)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from docpipe.localstack import free_port
-from docpipe.processes import ManagedProcess, api_argv, beat_argv
+from docpipe_dev.localstack import free_port
+from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv
 from tests.chaos.invariants import CONTRACTS, ChaosStack, check_invariants
 
 pytestmark = pytest.mark.slow

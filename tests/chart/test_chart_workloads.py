@@ -1,6 +1,6 @@
 """What every rendering of the chart must guarantee about its workloads, for each value set:
 a single beat, grace periods that outlast the longest step, exec-form entry points that match
-docpipe.processes, probes that start no Python, resources and a restricted security context."""
+docpipe_dev.processes, probes that start no Python, resources and a restricted security context."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import jmespath
 import pytest
 
-from docpipe.processes import WORKER_QUEUES, api_argv, beat_argv, fake_llm_argv, worker_argv
+from docpipe_dev.processes import WORKER_QUEUES, api_argv, beat_argv, fake_llm_argv, worker_argv
 from tests.chart.helm import (
     Obj,
     env_of,

@@ -24,12 +24,13 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from docpipe import admission, celery_app, runs
-from docpipe.db import Database
-from docpipe.document_extract import DOCUMENT_EXTRACT
-from docpipe.localstack import LocalRedis, free_port
+from docpipe.broker.transport import app as celery_app
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.settings import get_settings
+from docpipe.state import admission, runs
+from docpipe.state.db import Database
 from docpipe_api.main import create_app
+from docpipe_dev.localstack import LocalRedis, free_port
 from tests.factories import scalar
 from tests.processes import use_celery_broker
 
@@ -72,7 +73,7 @@ def client(
     monkeypatch.setenv("DOCPIPE_MAX_DOCUMENT_BYTES", str(MAX_DOCUMENT_BYTES))
     monkeypatch.setenv("DOCPIPE_AUTH", "none")  # tenant "default"; keys: test_tenants.py
     get_settings.cache_clear()
-    previous_broker = celery_app.app.conf.broker_url
+    previous_broker = celery_app.conf.broker_url
     use_celery_broker(redis_server.url)
     try:
         with TestClient(create_app()) as test_client:

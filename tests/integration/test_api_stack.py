@@ -8,9 +8,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from docpipe.db import Database
-from docpipe.processes import ManagedProcess
-from docpipe.samples import sample_contracts
+from docpipe.state.db import Database
+from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until

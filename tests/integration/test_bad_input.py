@@ -21,13 +21,13 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
-from docpipe import runs
-from docpipe.db import Database
-from docpipe.document_extract import DOCUMENT_EXTRACT
-from docpipe.localstack import LocalRedis, free_port
-from docpipe.processes import ManagedProcess, api_argv
-from docpipe.tenants import create_api_key
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.state import runs
+from docpipe.state.db import Database
+from docpipe.state.tenants import create_api_key
 from docpipe_api.main import create_app
+from docpipe_dev.localstack import LocalRedis, free_port
+from docpipe_dev.processes import ManagedProcess, api_argv
 from tests.factories import scalar
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names

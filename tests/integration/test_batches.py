@@ -16,14 +16,14 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from docpipe.admission import admit_batch_runs
-from docpipe.batches import BatchDocument, create_batch, stop_batch
-from docpipe.db import Database
-from docpipe.document_extract import DOCUMENT_EXTRACT
-from docpipe.processes import ManagedProcess
-from docpipe.queues import RUN_ID_HEADER, sub_lists
-from docpipe.samples import sample_contracts
+from docpipe.broker.queues import RUN_ID_HEADER, sub_lists
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.settings import Settings
+from docpipe.state.admission import admit_batch_runs
+from docpipe.state.batches import BatchDocument, create_batch, stop_batch
+from docpipe.state.db import Database
+from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
 from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
@@ -454,8 +454,8 @@ def test_stopping_a_batch_ends_its_runs_and_steps_once_and_only_for_its_tenant(
 def test_a_run_of_a_cancelled_batch_cannot_be_retried_but_one_of_a_done_batch_reopens_it(
     db: Database, settings: Settings
 ) -> None:
-    from docpipe import runs
     from docpipe.errors import ConflictError
+    from docpipe.state import runs
 
     create(db, "a", 2, "x")
     batch_id = str(scalar(db, "SELECT id FROM batch"))

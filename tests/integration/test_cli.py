@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from docpipe.db import Database
-from docpipe.processes import ManagedProcess
+from docpipe.state.db import Database
+from docpipe_dev.processes import ManagedProcess
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 

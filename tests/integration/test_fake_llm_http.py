@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from docpipe.samples import sample_contracts
+from docpipe_dev.samples import sample_contracts
 from tests.fakellm import FakeLLM, start_fake_llm
 
 MODEL = "fake-model"

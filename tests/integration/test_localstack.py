@@ -10,7 +10,7 @@ import psycopg
 import pytest
 import redis
 
-from docpipe.localstack import LocalPostgres, LocalRedis, LocalServiceError
+from docpipe_dev.localstack import LocalPostgres, LocalRedis, LocalServiceError
 
 Server = LocalPostgres | LocalRedis
 

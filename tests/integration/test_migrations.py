@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psycopg
 
-from docpipe.localstack import postgres_bindir
-from docpipe.migrate import apply_migrations, migrations
+from docpipe.state.migrate import apply_migrations, migrations
+from docpipe_dev.localstack import postgres_bindir
 from tests.servers import create_database
 
 
@@ -42,7 +42,7 @@ def test_applying_every_migration_gives_schema_sql(postgres_admin_url: str) -> N
     migrated = create_database(postgres_admin_url, "docpipe_migrated")
     from_schema = create_database(postgres_admin_url, "docpipe_schema")
     apply_migrations(migrated)
-    schema_sql = files("docpipe").joinpath("sql/schema.sql").read_text(encoding="utf-8")
+    schema_sql = files("docpipe.state").joinpath("sql/schema.sql").read_text(encoding="utf-8")
     with psycopg.connect(from_schema, autocommit=True) as conn:
         conn.execute(schema_sql.encode())
     assert schema_dump(migrated) == schema_dump(from_schema)

@@ -12,12 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from docpipe import db as db_module
-from docpipe.celery_app import app, periodic_jobs
-from docpipe.db import Database
-from docpipe.processes import ManagedProcess
-from docpipe.retention import LOCK_TIMEOUT_MS, prune_retention
 from docpipe.settings import Settings
+from docpipe.state import db as db_module
+from docpipe.state.db import Database
+from docpipe.state.retention import LOCK_TIMEOUT_MS, prune_retention
+from docpipe.worker.app import app, periodic_jobs
+from docpipe_dev.processes import ManagedProcess
 from tests.factories import new_run, scalar
 from tests.processes import wait_until
 

@@ -12,14 +12,14 @@ from decimal import Decimal
 import jsonschema
 import pytest
 
-from docpipe import runs
-from docpipe.db import Database
-from docpipe.document_extract import DOCUMENT_EXTRACT
 from docpipe.errors import PermanentLLMError, TransientLLMError
-from docpipe.executor import StepExecutor
-from docpipe.llm import LLMClient
-from docpipe.samples import SampleContract, dummy_document, sample_contracts
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.providers.client import LLMClient
 from docpipe.settings import Settings
+from docpipe.state import runs
+from docpipe.state.db import Database
+from docpipe.worker.executor import StepExecutor
+from docpipe_dev.samples import SampleContract, dummy_document, sample_contracts
 from tests.factories import TENANT, new_run, scalar
 from tests.fakellm import FakeLLM
 

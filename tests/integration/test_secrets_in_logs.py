@@ -12,12 +12,12 @@ import psycopg
 import pytest
 import redis
 
-from docpipe.client import ApiError, DocpipeClient
-from docpipe.db import Database
-from docpipe.localstack import LocalRedis, free_port
-from docpipe.processes import ManagedProcess, api_argv
-from docpipe.samples import sample_contracts
-from docpipe.tenants import create_api_key
+from docpipe.cli.client import ApiError, DocpipeClient
+from docpipe.state.db import Database
+from docpipe.state.tenants import create_api_key
+from docpipe_dev.localstack import LocalRedis, free_port
+from docpipe_dev.processes import ManagedProcess, api_argv
+from docpipe_dev.samples import sample_contracts
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 from tests.processes import ProcessFactory, wait_until

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from docpipe import runs
-from docpipe.db import Database
-from docpipe.document_extract import DOCUMENT_EXTRACT
-from docpipe.documents import put_document
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.state import runs
+from docpipe.state.db import Database
+from docpipe.state.documents import put_document
 from tests.factories import TENANT, new_run, scalar
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
@@ -44,7 +44,7 @@ def test_a_new_run_has_pending_steps_and_its_first_step_in_the_outbox(db: Databa
     progress = runs.run_progress(db, TENANT, run.run_id)
     assert (progress.status, progress.current_step) == ("queued", STEP1)
     assert (progress.steps_done, progress.steps_total) == (0, 3)
-    assert [s["status"] for s in progress.steps] == ["pending"] * 3
+    assert [s.status for s in progress.steps] == ["pending"] * 3
     with db.session() as s:
         msg = s.conn.execute(b"SELECT * FROM outbox").fetchone()
     assert msg is not None
@@ -114,8 +114,8 @@ def test_recording_a_result_advances_the_run_and_enqueues_the_next_step(db: Data
     assert len(recorded.outbox_ids) == 1
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
     assert (progress.current_step, progress.steps_done) == (STEP2, 1)
-    assert progress.steps[0]["output"] == {"sections": []}
-    assert progress.steps[0]["prompt_version"] == "p@v1"
+    assert progress.steps[0].output == {"sections": []}
+    assert progress.steps[0].prompt_version == "p@v1"
     # A redelivered message for the finished step claims nothing.
     assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None
 
@@ -169,7 +169,7 @@ def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
         db, claim, owner="w", output={}, model="gpt-4o-mini", prompt_version="v", next_step=STEP2
     )
     step = runs.run_progress(db, TENANT, run.run_id).steps[0]
-    assert (step["input_tokens"], step["output_tokens"], str(step["cost_usd"])) == (
+    assert (step.input_tokens, step.output_tokens, str(step.cost_usd)) == (
         150,
         15,
         "0.001500",
@@ -191,7 +191,7 @@ def test_a_permanent_failure_ends_the_run(db: Database) -> None:
     assert runs.fail_run(db, run.run_id, STEP1, owner="w", status="failed", error="empty")
     progress = runs.run_progress(db, TENANT, run.run_id)
     assert (progress.status, progress.error) == ("failed", "empty")
-    assert progress.steps[0]["status"] == "failed"
+    assert progress.steps[0].status == "failed"
     assert runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30) is None
     assert not runs.fail_run(db, run.run_id, STEP1, owner="w", status="failed", error="again")
 
@@ -203,7 +203,7 @@ def test_cancel_stops_pending_steps_once(db: Database) -> None:
     assert not runs.cancel_run(db, "intruder", run.run_id)
     progress = runs.run_progress(db, TENANT, run.run_id)
     assert progress.status == "cancelled"
-    assert {s["status"] for s in progress.steps} == {"cancelled"}
+    assert {s.status for s in progress.steps} == {"cancelled"}
     assert runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30) is None
 
 
@@ -232,12 +232,12 @@ def test_restart_from_a_step_keeps_earlier_results_and_bumps_the_generation(db: 
     assert len(restarted.outbox_ids) == 1
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
     assert (progress.status, progress.current_step, progress.steps_done) == ("queued", STEP2, 1)
-    assert [(s["status"], s["generation"]) for s in progress.steps] == [
+    assert [(s.status, s.generation) for s in progress.steps] == [
         ("done", 0),
         ("pending", 1),
         ("pending", 1),
     ]
-    assert progress.steps[0]["output"] == {"step": STEP1}
+    assert progress.steps[0].output == {"step": STEP1}
 
 
 def test_restart_refuses_active_runs_and_unknown_steps(db: Database) -> None:

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from docpipe.db import Database
-from docpipe.document_extract import DOCUMENT_EXTRACT
-from docpipe.localstack import LocalRedis
-from docpipe.tenants import (
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.state.db import Database
+from docpipe.state.tenants import (
     KEY_PATTERN,
     InvalidApiKey,
     RevokedApiKey,
@@ -26,6 +25,7 @@ from docpipe.tenants import (
     revoke_api_key,
     verify_api_key,
 )
+from docpipe_dev.localstack import LocalRedis
 from tests.factories import scalar
 
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"

@@ -14,11 +14,12 @@ from typing import Any
 
 import redis
 
-from docpipe.db import Database
-from docpipe.document_extract import DOCUMENT_EXTRACT
-from docpipe.outbox import publish_outbox
-from docpipe.processes import ManagedProcess
-from docpipe.tasks import RUN_STEP, CeleryBroker
+from docpipe.broker.messages import RUN_STEP
+from docpipe.broker.transport import CeleryPublisher
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.state.db import Database
+from docpipe.state.outbox import publish_outbox
+from docpipe_dev.processes import ManagedProcess
 from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
@@ -60,7 +61,7 @@ def test_a_worker_refuses_pickled_messages_and_keeps_serving_json(
     db: Database,
     broker: redis.Redis,
     fake_llm: FakeLLM,
-    publisher: CeleryBroker,
+    publisher: CeleryPublisher,
     start_worker: Callable[..., ManagedProcess],
     tmp_path: Path,
 ) -> None:

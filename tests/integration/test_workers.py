@@ -13,13 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from docpipe import celery_app
-from docpipe.db import Database
-from docpipe.outbox import publish_outbox
-from docpipe.processes import ManagedProcess
-from docpipe.samples import sample_contracts
+from docpipe.broker.transport import CeleryPublisher
+from docpipe.broker.transport import app as celery_app
 from docpipe.settings import Settings
-from docpipe.tasks import CeleryBroker
+from docpipe.state.db import Database
+from docpipe.state.outbox import publish_outbox
+from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
 from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
@@ -28,7 +28,9 @@ CONTRACT = sample_contracts(1)[0]
 StartWorker = Callable[..., ManagedProcess]
 
 
-def submit(db: Database, publisher: CeleryBroker, text: str = CONTRACT.text, key: str = "k") -> str:
+def submit(
+    db: Database, publisher: CeleryPublisher, text: str = CONTRACT.text, key: str = "k"
+) -> str:
     created = new_run(db, text, key=key, document_id=f"doc-{key}")
     publish_outbox(db, publisher, created.outbox_ids)
     return created.run_id
@@ -58,7 +60,7 @@ def calls(db: Database, run_id: str, step: str, state: str | None = None) -> int
 
 def test_a_run_goes_through_all_steps_on_real_workers(
     db: Database,
-    publisher: CeleryBroker,
+    publisher: CeleryPublisher,
     broker: object,
     fake_llm: FakeLLM,
     start_worker: StartWorker,
@@ -75,7 +77,7 @@ def test_a_run_goes_through_all_steps_on_real_workers(
 
 def test_killed_worker_resumes_at_step_2_without_repaying_step_1(
     db: Database,
-    publisher: CeleryBroker,
+    publisher: CeleryPublisher,
     broker: object,
     fake_llm: FakeLLM,
     start_worker: StartWorker,
@@ -126,7 +128,7 @@ def test_killed_worker_resumes_at_step_2_without_repaying_step_1(
 
 def test_sigterm_mid_step_finishes_the_step_and_loses_nothing(
     db: Database,
-    publisher: CeleryBroker,
+    publisher: CeleryPublisher,
     broker: object,
     fake_llm: FakeLLM,
     start_worker: StartWorker,
@@ -153,7 +155,7 @@ def test_sigterm_mid_step_finishes_the_step_and_loses_nothing(
 
 def test_429_on_step_2_is_retried_with_backoff_then_done(
     db: Database,
-    publisher: CeleryBroker,
+    publisher: CeleryPublisher,
     broker: object,
     fake_llm: FakeLLM,
     start_worker: StartWorker,
@@ -187,7 +189,7 @@ def test_429_on_step_2_is_retried_with_backoff_then_done(
 
 def test_an_empty_document_fails_at_step_1_at_once(
     db: Database,
-    publisher: CeleryBroker,
+    publisher: CeleryPublisher,
     broker: object,
     fake_llm: FakeLLM,
     start_worker: StartWorker,
@@ -218,7 +220,7 @@ def test_an_unpublished_step_is_swept_and_runs(
 
 def test_a_flushed_broker_loses_no_run(
     db: Database,
-    publisher: CeleryBroker,
+    publisher: CeleryPublisher,
     broker: object,
     fake_llm: FakeLLM,
     start_worker: StartWorker,
@@ -262,13 +264,13 @@ def test_an_idle_worker_stops_cleanly_on_sigterm(start_worker: StartWorker, brok
 
 
 def test_task_events_are_off_until_a_monitor_turns_them_on(
-    db: Database, publisher: CeleryBroker, broker: object, fake_llm: FakeLLM,
+    db: Database, publisher: CeleryPublisher, broker: object, fake_llm: FakeLLM,
     start_worker: StartWorker,
 ) -> None:  # fmt: skip
     start_worker()
     seen: list[str] = []
-    with celery_app.app.connection_for_read() as conn:
-        receiver = celery_app.app.events.Receiver(
+    with celery_app.connection_for_read() as conn:
+        receiver = celery_app.events.Receiver(
             conn, handlers={"*": lambda event: seen.append(event["type"])}
         )
         listening = threading.Thread(target=receiver.capture, kwargs={"limit": None},
@@ -279,7 +281,7 @@ def test_task_events_are_off_until_a_monitor_turns_them_on(
             wait_until(lambda: "worker-heartbeat" in seen, timeout_s=10)
             assert wait_for_end(db, submit(db, publisher, key="quiet")) == "done"
             assert not [kind for kind in seen if kind.startswith("task-")]
-            celery_app.app.control.enable_events()  # what Flower does when it starts
+            celery_app.control.enable_events()  # what Flower does when it starts
             assert wait_for_end(db, submit(db, publisher, key="watched")) == "done"
             wait_until(lambda: "task-succeeded" in seen, timeout_s=10)
             assert "task-received" in seen and "task-started" in seen

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from docpipe.localstack import free_port
-from docpipe.processes import api_argv
-from docpipe.samples import sample_contracts
+from docpipe_dev.localstack import free_port
+from docpipe_dev.processes import api_argv
+from docpipe_dev.samples import sample_contracts
 from tests.processes import ProcessFactory
 
 CONTRACTS = sample_contracts(8)

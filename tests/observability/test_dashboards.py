@@ -1,4 +1,4 @@
-"""The dashboards in the chart are exactly what docpipe.dashboards generates (run `make
+"""The dashboards in the chart are exactly what docpipe_dev.dashboards generates (run `make
 dashboards` after changing it), and each is well-formed for Grafana."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from docpipe import dashboards
-from docpipe import metrics as m
+from docpipe.observability import metrics as m
+from docpipe_dev import dashboards
 
 CHART_DASHBOARDS = Path(__file__).resolve().parents[2] / "charts/docpipe/dashboards"
 METRIC_NAMES = {v for k, v in vars(m).items() if k.isupper() and isinstance(v, str)}

@@ -16,10 +16,10 @@ import httpx
 import pytest
 import yaml
 
-from docpipe import dashboards
-from docpipe.db import Database
-from docpipe.localstack import free_port
-from docpipe.processes import ManagedProcess
+from docpipe.state.db import Database
+from docpipe_dev import dashboards
+from docpipe_dev.localstack import free_port
+from docpipe_dev.processes import ManagedProcess
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 from tests.observability.conftest import CONTRACTS, extract

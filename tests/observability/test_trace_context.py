@@ -1,5 +1,5 @@
-"""Which context a run's message is published in (docpipe.tracing, "One trace per run"),
-decided in-process with an in-memory span exporter: the rules one by one."""
+"""Which context a run's message is published in (docpipe.observability.tracing, "One trace per
+run"), decided in-process with an in-memory span exporter: the rules one by one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from docpipe import tracing
+from docpipe.observability import tracing
 
 RUN = "6f1c0b6e-0000-4000-8000-000000000001"
 
@@ -33,7 +33,7 @@ def tracer() -> trace.Tracer:
 
 
 def publish(run_id: str | None, traceparent: str | None) -> ReadableSpan:
-    """What Celery's instrumentation does inside CeleryBroker.publish: a producer span in
+    """What Celery's instrumentation does inside CeleryPublisher.publish: a producer span in
     the current context."""
     with tracing.publish_context(run_id, traceparent):
         span = tracer().start_span("apply_async/docpipe.run_step", kind=trace.SpanKind.PRODUCER)

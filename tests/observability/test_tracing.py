@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from docpipe.db import Database
-from docpipe.processes import ManagedProcess
+from docpipe.state.db import Database
+from docpipe_dev.processes import ManagedProcess
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 from tests.observability.conftest import CONTRACTS, extract
@@ -143,4 +143,4 @@ def test_an_extract_request_and_all_steps_of_its_run_form_one_trace(
     first_publish = b_trace.parent(b_trace.step_span(run_b, STEPS[0]))
     assert first_publish.service == "docpipe-worker"
     # Periodic maintenance is not traced (several ticks a second would bury the runs).
-    assert not [s for s in spans if "docpipe.periodic" in s.name]
+    assert not [s for s in spans if "docpipe.state.periodic" in s.name]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from docpipe.db import Database
-from docpipe.localstack import free_port
-from docpipe.outbox import publish_outbox
-from docpipe.processes import ManagedProcess
-from docpipe.samples import sample_contracts
-from docpipe.tasks import CeleryBroker
+from docpipe.broker.transport import CeleryPublisher
+from docpipe.state.db import Database
+from docpipe.state.outbox import publish_outbox
+from docpipe_dev.localstack import free_port
+from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
 from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.observability.scrape import scrape, series, total
@@ -27,7 +27,7 @@ STEPS = 3
 
 def test_a_prefork_worker_serves_the_sum_of_its_pool_processes(
     db: Database,
-    publisher: CeleryBroker,
+    publisher: CeleryPublisher,
     broker: object,
     fake_llm: FakeLLM,
     start_worker: Callable[..., ManagedProcess],

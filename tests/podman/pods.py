@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from docpipe.localstack import free_port
+from docpipe_dev.localstack import free_port
 
 Obj = dict[str, Any]
 

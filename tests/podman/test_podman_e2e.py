@@ -21,9 +21,9 @@ import httpx
 import psycopg
 import pytest
 
-from docpipe.client import DocpipeClient
-from docpipe.localstack import LocalPostgres, LocalRedis, free_port
-from docpipe.samples import sample_contracts
+from docpipe.cli.client import DocpipeClient
+from docpipe_dev.localstack import LocalPostgres, LocalRedis, free_port
+from docpipe_dev.samples import sample_contracts
 from tests.chart.helm import render, values_file
 from tests.podman.pods import Manifests, Obj, podman
 

@@ -1,6 +1,6 @@
 """The fake provider's reader, fed what the pipeline sends, recovers each contract's facts.
 
-The reader sees only the text: the ground truth of docpipe.samples is used here to check it,
+The reader sees only the text: the ground truth of docpipe_dev.samples is used here to check it,
 never by the fake itself.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from docpipe.samples import SampleContract, sample_contracts
+from docpipe_dev.samples import SampleContract, sample_contracts
 from docpipe_fake_llm.reader import StepInputError, answer_step
 
 CONTRACTS = sample_contracts(10)

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
-from docpipe.llm import LLMClient, parse_output
+from docpipe.providers.client import LLMClient, parse_output
 
 USER = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello"}]
 

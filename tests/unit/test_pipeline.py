@@ -1,8 +1,8 @@
 import pytest
 
-from docpipe.document_extract import DOCUMENT_EXTRACT, locate_sections
 from docpipe.errors import InvalidRequestError
-from docpipe.pipeline import get_pipeline, pipelines
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, locate_sections
+from docpipe.pipelines.registry import get_pipeline, pipelines
 
 DOC = "SUPPLY AGREEMENT\nParties here.\n1. DEFINITIONS\nWords.\n2. PRICE\nMoney.\n"
 

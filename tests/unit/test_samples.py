@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from docpipe.samples import SampleContract, dummy_document, sample_contracts, write_samples
+from docpipe_dev.samples import SampleContract, dummy_document, sample_contracts, write_samples
 
 HEADING = re.compile(r"^(\d+)\. ([A-Z][A-Z ,&\-]+)$", re.M)
 FIELDS = [

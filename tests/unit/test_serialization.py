@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from docpipe.celery_app import app
+from docpipe.worker.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 # Modules whose loads() runs code chosen by whoever wrote the bytes.
@@ -56,4 +56,4 @@ def test_the_celery_app_speaks_json_only() -> None:
     assert conf.result_accept_content == ["json"]
     assert (conf.task_serializer, conf.result_serializer, conf.event_serializer) == ("json",) * 3
     # Celery's default beat schedule is a shelve (pickle) file; ours lives in memory.
-    assert conf.beat_scheduler == "docpipe.heartbeat:LivenessScheduler"
+    assert conf.beat_scheduler == "docpipe.worker.liveness:LivenessScheduler"

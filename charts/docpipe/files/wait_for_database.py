@@ -11,7 +11,7 @@ import time
 
 import psycopg
 
-from docpipe.migrate import migrations
+from docpipe.state.migrate import migrations
 from docpipe.settings import get_settings
 
 POLL_S = 3.0

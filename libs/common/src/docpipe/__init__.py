@@ -1,1 +1,18 @@
-"""docpipe: durable LLM document pipelines on Celery, Redis and PostgreSQL."""
+"""docpipe: durable LLM document pipelines on Celery, Redis and PostgreSQL.
+
+One folder per role, each importing only the ones listed below it (checked by
+import-linter, see ``.importlinter``):
+
+- :mod:`docpipe.cli`: the ``docpipe`` command and its HTTP client;
+- :mod:`docpipe.worker`: Celery app, tasks, step executor, liveness (workers and beat);
+- :mod:`docpipe.providers`: provider client, shared limiter, memoised calls;
+- :mod:`docpipe.state`: the state machine in PostgreSQL and its SQL;
+- :mod:`docpipe.broker`: queue names, publishing, what waits in Redis;
+- :mod:`docpipe.observability`: metrics and tracing;
+- :mod:`docpipe.pipelines`: pipeline definitions and the built-in pipeline;
+- the foundation every role shares: :mod:`docpipe.settings`, :mod:`docpipe.errors`,
+  :mod:`docpipe.statuses`, :mod:`docpipe.backoff`, :mod:`docpipe.faults`.
+
+The API (``docpipe_api``) uses the state machine, the broker, pipelines and observability;
+the development tooling (``docpipe_dev``) is a separate package that no image installs.
+"""

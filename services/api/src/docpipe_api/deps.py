@@ -12,11 +12,11 @@ from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
-from docpipe.db import Database
+from docpipe.broker.messages import Broker
 from docpipe.errors import InvalidRequestError
-from docpipe.outbox import Broker
 from docpipe.settings import Settings
-from docpipe.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
+from docpipe.state.db import Database
+from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
 from docpipe_api.errors import describe_validation_errors
 from docpipe_api.ratelimit import enforce_rate_limit
 from docpipe_api.schemas import DocumentText, ExtractRequest

@@ -95,7 +95,7 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("database unavailable: %s", exc)
         return _error(503, "the database is unavailable, retry later")
 
-    # A statement that gave up waiting for a row lock (docpipe.batches.stop_batch under a
+    # A statement that gave up waiting for a row lock (docpipe.state.batches.stop_batch under a
     # storm of worker writes) changed nothing; the database itself is fine.
     @app.exception_handler(psycopg.errors.LockNotAvailable)
     async def rows_busy(_: Request, exc: psycopg.errors.LockNotAvailable) -> JSONResponse:

@@ -12,10 +12,10 @@ from contextlib import asynccontextmanager
 import redis
 from fastapi import Depends, FastAPI
 
-from docpipe import tracing
-from docpipe.db import Database
+from docpipe.broker.transport import CeleryPublisher
+from docpipe.observability import tracing
 from docpipe.settings import Settings, get_settings
-from docpipe.tasks import CeleryBroker
+from docpipe.state.db import Database
 from docpipe_api.deps import Resources, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability
@@ -38,7 +38,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             socket_timeout=CHECK_TIMEOUT_S,
         )
         app.state.docpipe = Resources(
-            settings=resolved, database=database, broker=CeleryBroker(), redis=broker_redis
+            settings=resolved, database=database, broker=CeleryPublisher(), redis=broker_redis
         )
         try:
             yield

@@ -1,6 +1,7 @@
 """The API's metrics and traces: ``/metrics`` on the API's own port, a duration histogram per
 route, and OpenTelemetry for requests when the ``OTEL_*`` environment asks for it (see
-docpipe.tracing; the request span's traceparent is stored with each run it creates)."""
+docpipe.observability.tracing; the request span's traceparent is stored with each run it
+creates)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from docpipe import metrics, tracing
+from docpipe.observability import metrics, tracing
 
 __all__ = ["install_observability"]
 

@@ -3,7 +3,7 @@ replica. One atomic MULTI (INCR + EXPIRE) per request; the counter expires by it
 
 A fixed window lets a key send up to twice its limit across a window boundary; that is
 the price of one round trip and no clock-sensitive arithmetic, and fine for a guard
-against runaway clients (the provider's own limit is enforced by docpipe.limiter).
+against runaway clients (the provider's own limit is enforced by docpipe.providers.limiter).
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
-from docpipe.batches import BatchProgress
-from docpipe.runs import Progress
+from docpipe.statuses import DeliveryStatus, Lane
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -39,6 +38,8 @@ __all__ = [
 
 DEFAULT_PIPELINE = "document_extract:v1"
 REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
+# Answers are built from docpipe.state's rows (dataclasses) by attribute name.
+ANSWER_MODEL = ConfigDict(from_attributes=True)
 # PostgreSQL text cannot hold NUL characters, so documents must not contain them.
 NO_NUL = "^[^\\u0000]*$"
 MAX_DEADLINE_S = 30 * 24 * 3600.0
@@ -79,6 +80,8 @@ class DocumentText(BaseModel):
 
 
 class DocumentOut(BaseModel):
+    model_config = ANSWER_MODEL
+
     id: str
     sha256: str = Field(description="SHA-256 of the UTF-8 text, hex")
     size_bytes: int
@@ -91,7 +94,7 @@ class ExtractRequest(BaseModel):
     model_config = REQUEST_MODEL
 
     pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
-    lane: Literal["interactive", "batch"] = "interactive"
+    lane: Lane = Lane.INTERACTIVE
     deadline_s: float | None = Field(
         default=None,
         gt=0,
@@ -133,6 +136,8 @@ class ExtractAccepted(BaseModel):
 
 
 class StepStatus(BaseModel):
+    model_config = ANSWER_MODEL
+
     step: str
     status: str
     attempt: int
@@ -147,6 +152,8 @@ class StepStatus(BaseModel):
 
 
 class RunStatus(BaseModel):
+    model_config = ANSWER_MODEL
+
     run_id: str
     pipeline: str
     document_id: str
@@ -166,49 +173,13 @@ class RunStatus(BaseModel):
         default=None, description="each step's output by step name, once the run is done"
     )
 
-    @classmethod
-    def from_progress(cls, progress: Progress, *, with_result: bool = True) -> RunStatus:
-        return cls(
-            run_id=progress.run_id,
-            pipeline=progress.pipeline,
-            document_id=progress.document_id,
-            lane=progress.lane,
-            batch_id=progress.batch_id,
-            status=progress.status,
-            current_step=progress.current_step,
-            steps_done=progress.steps_done,
-            steps_total=progress.steps_total,
-            cost_so_far_usd=float(progress.cost_so_far_usd),
-            error=progress.error,
-            created_at=progress.created_at,
-            finished_at=progress.finished_at,
-            steps=[
-                StepStatus(
-                    step=s["step"],
-                    status=s["status"],
-                    attempt=s["attempt"],
-                    model=s["model"],
-                    prompt_version=s["prompt_version"],
-                    input_tokens=s["input_tokens"],
-                    output_tokens=s["output_tokens"],
-                    cost_usd=None if s["cost_usd"] is None else float(s["cost_usd"]),
-                    error=s["error"],
-                    started_at=s["started_at"],
-                    finished_at=s["finished_at"],
-                )
-                for s in progress.steps
-            ],
-            webhook=None
-            if progress.webhook is None
-            else WebhookStatus.model_validate(progress.webhook),
-            result=progress.result if with_result else None,
-        )
-
 
 class WebhookStatus(BaseModel):
     """The latest completion-webhook delivery of a run or batch."""
 
-    status: Literal["pending", "delivered", "failed"]
+    model_config = ANSWER_MODEL
+
+    status: DeliveryStatus
     attempts: int
     last_status: int | None = Field(description="the receiver's last HTTP status")
     last_error: str | None
@@ -269,6 +240,8 @@ class BatchAccepted(BaseModel):
 
 
 class BatchStatus(BaseModel):
+    model_config = ANSWER_MODEL
+
     batch_id: str
     pipeline: str
     status: str
@@ -284,27 +257,10 @@ class BatchStatus(BaseModel):
     finished_at: datetime | None
     webhook: WebhookStatus | None
 
-    @classmethod
-    def from_progress(cls, p: BatchProgress) -> BatchStatus:
-        return cls(
-            batch_id=p.batch_id,
-            pipeline=p.pipeline,
-            status=p.status,
-            runs_total=p.runs_total,
-            runs_by_status=p.runs_by_status,
-            waiting_admission=p.waiting_admission,
-            steps_done=p.steps_done,
-            steps_total=p.steps_total,
-            cost_so_far_usd=float(p.cost_so_far_usd),
-            budget_usd=None if p.budget_usd is None else float(p.budget_usd),
-            eta_s=p.eta_s,
-            created_at=p.created_at,
-            finished_at=p.finished_at,
-            webhook=None if p.webhook is None else WebhookStatus.model_validate(p.webhook),
-        )
-
 
 class BatchRun(BaseModel):
+    model_config = ANSWER_MODEL
+
     run_id: str
     document_id: str
     status: str

@@ -1,5 +1,6 @@
-"""The ``docpipe`` command: migrate, run the local stack, submit and watch documents and
-batches, manage API keys. Each command group lives in its own module."""
+"""The ``docpipe`` command: migrate, submit and watch documents and batches, manage API keys.
+Each command group lives in its own module; installed packages add groups through the
+``docpipe.cli`` entry point (docpipe-dev adds ``stack up``, ``demo`` and ``samples``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import argparse
 import logging
 import os
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
-from docpipe.cli import batches, keys, local, runs
+from docpipe.cli import batches, database, runs
+from docpipe.cli.client import ApiError
 from docpipe.cli.common import console
-from docpipe.client import ApiError
 
 __all__ = ["build_parser", "main"]
 
@@ -18,8 +20,10 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (local, runs, batches, keys):
+    for group in (database, runs, batches):
         group.register(sub)
+    for plugin in entry_points(group="docpipe.cli"):
+        plugin.load().register(sub)
     return parser
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn
 
+from docpipe.cli.client import DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
-from docpipe.client import DocpipeClient
 
 __all__ = ["register"]
 

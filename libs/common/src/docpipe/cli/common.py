@@ -8,13 +8,12 @@ import sys
 
 from rich.console import Console
 
-from docpipe.client import DocpipeClient
+from docpipe.cli.client import DocpipeClient
 
-__all__ = ["ENDED", "add_api_flags", "api_client", "console"]
+__all__ = ["add_api_flags", "api_client", "console"]
 
 # A pipe or CI log gets a fixed width instead of rich's 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 130)
-ENDED = {"done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded"}
 
 
 def add_api_flags(parser: argparse.ArgumentParser) -> None:

@@ -12,8 +12,9 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from docpipe.cli.common import ENDED, add_api_flags, api_client, console
-from docpipe.client import DocpipeClient
+from docpipe.cli.client import DocpipeClient
+from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.statuses import ENDED_RUN_STATUSES
 
 __all__ = ["register", "results_table", "submit_files", "watch_runs"]
 
@@ -100,7 +101,7 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
                     status=status["status"],
                     cost=status["cost_so_far_usd"],
                 )
-                if status["status"] in ENDED:
+                if status["status"] in ENDED_RUN_STATUSES:
                     final[run_id] = status
                     progress.stop_task(bars[run_id])
             time.sleep(0.5)

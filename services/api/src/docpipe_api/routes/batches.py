@@ -11,11 +11,13 @@ from anyio.to_thread import run_sync
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import ValidationError
 
-from docpipe import batches, metrics
-from docpipe.admission import admit_after_commit
-from docpipe.db import Database
+from docpipe import statuses
 from docpipe.errors import ConflictError, InvalidRequestError
-from docpipe.pipeline import get_pipeline
+from docpipe.observability import metrics
+from docpipe.pipelines.registry import get_pipeline
+from docpipe.state import batches
+from docpipe.state.admission import admit_after_commit
+from docpipe.state.db import Database
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
@@ -39,8 +41,6 @@ from docpipe_api.schemas import (
 __all__ = ["router"]
 
 router = APIRouter(tags=["batches"])
-
-RUN_STATUSES = "queued|running|done|failed|needs_review|cancelled|expired|budget_exceeded"
 
 
 @router.post(
@@ -88,7 +88,7 @@ async def submit_batch(
     response.headers["Location"] = f"/batches/{created.batch_id}"
     return BatchAccepted(
         batch_id=created.batch_id,
-        status="running",
+        status=statuses.BatchStatus.RUNNING,
         runs_total=created.runs_total,
         created=created.created,
     )
@@ -136,7 +136,7 @@ def _create(
     responses=error_responses(404, 422, 503),
 )
 def read_batch(batch_id: str, db: DatabaseDep, tenant: TenantDep) -> BatchStatus:
-    return BatchStatus.from_progress(batches.batch_progress(db, tenant, batch_id))
+    return BatchStatus.model_validate(batches.batch_progress(db, tenant, batch_id))
 
 
 @router.get(
@@ -149,27 +149,15 @@ def list_batch_runs(
     batch_id: str,
     db: DatabaseDep,
     tenant: TenantDep,
-    status: Annotated[str | None, Query(pattern=f"^({RUN_STATUSES})$")] = None,
+    status: statuses.RunStatus | None = None,
     after: Annotated[uuid.UUID | None, Query(description="next_after of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> BatchRunsPage:
     rows = batches.batch_runs(db, tenant, batch_id, status=status,
                               after=str(after) if after else None, limit=limit)  # fmt: skip
     return BatchRunsPage(
-        runs=[
-            BatchRun(
-                run_id=r["id"],
-                document_id=r["document_id"],
-                status=r["status"],
-                current_step=r["current_step"],
-                steps_done=r["steps_done"],
-                steps_total=r["steps_total"],
-                cost_usd=float(r["cost_usd"]),
-                error=r["error"],
-            )
-            for r in rows
-        ],
-        next_after=rows[-1]["id"] if len(rows) == limit else None,
+        runs=[BatchRun.model_validate(r) for r in rows],
+        next_after=rows[-1].run_id if len(rows) == limit else None,
     )
 
 
@@ -183,8 +171,8 @@ def cancel_batch(
     batch_id: str, db: DatabaseDep, broker_redis: RedisDep, tenant: TenantDep
 ) -> BatchStatus:
     current = batches.batch_progress(db, tenant, batch_id)  # 404 for unknown batches
-    if current.status != "running":
+    if current.status != statuses.BatchStatus.RUNNING:
         raise ConflictError(f"batch {batch_id} has already ended ({current.status})")
-    batches.stop_batch(db, tenant, batch_id, status="cancelled", reason="batch cancelled",
-                       broker_redis=broker_redis)  # fmt: skip
-    return BatchStatus.from_progress(batches.batch_progress(db, tenant, batch_id))
+    batches.stop_batch(db, tenant, batch_id, status=statuses.BatchStatus.CANCELLED,
+                       reason="batch cancelled", broker_redis=broker_redis)  # fmt: skip
+    return BatchStatus.model_validate(batches.batch_progress(db, tenant, batch_id))

@@ -8,13 +8,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
-from docpipe import metrics, runs, tracing
-from docpipe.admission import admit_after_commit
-from docpipe.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
 from docpipe.errors import InvalidRequestError
 from docpipe.faults import crash_point
-from docpipe.outbox import publish_outbox
-from docpipe.pipeline import get_pipeline
+from docpipe.observability import metrics, tracing
+from docpipe.pipelines.registry import get_pipeline
+from docpipe.state import runs
+from docpipe.state.admission import admit_after_commit
+from docpipe.state.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
+from docpipe.state.outbox import publish_outbox
+from docpipe.statuses import Lane
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
@@ -31,6 +33,7 @@ from docpipe_api.schemas import (
     DocumentText,
     ExtractAccepted,
     ExtractRequest,
+    request_body_schema,
 )
 
 __all__ = ["router"]
@@ -56,23 +59,14 @@ _DOCUMENT_BODY: dict[str, Any] = {
 _EXTRACT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": False,
-        "content": {"application/json": {"schema": ExtractRequest.model_json_schema()}},
+        "content": {"application/json": {"schema": request_body_schema(ExtractRequest)}},
     }
 }
 
 
 def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
     response.headers["Location"] = f"/documents/{stored.id}"
-    return _document_out(stored)
-
-
-def _document_out(stored: StoredDocument) -> DocumentOut:
-    return DocumentOut(
-        id=stored.id,
-        sha256=stored.sha256,
-        size_bytes=stored.size_bytes,
-        created_at=stored.created_at,
-    )
+    return DocumentOut.model_validate(stored)
 
 
 @router.put(
@@ -124,7 +118,7 @@ def create_document(
 )
 def read_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
     with db.session() as s:
-        return _document_out(get_document(s, tenant, document_id))
+        return DocumentOut.model_validate(get_document(s, tenant, document_id))
 
 
 @router.post(
@@ -150,7 +144,7 @@ def start_extraction(
     now = datetime.now(UTC)
     deadline_at = now + timedelta(seconds=options.deadline_s) if options.deadline_s else None
     if options.start_at is not None:
-        if options.lane != "interactive":
+        if options.lane != Lane.INTERACTIVE:
             raise InvalidRequestError("start_at applies to the interactive lane only")
         if deadline_at is not None and options.start_at >= deadline_at:
             raise InvalidRequestError("start_at must be before the deadline (now + deadline_s)")
@@ -168,7 +162,7 @@ def start_extraction(
             budget_usd=options.budget_usd,
             callback_url=str(options.callback_url) if options.callback_url else None,
             start_at=options.start_at,
-            # The run's steps join this request's trace (see docpipe.tracing).
+            # The run's steps join this request's trace (see docpipe.observability.tracing).
             traceparent=tracing.current_traceparent(),
         )
     if created.created:
@@ -176,7 +170,7 @@ def start_extraction(
     crash_point("api.after_commit")
     # A future start is not due yet: it stays parked and the sweep publishes it in time.
     publish_outbox(db, broker, created.outbox_ids)
-    if created.created and options.lane == "batch":
+    if created.created and options.lane == Lane.BATCH:
         admit_after_commit(db, broker, settings)
     status = runs.run_progress(db, tenant, created.run_id).status
     response.headers["Location"] = f"/runs/{created.run_id}"

@@ -11,10 +11,11 @@ import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from docpipe import runs
-from docpipe.db import Database
+from docpipe import statuses
 from docpipe.errors import ConflictError
-from docpipe.outbox import publish_outbox
+from docpipe.state import runs
+from docpipe.state.db import Database
+from docpipe.state.outbox import publish_outbox
 from docpipe_api.deps import BrokerDep, DatabaseDep, TenantDep
 from docpipe_api.errors import error_responses
 from docpipe_api.schemas import RunStatus
@@ -44,9 +45,9 @@ KEEPALIVE_INTERVAL_S = 15.0
 def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
     """The run's status body; the result (step outputs) only once it is done."""
     progress = runs.run_progress(db, tenant, run_id)
-    if progress.status == "done":
+    if progress.status == statuses.RunStatus.DONE:
         progress = runs.run_progress(db, tenant, run_id, with_output=True)
-    return RunStatus.from_progress(progress)
+    return RunStatus.model_validate(progress)
 
 
 @router.get(
@@ -128,7 +129,7 @@ async def _progress_events(
     read = partial(runs.run_progress, db, tenant, progress.run_id)
     last_seen: tuple[object, ...] | None = None
     last_sent = time.monotonic()
-    while progress.status not in runs.ENDED_RUN_STATUSES:
+    while progress.status not in statuses.ENDED_RUN_STATUSES:
         seen = (
             progress.status,
             progress.current_step,
@@ -136,7 +137,7 @@ async def _progress_events(
             progress.cost_so_far_usd,
         )
         if seen != last_seen:
-            yield _event("progress", RunStatus.from_progress(progress))
+            yield _event("progress", RunStatus.model_validate(progress))
             last_seen, last_sent = seen, time.monotonic()
         elif time.monotonic() - last_sent >= KEEPALIVE_INTERVAL_S:
             yield ": keepalive\n\n"

@@ -1,0 +1,126 @@
+"""The Celery app as a transport, shared by everyone who publishes or consumes: JSON
+messages of ids on Redis, one queue per lane, no results.
+
+The messages other processes send are declared here, so that the API publishes them
+without loading the worker (and Celery's tracing finds the task it publishes). The work
+behind each is bound by the worker with :func:`bind_work`; the worker's own configuration
+(time limits, prefetch, beat's schedule) is added in docpipe.worker.app.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from celery import Celery, Task
+from celery.signals import after_task_publish
+from kombu.entity import Queue
+
+from docpipe.broker.messages import DELIVER_WEBHOOK, RUN_STEP, Message
+from docpipe.broker.queues import (
+    ENQUEUED_AT_HEADER,
+    LANE_QUEUES,
+    QUEUES,
+    RUN_ID_HEADER,
+)
+from docpipe.observability import metrics, tracing
+from docpipe.settings import Settings, get_settings
+from docpipe.statuses import Lane
+
+__all__ = ["CeleryPublisher", "app", "bind_work", "transport_config"]
+
+_Work = TypeVar("_Work", bound=Callable[..., None])
+_HOSTNAME = socket.gethostname()
+
+
+def transport_config(settings: Settings) -> dict[str, Any]:
+    return {
+        # Ids only, JSON only: a pickled message would be code execution on the workers.
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        # Results live in PostgreSQL; Redis keeps nothing but messages.
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_queues": [Queue(q, routing_key=q) for q in QUEUES],
+        "task_default_queue": LANE_QUEUES[Lane.INTERACTIVE],
+        "task_create_missing_queues": False,
+        "broker_transport_options": {
+            # Must exceed the hard time limit, or a running step's message is handed out
+            # twice; recovery of dead workers never waits for it (see docpipe.state.recovery).
+            "visibility_timeout": settings.broker_visibility_timeout_s,
+        },
+        "broker_connection_retry_on_startup": True,
+        # Task events feed Flower and celery-exporter; docpipe's /metrics need none.
+        "task_send_sent_event": settings.celery_task_events,
+    }
+
+
+app = Celery("docpipe", broker=get_settings().redis_url)
+app.conf.update(transport_config(get_settings()))
+
+_work: dict[str, Callable[..., None]] = {}
+
+
+def bind_work(name: str) -> Callable[[_Work], _Work]:
+    """Make the decorated function do the work of message ``name`` in this process."""
+
+    def bind(work: _Work) -> _Work:
+        _work[name] = work
+        return work
+
+    return bind
+
+
+def _declare(name: str, **options: Any) -> Task:
+    def run(task: Task, *args: Any) -> None:
+        if (work := _work.get(name)) is None:
+            raise RuntimeError(f"{name}: no work bound in this process (see docpipe.worker)")
+        work(task, *args)
+
+    return app.task(name=name, bind=True, acks_late=True, **options)(run)
+
+
+# A message is acknowledged after its work ran; retries of a step are counted in PostgreSQL.
+_declare(RUN_STEP, max_retries=None)
+_declare(DELIVER_WEBHOOK)
+
+
+class CeleryPublisher:
+    """Publishes messages as Celery task messages, stamped with their enqueue time (for
+    queue-lag metrics and for telling a lost message from a waiting one).
+
+    Tasks are looked up on docpipe's app explicitly: Celery's "current app" is per thread,
+    and a web server's worker thread would otherwise publish through Celery's default app.
+    """
+
+    def __init__(self, celery: Celery = app) -> None:
+        self._app = celery
+
+    def publish(self, message: Message) -> None:
+        headers: dict[str, object] = {ENQUEUED_AT_HEADER: time.time()}
+        args: tuple[object, ...]
+        if message.topic == "step":
+            task, args = RUN_STEP, (message.run_id, message.step)
+            headers[RUN_ID_HEADER] = message.run_id
+        elif message.topic == "webhook":
+            task, args = DELIVER_WEBHOOK, (message.payload["delivery_id"],)
+        else:
+            raise ValueError(f"unknown outbox topic {message.topic!r}")
+        # The run's trace continues across the queue (see docpipe.observability.tracing).
+        with tracing.publish_context(message.run_id, message.traceparent):
+            self._app.tasks[task].apply_async(
+                args,
+                queue=message.queue,
+                headers=headers,
+                retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5},
+            )
+
+
+@after_task_publish.connect
+def _count_published(sender: str | None = None, routing_key: str | None = None, **_: Any) -> None:
+    metrics.metrics().task_sent.labels(str(sender), _HOSTNAME, routing_key or "unknown").inc()

@@ -1,0 +1,110 @@
+"""``docpipe migrate`` and ``docpipe api-key create | list | revoke``: the commands that
+work straight in the database (DOCPIPE_DATABASE_URL)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from docpipe.cli.common import console
+
+if TYPE_CHECKING:
+    from docpipe.state.db import Database
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    migrate = sub.add_parser("migrate", help="apply database migrations (idempotent)")
+    migrate.set_defaults(handler=cmd_migrate)
+
+    api_key = sub.add_parser("api-key", help="tenants' API keys: create, list, revoke")
+    api_key_sub = api_key.add_subparsers(dest="api_key_command", required=True)
+    create = api_key_sub.add_parser("create", help="a new key for a tenant (shown once)")
+    create.add_argument("tenant")
+    create.add_argument("--name", default="", help="what the key is for")
+    create.set_defaults(handler=cmd_api_key_create)
+    listing = api_key_sub.add_parser("list", help="every key (never the secrets)")
+    listing.add_argument("--tenant", help="only this tenant's keys")
+    listing.set_defaults(handler=cmd_api_key_list)
+    revoke = api_key_sub.add_parser("revoke", help="revoke a key at once")
+    revoke.add_argument("key_id", help="the <id> of dp_<id>_<secret>")
+    revoke.set_defaults(handler=cmd_api_key_revoke)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from docpipe.settings import get_settings
+    from docpipe.state.migrate import apply_migrations
+
+    applied = apply_migrations(get_settings().database_url)
+    console.print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+    return 0
+
+
+@contextmanager
+def _database() -> Iterator[Database]:
+    """The database of DOCPIPE_DATABASE_URL (API keys are managed there directly)."""
+    from docpipe.settings import get_settings
+    from docpipe.state.db import Database
+
+    db = Database(get_settings().database_url, max_size=1)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def cmd_api_key_create(args: argparse.Namespace) -> int:
+    from docpipe.errors import InvalidRequestError
+    from docpipe.state.tenants import create_api_key
+
+    try:
+        with _database() as db:
+            created = create_api_key(db, args.tenant, args.name)
+    except InvalidRequestError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    # The key alone on stdout (for $(docpipe api-key create ...)); the note on stderr.
+    Console(stderr=True).print(
+        f"API key {created.key.id} for tenant {created.key.tenant_id!r}; it is shown only "
+        "now, store it (e.g. as DOCPIPE_API_KEY):"
+    )
+    print(created.plaintext)
+    return 0
+
+
+def cmd_api_key_list(args: argparse.Namespace) -> int:
+    from docpipe.state.tenants import list_api_keys
+
+    with _database() as db:
+        keys = list_api_keys(db, args.tenant)
+    table = Table(title="API keys")
+    for column in ("id", "tenant", "name", "created", "last used", "revoked"):
+        table.add_column(column)
+
+    def when(moment: datetime | None) -> str:
+        return moment.strftime("%Y-%m-%d %H:%M") if moment else ""
+
+    for key in keys:
+        table.add_row(key.id, key.tenant_id, key.name, when(key.created_at),
+                      when(key.last_used_at), when(key.revoked_at))  # fmt: skip
+    console.print(table)
+    return 0
+
+
+def cmd_api_key_revoke(args: argparse.Namespace) -> int:
+    from docpipe.state.tenants import revoke_api_key
+
+    with _database() as db:
+        revoked = revoke_api_key(db, args.key_id)
+    if revoked is None:
+        console.print(f"[red]no active API key {args.key_id!r}[/red] (unknown or revoked already)")
+        return 1
+    console.print(f"revoked API key {revoked.id} of tenant {revoked.tenant_id!r}")
+    return 0

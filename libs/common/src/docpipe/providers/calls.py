@@ -1,0 +1,278 @@
+"""Provider calls made by a step: memoised, logged before they are sent, validated after.
+
+``StepContext.ask`` is the only way a step talks to a model. A call whose answer was already
+accepted for this run, step and generation returns the stored answer without a request, so
+a step that is retried after a crash re-sends only the calls that had not finished.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import partial
+from typing import Any, TypeVar
+
+from docpipe.errors import BudgetExceededError, InvalidOutputError, LLMError, RunStoppedError
+from docpipe.observability import metrics
+from docpipe.pipelines.model import Step
+from docpipe.providers.client import Completion, LLMClient, parse_output
+from docpipe.settings import ModelPrice, Settings
+from docpipe.state import call_log
+from docpipe.state.call_log import CallCheck, CallKey
+from docpipe.state.db import Database
+from docpipe.statuses import ACTIVE_RUN_STATUSES
+
+__all__ = ["CallGate", "StepContext"]
+
+_T = TypeVar("_T")
+
+# Wraps each provider request (the shared rate limiter plugs in here); given the model and
+# the run's lane, it returns a context manager that is held while the request is in flight.
+CallGate = Callable[[str, str], AbstractContextManager[object]]
+
+
+def _no_gate(model: str, lane: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+@dataclass
+class StepContext:
+    """What a step may read (the document, earlier outputs) and do (ask a model)."""
+
+    db: Database
+    llm: LLMClient
+    settings: Settings
+    step: Step
+    run_id: str
+    tenant_id: str
+    lane: str
+    attempt: int
+    generation: int
+    document: str
+    outputs: Mapping[str, Any]
+    gate: CallGate = _no_gate
+    pipeline: str = "unknown"  # the run's pipeline key, for metrics
+    # The worker holding the step's lease; no call is sent once another worker took it over.
+    owner: str | None = None
+    calls_sent: int = field(default=0, init=False)
+    # Requests on the wire, and whether new ones may still start (see stop_sending).
+    _in_flight: int = field(default=0, init=False)
+    _stopping: bool = field(default=False, init=False)
+    _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+
+    def ask_all(
+        self, requests: Sequence[tuple[str, str, Mapping[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """``ask`` for each (call_key, user, schema), up to ``step_call_concurrency`` at once;
+        answers in request order. Every call finishes (and is memoised) before the first
+        error is raised, so a retry re-sends only what failed."""
+        parallel = min(self.settings.step_call_concurrency, len(requests))
+        if parallel <= 1:
+            return [self.ask(*r) for r in requests]
+        pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="step-call")
+        try:
+            # Each call runs in a copy of this context, so its trace span nests in the step's.
+            futures = [pool.submit(_in_context_copy(partial(self.ask, *r))) for r in requests]
+            wait(futures)
+        except BaseException:
+            # Interrupted from outside (soft time limit): nothing new starts, and the step
+            # is handed on only once the requests on the wire are answered and memoised;
+            # otherwise its next attempt would pay for them a second time.
+            pool.shutdown(wait=False, cancel_futures=True)
+            self.stop_sending(wait_s=self.settings.llm_timeout_s + 1)
+            raise
+        pool.shutdown()
+        return [f.result() for f in futures]
+
+    def stop_sending(self, *, wait_s: float = 0.0) -> None:
+        """Let no further request start (a call the limiter lets through afterwards gives
+        up), and wait up to ``wait_s`` for those already sent to be answered and recorded."""
+        with self._idle:
+            self._stopping = True
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout=wait_s)
+
+    def _request_starts(self) -> None:
+        with self._idle:
+            if self._stopping:
+                raise RunStoppedError(f"{self.run_id}/{self.step.name} stopped sending")
+            self._in_flight += 1
+            self.calls_sent += 1
+
+    def _request_ends(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """The answer to ``user`` under the step's prompt, valid against ``schema``.
+
+        Tries the step's model, then its fallback model if the answer stays invalid; raises
+        InvalidOutputError when both fail, or the provider's Transient/PermanentLLMError.
+        """
+        models = self.step.models
+        # The checks and, if they pass, the first model's call log row: one round trip.
+        check = call_log.check_and_start_call(
+            self.db, self._call_key(call_key, models[0]), owner=self.owner
+        )
+        if check is None or check.status not in ACTIVE_RUN_STATUSES:
+            raise RunStoppedError(f"run {self.run_id} is no longer running")
+        if check.memo is not None:
+            return dict(check.memo)
+        if self.owner is not None and check.lease_owner != self.owner:
+            raise RunStoppedError(f"the lease of {self.run_id}/{self.step.name} was taken over")
+        _check_budgets(check)
+        assert check.call_id is not None, "every check passed, so the row was written"
+        messages = [
+            {"role": "system", "content": self.step.system_prompt},
+            {"role": "user", "content": user},
+        ]
+        invalid: list[str] = []
+        for model in models:
+            call_id = check.call_id if model == models[0] else None
+            try:
+                return self._send(call_key, model, messages, schema, call_id)
+            except InvalidOutputError as exc:
+                invalid.append(f"{model}: {exc}")
+        raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
+
+    def _call_key(self, call_key: str, model: str) -> CallKey:
+        """What the call's llm_call_log row records it as."""
+        return CallKey(
+            run_id=self.run_id,
+            step=self.step.name,
+            generation=self.generation,
+            call_key=call_key,
+            step_attempt=self.attempt,
+            tenant_id=self.tenant_id,
+            model=model,
+            prompt_version=self.step.prompt_version,
+        )
+
+    def _send(
+        self,
+        call_key: str,
+        model: str,
+        messages: list[dict[str, str]],
+        schema: Mapping[str, Any],
+        call_id: int | None = None,
+    ) -> dict[str, Any]:
+        """One request, logged before it is sent (as ``call_id``, or now) and after."""
+        if call_id is None:
+            call_id = call_log.start_call(self.db, self._call_key(call_key, model))
+        labels = _CallLabels(self.pipeline, self.tenant_id, self.lane, model)
+        call = _CallRecord(self.db, call_id, self.settings.price_of(model), labels)
+        started = time.monotonic()
+        try:
+            with self.gate(model, self.lane):
+                self._request_starts()
+                try:
+                    completion = self.llm.chat(model=model, messages=messages)
+                except BaseException:
+                    self._request_ends()  # a failed call is no memo: nothing to wait for
+                    raise
+        except RunStoppedError as exc:  # never sent: logged as such, costs nothing
+            call.finish("error", 0.0, error=LLMError(str(exc), kind="not_sent"))
+            raise
+        except LLMError as exc:
+            call.finish("error", time.monotonic() - started, error=exc)
+            raise
+        # In flight until its answer is stored: that row is the memo the next attempt reads.
+        try:
+            output = parse_output(completion.content, schema)
+        except InvalidOutputError as exc:
+            call.finish("invalid_output", completion.latency_s, completion, error=exc)
+            raise
+        else:
+            call.finish("ok", completion.latency_s, completion, response=output)
+        finally:
+            self._request_ends()
+        return output
+
+
+def _in_context_copy(call: Callable[[], _T]) -> Callable[[], _T]:
+    """``call`` to run in another thread with a copy of this thread's context variables."""
+    context = contextvars.copy_context()
+    return lambda: context.run(call)
+
+
+@dataclass(frozen=True)
+class _CallLabels:
+    pipeline: str
+    tenant: str
+    lane: str
+    model: str
+
+
+@dataclass(frozen=True)
+class _CallRecord:
+    """The llm_call_log row of one request, completed exactly once (and counted)."""
+
+    db: Database
+    id: int
+    price: ModelPrice
+    labels: _CallLabels
+
+    def finish(
+        self,
+        status: str,
+        latency_s: float,
+        completion: Completion | None = None,
+        *,
+        error: LLMError | None = None,
+        response: dict[str, Any] | None = None,
+    ) -> None:
+        # Tokens of an invalid answer are paid for too: they count in the cost.
+        cost = (
+            self.price.cost(completion.input_tokens, completion.output_tokens)
+            if completion is not None
+            else Decimal(0)
+        )
+        http_status = completion.http_status if completion else None
+        if error and error.http_status:
+            http_status = error.http_status
+        call_log.finish_call(
+            self.db,
+            self.id,
+            status=status,
+            http_status=http_status,
+            error_kind=error.kind if error else None,
+            error=str(error)[:2000] if error else None,
+            input_tokens=completion.input_tokens if completion else None,
+            output_tokens=completion.output_tokens if completion else None,
+            cost_usd=cost,
+            latency_ms=round(latency_s * 1000),
+            response=response,
+        )
+        metrics.observe_provider_call(
+            pipeline=self.labels.pipeline,
+            tenant=self.labels.tenant,
+            lane=self.labels.lane,
+            model=self.labels.model,
+            outcome=status,
+            http_status=http_status,
+            error_kind=error.kind if error else None,
+            latency_s=latency_s,
+            cost_usd=cost,
+        )
+
+
+def _check_budgets(check: CallCheck) -> None:
+    """Refuse a call once the run or its batch has spent its budget (the call in flight
+    when the budget is crossed completes and is paid; no further one is sent)."""
+    if check.budget_usd is not None and check.cost_usd >= check.budget_usd:
+        raise BudgetExceededError(
+            f"run budget of ${check.budget_usd} reached (spent ${check.cost_usd})",
+            scope="run",
+        )
+    budget = check.batch_budget_usd
+    if budget is not None and check.batch_cost_usd is not None and check.batch_cost_usd >= budget:
+        raise BudgetExceededError(
+            f"batch budget of ${budget} reached (spent ${check.batch_cost_usd})",
+            scope="batch",
+        )

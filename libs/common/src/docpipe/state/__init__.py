@@ -1,0 +1,12 @@
+"""The state machine and its SQL: every row docpipe keeps and every transition of it.
+
+``sql/schema.sql`` is the whole schema, ``sql/queries.sql`` the named statements and
+``sql/migrations/`` what gets applied. Each module owns the transitions of its tables:
+runs and steps (:mod:`.runs`), provider calls (:mod:`.call_log`), batches (:mod:`.batches`),
+admission of batch runs (:mod:`.admission`), the outbox (:mod:`.outbox`), recovery
+(:mod:`.recovery`), documents, tenants' keys, webhook deliveries, periodic jobs, retention.
+Every transition is one guarded statement; a lost race matches no row.
+
+May import: the broker (messages and queue names), pipelines, observability, and
+docpipe's foundation (settings, errors, statuses). Never the providers, the worker or the CLI.
+"""

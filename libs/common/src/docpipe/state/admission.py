@@ -1,0 +1,60 @@
+"""Admission of batch runs: they wait in PostgreSQL and enter the ``llm_batch`` queue only
+while fewer than ``batch_admission_window`` are in flight: when they are stored (the API),
+when a run in flight ends (its worker) and at beat's tick.
+
+So the Redis queue never holds more than the window, a cancel has almost nothing to take
+back, and the order of admission — least served tenant first, then least served batch —
+decides fairness instead of the queue's FIFO.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+from docpipe.broker.messages import Broker
+from docpipe.settings import Settings
+from docpipe.state.db import Database
+from docpipe.state.outbox import LANE_QUEUES_PARAM, publish_outbox
+
+__all__ = ["admit_after_commit", "admit_and_publish", "admit_batch_runs"]
+
+log = logging.getLogger(__name__)
+
+# Admissions by the API, by workers and by beat take turns, or two would fill the same
+# free slots. Waiting for the turn (milliseconds) instead of skipping it matters:
+# the admission in progress may not see the slot that just freed, which would then stay
+# empty until beat's next tick.
+_ADMISSION_LOCK_KEY = 0x646F6370_61646D74
+
+
+def admit_batch_runs(db: Database, settings: Settings) -> tuple[int, ...]:
+    """Fill the free slots of the window; returns the outbox ids to publish."""
+    with db.transaction() as tx:
+        tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADMISSION_LOCK_KEY,))
+        rows = tx.all(
+            "admit_batch_runs",
+            window=settings.batch_admission_window,
+            memory_s=settings.batch_fairness_memory_s,
+            queues=LANE_QUEUES_PARAM,
+        )
+    return tuple(r["id"] for r in rows)
+
+
+def admit_and_publish(db: Database, broker: Broker, settings: Settings) -> int:
+    """Fill the free slots and publish the admitted runs' first steps (a failed publish is
+    swept later); returns how many runs were admitted."""
+    admitted = admit_batch_runs(db, settings)
+    publish_outbox(db, broker, admitted)
+    return len(admitted)
+
+
+def admit_after_commit(db: Database, broker: Broker, settings: Settings) -> None:
+    """``admit_and_publish`` for a request that has just committed new batch-lane runs, so
+    they start now rather than at beat's next admission tick; if the database fails here,
+    the runs are stored all the same and that tick admits them."""
+    try:
+        admit_and_publish(db, broker, settings)
+    except psycopg.Error:
+        log.warning("admission left to beat's next tick", exc_info=True)

@@ -1,0 +1,267 @@
+"""Batches: many documents submitted at once, processed in the batch lane.
+
+A batch's runs are created in one transaction and wait in PostgreSQL; ``admission`` lets
+them into the ``llm_batch`` queue at the pace the workers absorb, so the Redis queue stays
+short and a cancel is instant: nothing but a handful of messages was ever enqueued.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import redis
+
+from docpipe.broker.queues import LANE_QUEUES, purge_runs
+from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.pipelines.model import Pipeline
+from docpipe.state.db import Database, Session
+from docpipe.state.documents import DOCUMENT_ID
+from docpipe.state.runs import request_hash
+from docpipe.statuses import BatchStatus, Lane
+
+__all__ = [
+    "BatchDocument",
+    "BatchProgress",
+    "BatchRun",
+    "CreatedBatch",
+    "batch_progress",
+    "batch_runs",
+    "create_batch",
+    "stop_batch",
+]
+
+
+@dataclass(frozen=True)
+class BatchDocument:
+    """A document of a batch: new text to store under ``id``, or (text None) an id stored
+    earlier."""
+
+    id: str
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class CreatedBatch:
+    batch_id: str
+    created: bool
+    runs_total: int
+
+
+def create_batch(
+    session: Session,
+    *,
+    tenant_id: str,
+    pipeline: Pipeline,
+    documents: Sequence[BatchDocument],
+    idempotency_key: str,
+    request: dict[str, Any],
+    budget_usd: Decimal | None = None,
+    run_budget_usd: Decimal | None = None,
+    callback_url: str | None = None,
+    deadline_at: datetime | None = None,
+    traceparent: str | None = None,
+) -> CreatedBatch:
+    """Store the new documents and create the batch with one waiting run per document, all
+    in the caller's transaction. The same idempotency key returns the existing batch."""
+    if not documents:
+        raise InvalidRequestError("a batch needs at least one document")
+    ids = [d.id for d in documents]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequestError("document ids must be unique within a batch")
+    if bad := next((i for i in ids if not DOCUMENT_ID.match(i)), None):
+        raise InvalidRequestError(f"document id {bad[:140]!r} is not a valid id")
+    fingerprint = request_hash(request)
+    batch_id = uuid.uuid4()
+    row = session.insert_or_existing(
+        "create_batch",
+        id=batch_id,
+        tenant_id=tenant_id,
+        pipeline=pipeline.key,
+        runs_total=len(documents),
+        budget_usd=budget_usd,
+        run_budget_usd=run_budget_usd,
+        callback_url=callback_url,
+        deadline_at=deadline_at,
+        idempotency_key=idempotency_key,
+        request_hash=fingerprint,
+    )
+    if not row["created"]:
+        if row["request_hash"] != fingerprint:
+            raise ConflictError(
+                f"idempotency key {idempotency_key!r} was already used for a different batch"
+            )
+        return CreatedBatch(str(row["id"]), created=False, runs_total=len(documents))
+    _store_documents(session, tenant_id, [d for d in documents if d.text is not None])
+    if missing := session.all("missing_documents", tenant_id=tenant_id, ids=ids):
+        raise NotFoundError(
+            "documents not found: "
+            + ", ".join(repr(r["id"]) for r in missing)
+            + (" (and more)" if len(missing) == 10 else "")
+        )
+    session.execute(
+        "create_batch_runs",
+        tenant_id=tenant_id,
+        pipeline=pipeline.key,
+        batch_id=str(batch_id),
+        steps=pipeline.step_names,
+        run_budget_usd=run_budget_usd,
+        deadline_at=deadline_at,
+        document_ids=ids,
+        traceparent=traceparent,
+    )
+    return CreatedBatch(str(batch_id), created=True, runs_total=len(documents))
+
+
+def _store_documents(session: Session, tenant_id: str, documents: Sequence[BatchDocument]) -> None:
+    if not documents:
+        return
+    texts = [d.text or "" for d in documents]
+    if any("\x00" in t for t in texts):
+        raise InvalidRequestError("document text must not contain NUL characters")
+    encoded = [t.encode("utf-8") for t in texts]
+    conflicts = session.all(
+        "put_documents",
+        tenant_id=tenant_id,
+        ids=[d.id for d in documents],
+        contents=texts,
+        sha256s=[hashlib.sha256(b).hexdigest() for b in encoded],
+        sizes=[len(b) for b in encoded],
+    )
+    if conflicts:
+        raise ConflictError(
+            "documents already stored with different content (documents are immutable): "
+            + ", ".join(repr(r["id"]) for r in conflicts[:10])
+        )
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """A batch as its owner sees it, from one query."""
+
+    batch_id: str
+    pipeline: str
+    status: str
+    runs_total: int
+    runs_by_status: dict[str, int]
+    waiting_admission: int  # runs still waiting in PostgreSQL
+    steps_done: int
+    steps_total: int
+    cost_so_far_usd: Decimal
+    budget_usd: Decimal | None
+    created_at: datetime
+    finished_at: datetime | None
+    webhook: dict[str, Any] | None  # its latest webhook delivery
+    # What the ETA is computed from.
+    steps_remaining: int
+    first_admitted_at: datetime | None
+    now: datetime
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds until the remaining steps are done at the pace observed since admission."""
+        if self.status != BatchStatus.RUNNING:
+            return 0.0
+        if self.steps_remaining == 0:
+            return None
+        elapsed = (
+            (self.now - self.first_admitted_at).total_seconds() if self.first_admitted_at else 0.0
+        )
+        if elapsed <= 0 or not self.steps_done:
+            return None
+        return round(self.steps_remaining / (self.steps_done / elapsed), 1)
+
+
+def batch_progress(db: Database, tenant_id: str, batch_id: str) -> BatchProgress:
+    """Counts per status, steps, cost so far and an ETA, from one query."""
+    try:
+        uuid.UUID(batch_id)
+    except ValueError:
+        raise NotFoundError(f"batch {batch_id!r} does not exist") from None
+    progress = db.one_as(BatchProgress, "batch_progress", tenant_id=tenant_id, batch_id=batch_id)
+    if progress is None:
+        raise NotFoundError(f"batch {batch_id} does not exist")
+    return progress
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    run_id: str
+    document_id: str
+    status: str
+    current_step: str | None
+    steps_done: int
+    steps_total: int
+    cost_usd: Decimal
+    error: str | None
+
+
+def batch_runs(
+    db: Database,
+    tenant_id: str,
+    batch_id: str,
+    *,
+    status: str | None = None,
+    after: str | None = None,
+    limit: int = 100,
+) -> list[BatchRun]:
+    """A page of the batch's runs, by run id after ``after``."""
+    batch_progress(db, tenant_id, batch_id)  # 404 for unknown batches
+    return db.all_as(BatchRun, "batch_runs", tenant_id=tenant_id, batch_id=batch_id,
+                     status=status, after=after, limit=limit)  # fmt: skip
+
+
+_LOCK_RETRIES = 50
+
+
+def stop_batch(
+    db: Database,
+    tenant_id: str,
+    batch_id: str,
+    *,
+    status: str,
+    reason: str,
+    broker_redis: redis.Redis | None = None,
+) -> list[str]:
+    """End a running batch as ``status``; returns the runs it stopped (empty if the batch
+    had already ended). Their waiting messages are removed from the broker when given."""
+    # A worker that is paid for a call locks its run, then the batch (docpipe.providers.calls); this
+    # takes the runs first and the batch last, or it would hold the batch while waiting for
+    # such a run, and that worker wait for the batch. A worker claiming a run's first step
+    # still locks the step before the run: rather than wait for PostgreSQL to find that
+    # deadlock (deadlock_timeout, 1 s by default, each time), the transaction gives up on
+    # any lock it cannot have at once; it was rolled back whole and is guarded, so it is
+    # simply retried.
+    params = {"tenant_id": tenant_id, "batch_id": batch_id}
+    for attempt in range(_LOCK_RETRIES):
+        try:
+            with db.transaction() as tx:
+                tx.conn.execute("SET LOCAL lock_timeout = '50ms'")
+                row = tx.one("stop_batch_runs", status=status, reason=reason, **params)
+                assert row is not None
+                run_ids: list[str] = row["run_ids"]
+                if tx.one("end_stopped_batch", status=status, **params) is None:
+                    run_ids = []
+                    raise psycopg.Rollback()  # it ended meanwhile: change nothing
+                tx.execute("cancel_pending_steps", run_ids=run_ids)
+            break
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            if attempt == _LOCK_RETRIES - 1:
+                raise
+            time.sleep(random.uniform(0, 0.02))
+    if broker_redis is not None and run_ids:
+        purge_runs(broker_redis, LANE_QUEUES[Lane.BATCH], set(run_ids))
+    return run_ids
+
+
+def finish_batches(db: Database) -> int:
+    """Mark batches whose runs have all ended as done; returns how many."""
+    return len(db.all("finish_batches"))

@@ -1,0 +1,148 @@
+"""Connections to docpipe's PostgreSQL and the named queries of ``sql/queries.sql``.
+
+Only the modules of docpipe.state know query names; the rest of docpipe calls functions
+such as ``runs.claim_step``. Rows come back as dicts (``one``/``all``) or, mapped once by
+psycopg's row factory, as the dataclass the caller names (``one_as``/``all_as``): a query's
+column names are then that dataclass' fields.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import cache
+from importlib.resources import files
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import class_row, dict_row
+from psycopg_pool import ConnectionPool
+
+__all__ = ["Database", "Row", "Session", "load_queries"]
+
+Row = dict[str, Any]
+T = TypeVar("T")
+
+_QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def load_queries() -> Mapping[str, str]:
+    """Every ``-- name: x`` block of queries.sql, by name."""
+    text = files("docpipe.state").joinpath("sql/queries.sql").read_text(encoding="utf-8")
+    parts = _QUERY_HEADER.split(text)
+    queries = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    if len(queries) != len(parts[1::2]):
+        raise RuntimeError("queries.sql names a query twice")
+    return queries
+
+
+def _check_if_disturbed(conn: psycopg.Connection[Row]) -> None:
+    """Raise if a pooled connection is dead, probing the server only when it could be.
+
+    The socket of an idle connection has nothing to read unless the server wrote to it,
+    which it does when it closes the connection (restart, crash, terminated backend): a
+    readable socket is probed with a query (and the connection replaced if that fails); a
+    quiet one is used at once, without the round trip that a probe on every checkout costs.
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
+
+
+class Session:
+    """One connection, used either in autocommit or inside a transaction."""
+
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self.conn = conn
+
+    def one(self, query: str, **params: Any) -> Row | None:
+        cur = self.conn.execute(load_queries()[query], params)
+        return cur.fetchone()
+
+    def all(self, query: str, **params: Any) -> list[Row]:
+        cur = self.conn.execute(load_queries()[query], params)
+        return cur.fetchall()
+
+    def execute(self, query: str, **params: Any) -> int:
+        """Run ``query``; returns the number of rows it touched."""
+        return self.conn.execute(load_queries()[query], params).rowcount
+
+    def one_as(self, cls: type[T], query: str, **params: Any) -> T | None:
+        with self.conn.cursor(row_factory=class_row(cls)) as cur:
+            return cur.execute(load_queries()[query], params).fetchone()
+
+    def insert_or_existing(self, query: str, **params: Any) -> Row:
+        """Run an ``INSERT ... ON CONFLICT DO NOTHING`` query that otherwise returns the
+        existing row. When a concurrent transaction inserts the same key, our INSERT waits
+        for it and then does nothing, but the statement's snapshot predates that row: the
+        second try, with a fresh snapshot, sees it."""
+        for _ in range(2):
+            if (row := self.one(query, **params)) is not None:
+                return row
+        raise RuntimeError(f"{query}: neither inserted nor found a row")
+
+    def all_as(self, cls: type[T], query: str, **params: Any) -> list[T]:
+        with self.conn.cursor(row_factory=class_row(cls)) as cur:
+            return cur.execute(load_queries()[query], params).fetchall()
+
+
+class Database:
+    """A small pool of autocommit connections to one database."""
+
+    def __init__(self, url: str, *, max_size: int = 4) -> None:
+        self.url = url
+        self._pid = os.getpid()
+        self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            connection_class=psycopg.Connection[Row],
+            # A broken connection (server restarted) is replaced instead of failing a task.
+            check=_check_if_disturbed,
+            name="docpipe",
+            open=True,
+        )
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A pooled connection in autocommit mode: each statement commits on its own."""
+        with self._pool.connection() as conn:
+            yield Session(conn)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A pooled connection inside one transaction, committed when the block ends."""
+        with self._pool.connection() as conn, conn.transaction():
+            yield Session(conn)
+
+    def one(self, query: str, **params: Any) -> Row | None:
+        with self.session() as s:
+            return s.one(query, **params)
+
+    def all(self, query: str, **params: Any) -> list[Row]:
+        with self.session() as s:
+            return s.all(query, **params)
+
+    def execute(self, query: str, **params: Any) -> int:
+        with self.session() as s:
+            return s.execute(query, **params)
+
+    def one_as(self, cls: type[T], query: str, **params: Any) -> T | None:
+        with self.session() as s:
+            return s.one_as(cls, query, **params)
+
+    def all_as(self, cls: type[T], query: str, **params: Any) -> list[T]:
+        with self.session() as s:
+            return s.all_as(cls, query, **params)
+
+    def close(self) -> None:
+        # After a fork the pool's threads are not ours: only the creating process closes it.
+        if os.getpid() == self._pid:
+            self._pool.close()

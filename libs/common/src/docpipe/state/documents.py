@@ -1,0 +1,70 @@
+"""Documents: stored once per (tenant, id) and never changed, so a run always reads the text
+it was started on."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.state.db import Session
+
+__all__ = ["DOCUMENT_ID", "StoredDocument", "get_document", "put_document"]
+
+# \Z, not $: "$" also matches before a final newline, and an id ending in one would be
+# stored and then break the Location header that names it.
+DOCUMENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    id: str
+    sha256: str
+    size_bytes: int
+    created_at: datetime
+    created: bool
+
+
+def put_document(
+    session: Session, tenant_id: str, document_id: str, content: str
+) -> StoredDocument:
+    """Store the document; storing the same text again is a no-op, other text is a conflict."""
+    if not DOCUMENT_ID.match(document_id):
+        raise InvalidRequestError(
+            f"document id {document_id[:140]!r} must be 1-128 characters of letters, digits and "
+            "'._:-', starting with a letter or digit"
+        )
+    if "\x00" in content:
+        raise InvalidRequestError("document text must not contain NUL characters")
+    data = content.encode("utf-8")
+    sha256 = hashlib.sha256(data).hexdigest()
+    stored = StoredDocument(
+        **session.insert_or_existing(
+            "put_document",
+            tenant_id=tenant_id,
+            id=document_id,
+            content=content,
+            sha256=sha256,
+            size_bytes=len(data),
+        )
+    )
+    if stored.sha256 != sha256:
+        raise ConflictError(
+            f"document {document_id!r} already exists with different content; documents are "
+            "immutable, store the new text under a new id"
+        )
+    return stored
+
+
+def get_document(session: Session, tenant_id: str, document_id: str) -> StoredDocument:
+    """The stored document's metadata; NotFoundError for ids this tenant never stored."""
+    stored = None
+    # A malformed id cannot exist (and a NUL in it would be a database error, not a 404).
+    if DOCUMENT_ID.match(document_id):
+        stored = session.one_as(StoredDocument, "get_document", tenant_id=tenant_id,
+                                id=document_id)  # fmt: skip
+    if stored is None:
+        raise NotFoundError(f"document {document_id[:140]!r} does not exist")
+    return stored

@@ -1,0 +1,71 @@
+"""Recovery that does not wait for Redis: beat's reaper finds work that stopped moving.
+
+- a step whose lease expired (its worker died: SIGKILL, OOM, node loss) goes back to the
+  queue within lease_ttl_s + the reaper's interval, not the broker's visibility timeout;
+- a pending step whose message is gone (Redis flushed or restarted empty, a message lost
+  between commit and publish) is enqueued again;
+- runs past their deadline are ended as 'expired'.
+
+Everything is re-enqueued through the outbox, so a publish failure is swept later too.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis
+
+from docpipe.broker.queues import LANE_QUEUES, queue_state
+from docpipe.state.db import Database
+from docpipe.state.outbox import LANE_QUEUES_PARAM
+
+__all__ = ["Recovered", "recover_stalled_work"]
+
+
+@dataclass(frozen=True)
+class Recovered:
+    expired_leases: int
+    lost_messages: int
+    expired_runs: int
+    outbox_ids: tuple[int, ...]
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "expired_leases": self.expired_leases,
+            "lost_messages": self.lost_messages,
+            "expired_runs": self.expired_runs,
+        }
+
+
+def recover_stalled_work(
+    db: Database, broker_redis: redis.Redis, *, grace_s: float, lease_s: float
+) -> Recovered:
+    """One reaper pass. ``grace_s`` covers the moment between a worker taking a message off
+    the queue and claiming its step, and clock skew between hosts; ``lease_s`` is the lease
+    period that workers get to renew after a PostgreSQL restart."""
+    with db.transaction() as tx:
+        leases = tx.all("reap_expired_leases", lease_s=lease_s, queues=LANE_QUEUES_PARAM)
+        tx.execute("abandon_orphaned_steps")
+    lost = db.all("redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM,
+                  **_cutoffs(broker_redis, grace_s))  # fmt: skip
+    expired = db.all("expire_overdue_runs")
+    return Recovered(
+        expired_leases=len(leases),
+        lost_messages=len(lost),
+        expired_runs=len(expired),
+        outbox_ids=tuple(r["id"] for r in (*leases, *lost)),
+    )
+
+
+def _cutoffs(broker_redis: redis.Redis, grace_s: float) -> dict[str, datetime]:
+    """Per lane: steps enqueued before this instant cannot still be waiting in the queue,
+    since queues are FIFO and the oldest waiting message is younger."""
+    now = time.time()
+    cutoffs = {}
+    for lane, queue in LANE_QUEUES.items():
+        oldest = queue_state(broker_redis, queue).oldest_enqueued_at
+        cutoff = now if oldest is None else min(now, oldest - grace_s)
+        cutoffs[f"{lane}_cutoff"] = datetime.fromtimestamp(cutoff, UTC)
+    return cutoffs

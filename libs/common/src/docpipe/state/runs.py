@@ -1,0 +1,345 @@
+"""The transitions of a pipeline run and its steps. Workers, the API and beat only ever
+call these (and those of docpipe.state.batches, .admission and .recovery).
+
+Run:   queued -> running -> done | failed | needs_review | cancelled | expired | budget_exceeded
+                         (an ended run can be reopened at any step by ``restart_run``)
+Step:  pending -> running (leased) -> done | failed | cancelled
+               <- released (transient error) / lease expired (dead worker)
+
+Each transition is one guarded statement; when it matches no row the caller lost a race
+(another worker, a cancel) and is told so by a ``None``/``False`` result, not an exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.pipelines.model import Pipeline
+from docpipe.pipelines.registry import get_pipeline
+from docpipe.state.db import Database, Session
+from docpipe.state.outbox import LANE_QUEUES_PARAM
+from docpipe.statuses import ENDED_RUN_STATUSES, BatchStatus, Lane, RunStatus, StepStatus
+
+__all__ = [
+    "Claim",
+    "CreatedRun",
+    "Progress",
+    "StepRow",
+    "StepState",
+    "cancel_run",
+    "claim_step",
+    "create_run",
+    "enqueue_step",
+    "expire_run",
+    "fail_run",
+    "record_step_result",
+    "release_step",
+    "renew_lease",
+    "request_hash",
+    "restart_run",
+    "run_progress",
+]
+
+
+def request_hash(request: Mapping[str, Any]) -> str:
+    """A stable fingerprint of what was asked, to tell a retry from a different request."""
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CreatedRun:
+    run_id: str
+    created: bool  # False: the idempotency key named an existing run, which is returned
+    outbox_ids: tuple[int, ...]  # messages to publish once the transaction has committed
+
+
+def create_run(
+    session: Session,
+    *,
+    tenant_id: str,
+    document_id: str,
+    pipeline: Pipeline,
+    lane: str,
+    idempotency_key: str,
+    request: Mapping[str, Any],
+    batch_id: str | None = None,
+    deadline_at: datetime | None = None,
+    budget_usd: Decimal | None = None,
+    callback_url: str | None = None,
+    start_at: datetime | None = None,
+    traceparent: str | None = None,
+) -> CreatedRun:
+    """Create a run once per (tenant, idempotency key); the same key with another request
+    is a ConflictError. Interactive runs get their first step enqueued in the same
+    transaction; batch runs wait in PostgreSQL for admission."""
+    if lane not in tuple(Lane):
+        raise InvalidRequestError(f"lane must be 'interactive' or 'batch', not {lane!r}")
+    fingerprint = request_hash(request)
+    params = {
+        "id": uuid.uuid4(),
+        "tenant_id": tenant_id,
+        "pipeline": pipeline.key,
+        "document_id": document_id,
+        "lane": lane,
+        "batch_id": batch_id,
+        "steps": pipeline.step_names,
+        "budget_usd": budget_usd,
+        "deadline_at": deadline_at,
+        "admitted": lane == Lane.INTERACTIVE,
+        "callback_url": callback_url,
+        "idempotency_key": idempotency_key,
+        "request_hash": fingerprint,
+        "traceparent": traceparent,
+    }
+    row = session.insert_or_existing("create_run", **params)
+    run_id = str(row["id"])
+    if not row["created"]:
+        if row["request_hash"] != fingerprint:
+            raise ConflictError(
+                f"idempotency key {idempotency_key!r} was already used for a different request "
+                f"(run {run_id})"
+            )
+        return CreatedRun(run_id, created=False, outbox_ids=())
+    outbox_ids: tuple[int, ...] = ()
+    if lane == Lane.INTERACTIVE:
+        outbox_ids = enqueue_step(session, run_id, pipeline.steps[0].name, available_at=start_at)
+    return CreatedRun(run_id, created=True, outbox_ids=outbox_ids)
+
+
+def enqueue_step(
+    session: Session, run_id: str, step: str, *, available_at: datetime | None = None
+) -> tuple[int, ...]:
+    """Put the message for the run's pending current step in the outbox (publish after
+    commit); ``available_at`` parks it in PostgreSQL until then."""
+    rows = session.all("enqueue_step", run_id=run_id, step=step, available_at=available_at,
+                       queues=LANE_QUEUES_PARAM)  # fmt: skip
+    return tuple(r["id"] for r in rows)
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: str
+    step: str
+    attempt: int
+    generation: int
+    tenant_id: str
+    pipeline: str
+    document_id: str
+    lane: str
+    batch_id: str | None
+    # What the step reads, fetched with the claim: None if the document is gone.
+    document: str | None = field(default=None, repr=False)
+    outputs: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def claim_step(db: Database, run_id: str, step: str, *, owner: str, lease_s: float) -> Claim | None:
+    """Lease the step for ``owner`` (attempt + 1), or None if it is not claimable now: done,
+    leased by a live worker, not the run's current step, or the run has ended."""
+    return db.one_as(Claim, "claim_step", run_id=run_id, step=step, owner=owner, lease_s=lease_s)
+
+
+@dataclass(frozen=True)
+class StepState:
+    """Why a step could not be claimed: its own state and its run's."""
+
+    status: str
+    lease_live: bool | None
+    run_status: str
+    past_deadline: bool
+
+
+def step_state(db: Database, run_id: str, step: str) -> StepState | None:
+    return db.one_as(StepState, "step_state", run_id=run_id, step=step)
+
+
+def renew_lease(db: Database, run_id: str, step: str, *, owner: str, lease_s: float) -> bool:
+    """False when the lease is no longer ours (expired and taken over, or the run ended)."""
+    return db.one("renew_lease", run_id=run_id, step=step, owner=owner, lease_s=lease_s) is not None
+
+
+def release_step(
+    db: Database,
+    run_id: str,
+    step: str,
+    *,
+    owner: str,
+    retry_in_s: float,
+    error: str,
+    refund_attempt: bool = False,
+) -> bool:
+    """Hand a leased step back after a transient error, to be retried in ``retry_in_s``;
+    ``refund_attempt`` when the step never got to fail (it only waited for a slot)."""
+    row = db.one(
+        "release_step",
+        run_id=run_id,
+        step=step,
+        owner=owner,
+        retry_in_s=retry_in_s,
+        error=error[:2000],
+        refund=int(refund_attempt),
+    )
+    return row is not None
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    run_status: str
+    outbox_ids: list[int]  # the next step's message, to publish after the commit
+
+
+def record_step_result(
+    db: Database,
+    claim: Claim,
+    *,
+    owner: str,
+    output: dict[str, Any],
+    model: str,
+    prompt_version: str,
+    next_step: str | None,
+) -> RecordedStep | None:
+    """Mark the step done with its output, tokens and cost, advance the run and enqueue its
+    next step, all in one statement. None if the lease was lost or the run has ended."""
+    return db.one_as(
+        RecordedStep,
+        "record_step_result",
+        run_id=claim.run_id,
+        step=claim.step,
+        generation=claim.generation,
+        owner=owner,
+        output=Jsonb(output),
+        model=model,
+        prompt_version=prompt_version,
+        next_step=next_step,
+        queues=LANE_QUEUES_PARAM,
+    )
+
+
+def fail_run(
+    db: Database, run_id: str, step: str, *, owner: str | None, status: str, error: str
+) -> bool:
+    """End the run at ``step`` as 'failed' (permanent error) or 'needs_review' (retries
+    exhausted, output still invalid)."""
+    if status not in (RunStatus.FAILED, RunStatus.NEEDS_REVIEW, RunStatus.BUDGET_EXCEEDED):
+        raise ValueError(f"not a failure status: {status}")
+    row = db.one(
+        "fail_run", run_id=run_id, step=step, owner=owner, status=status, error=error[:2000]
+    )
+    return row is not None
+
+
+def abandon_step(db: Database, run_id: str, step: str, *, owner: str) -> None:
+    db.execute("abandon_step", run_id=run_id, step=step, owner=owner)
+
+
+def cancel_run(db: Database, tenant_id: str, run_id: str) -> bool:
+    """Stop the run; False if it had already ended (or does not exist for this tenant)."""
+    return db.one("cancel_run", tenant_id=tenant_id, run_id=run_id) is not None
+
+
+def expire_run(db: Database, run_id: str) -> bool:
+    """End the run as 'expired' if its deadline has passed."""
+    return db.one("expire_run", run_id=run_id) is not None
+
+
+def restart_run(db: Database, tenant_id: str, run_id: str, from_step: str | None) -> CreatedRun:
+    """Reopen an ended run at ``from_step`` (default: its first unfinished step), keeping
+    and not re-paying the finished steps before it."""
+    status = run_progress(db, tenant_id, run_id)
+    pipeline = get_pipeline(status.pipeline)
+    if from_step is None:
+        from_step = next(
+            (s.step for s in status.steps if s.status != StepStatus.DONE), pipeline.steps[0].name
+        )
+    index = pipeline.index_of(from_step)
+    with db.transaction() as tx:
+        reopened = tx.all(
+            "restart_run", tenant_id=tenant_id, run_id=run_id, step=from_step, step_index=index
+        )
+        if not reopened:
+            if status.status not in ENDED_RUN_STATUSES:
+                raise ConflictError(f"run {run_id} is {status.status}; only ended runs restart")
+            batch = status.batch_id and tx.one("batch_status", batch_id=status.batch_id)
+            if batch and batch["status"] in (BatchStatus.CANCELLED, BatchStatus.BUDGET_EXCEEDED):
+                raise ConflictError(
+                    f"run {run_id} belongs to batch {status.batch_id}, which is "
+                    f"{batch['status']}; its runs stay stopped"
+                )
+            raise ConflictError(
+                f"run {run_id} cannot restart at {from_step!r}: an earlier step is not done"
+            )
+        outbox_ids = enqueue_step(tx, run_id, from_step)
+    return CreatedRun(run_id, created=False, outbox_ids=outbox_ids)
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """A step of a run as its owner sees it."""
+
+    step: str
+    status: str
+    attempt: int
+    generation: int
+    model: str | None
+    prompt_version: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: Decimal | None
+    error: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    output: dict[str, Any] | None  # only when asked for
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A run as its owner sees it: status, current step, steps done/total, cost so far."""
+
+    run_id: str
+    pipeline: str
+    document_id: str
+    lane: str
+    batch_id: str | None
+    status: str
+    current_step: str | None  # while the run is active
+    steps_done: int
+    steps_total: int
+    cost_so_far_usd: Decimal
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    webhook: dict[str, Any] | None  # its latest webhook delivery
+    steps: list[StepRow] = field(default_factory=list)
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The pipeline's combined output once the run is done."""
+        if self.status != RunStatus.DONE:
+            return None
+        return {s.step: s.output for s in self.steps}
+
+
+def run_progress(
+    db: Database, tenant_id: str, run_id: str, *, with_output: bool = False
+) -> Progress:
+    """Status, current step, steps done/total, cost so far and per-step detail."""
+    try:
+        uuid.UUID(run_id)
+    except ValueError:
+        raise NotFoundError(f"run {run_id!r} does not exist") from None
+    with db.session() as s:
+        run = s.one_as(Progress, "run_status", tenant_id=tenant_id, run_id=run_id)
+        if run is None:
+            raise NotFoundError(f"run {run_id} does not exist")
+        steps = s.all_as(StepRow, "run_steps", run_id=run_id, with_output=with_output)
+    return replace(run, steps=steps)

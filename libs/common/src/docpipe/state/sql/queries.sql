@@ -1,0 +1,834 @@
+-- Named queries. Each block starts with "-- name: <name>" and a line saying what it does.
+-- Transitions are single guarded statements: a lost race matches no row and returns nothing.
+
+-- name: put_document
+-- Store a document once; an existing id keeps its content (the caller compares hashes).
+WITH inserted AS (
+    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes)
+    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s)
+    ON CONFLICT (tenant_id, id) DO NOTHING
+    RETURNING id, content_sha256 AS sha256, size_bytes, created_at, true AS created
+)
+SELECT * FROM inserted
+UNION ALL
+SELECT id, content_sha256, size_bytes, created_at, false AS created
+FROM document
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- name: get_document
+-- A document's metadata.
+SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created
+FROM document
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+
+-- name: create_run
+-- Insert a run and its pending steps, unless this tenant already used the idempotency key.
+WITH new_run AS (
+    INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id, current_step,
+                              steps_total, budget_usd, deadline_at, admitted_at, callback_url,
+                              idempotency_key, request_hash, traceparent)
+    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(document_id)s, %(lane)s, %(batch_id)s,
+            (%(steps)s::text[])[1], cardinality(%(steps)s::text[]), %(budget_usd)s,
+            %(deadline_at)s, CASE WHEN %(admitted)s THEN now() END, %(callback_url)s,
+            %(idempotency_key)s, %(request_hash)s, %(traceparent)s)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING id, request_hash
+), new_steps AS (
+    INSERT INTO pipeline_step_result (run_id, step, step_index)
+    SELECT new_run.id, s.step, s.ordinality - 1
+    FROM new_run, unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
+)
+SELECT id, request_hash, true AS created FROM new_run
+UNION ALL
+SELECT id, request_hash, false AS created
+FROM pipeline_run
+WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s
+  AND NOT EXISTS (SELECT 1 FROM new_run);
+
+-- name: enqueue_step
+-- Write the message for a run's pending current step into the outbox, for its lane's queue
+-- (`queues`: lane -> queue name).
+WITH target AS (
+    UPDATE pipeline_step_result s
+    SET enqueued_at = greatest(now(), coalesce(%(available_at)s, now()))
+    FROM pipeline_run r
+    WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND r.id = s.run_id
+      AND s.status = 'pending' AND r.status IN ('queued', 'running') AND r.current_step = s.step
+    RETURNING s.run_id, s.step, r.lane, r.traceparent
+)
+INSERT INTO outbox (topic, run_id, step, queue, traceparent, available_at)
+SELECT 'step', run_id, step, %(queues)s::jsonb ->> lane, traceparent,
+       coalesce(%(available_at)s, now())
+FROM target
+RETURNING id;
+
+-- name: claim_step
+-- Lease a run's current step: pending, or running under a lease that expired (dead worker);
+-- with what the step reads: the document text and the outputs of the steps done before it.
+WITH claimed AS (
+    UPDATE pipeline_step_result s
+    SET status = 'running', attempt = s.attempt + 1, lease_owner = %(owner)s,
+        lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+        started_at = now(), not_before = NULL
+    FROM pipeline_run r
+    WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND r.id = s.run_id
+      AND r.status IN ('queued', 'running') AND r.current_step = s.step
+      AND (r.deadline_at IS NULL OR r.deadline_at > now())
+      AND (s.status = 'pending' OR (s.status = 'running' AND s.lease_expires_at < now()))
+    RETURNING s.run_id, s.step, s.attempt, s.generation
+), started AS (
+    UPDATE pipeline_run r SET status = 'running', updated_at = now()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.status = 'queued'
+)
+SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline, r.document_id,
+       r.lane, r.batch_id::text, d.content AS document,
+       coalesce((SELECT jsonb_object_agg(s.step, s.output)
+                 FROM pipeline_step_result s
+                 WHERE s.run_id = c.run_id AND s.status = 'done'), '{}'::jsonb) AS outputs
+FROM claimed c
+JOIN pipeline_run r ON r.id = c.run_id
+LEFT JOIN document d ON d.tenant_id = r.tenant_id AND d.id = r.document_id;
+
+-- name: step_state
+-- Why a step could not be claimed: its own state and its run's.
+SELECT s.status, s.lease_expires_at > now() AS lease_live, r.status AS run_status,
+       coalesce(r.deadline_at <= now(), false) AS past_deadline
+FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
+WHERE s.run_id = %(run_id)s AND s.step = %(step)s;
+
+-- name: renew_lease
+-- Extend the lease of a step this worker still holds, while its run goes on.
+UPDATE pipeline_step_result s
+SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
+FROM pipeline_run r
+WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
+  AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status IN ('queued', 'running')
+RETURNING s.lease_expires_at;
+
+-- name: release_step
+-- Give a leased step back after a transient failure; it may be claimed again at once. An
+-- attempt that only waited for the provider limiter is refunded. Not once its run ended
+-- (cancelled meanwhile): a retry would be a message nobody wants.
+UPDATE pipeline_step_result s
+SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, error = %(error)s,
+    attempt = s.attempt - %(refund)s::integer,
+    not_before = now() + make_interval(secs => %(retry_in_s)s)
+FROM pipeline_run r
+WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
+  AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status IN ('queued', 'running')
+RETURNING s.attempt;
+
+-- name: record_step_result
+-- Save a step's output with its tokens and cost, move the run on to its next step and put
+-- that step's message in the outbox (as enqueue_step does): one statement, so one commit.
+WITH calls AS (
+    SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
+           coalesce(sum(output_tokens), 0) AS output_tokens,
+           coalesce(sum(cost_usd), 0) AS cost_usd,
+           string_agg(DISTINCT model, ',') FILTER (WHERE status = 'ok') AS models
+    FROM llm_call_log
+    WHERE run_id = %(run_id)s AND step = %(step)s AND generation = %(generation)s
+), done AS (
+    UPDATE pipeline_step_result s
+    SET status = 'done', output = %(output)s, input_tokens = calls.input_tokens,
+        output_tokens = calls.output_tokens, cost_usd = calls.cost_usd,
+        model = coalesce(calls.models, %(model)s), prompt_version = %(prompt_version)s,
+        lease_owner = NULL, lease_expires_at = NULL, error = NULL, finished_at = now()
+    FROM calls, pipeline_run r
+    WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
+      AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status = 'running'
+    RETURNING s.run_id
+), advanced AS (
+    UPDATE pipeline_run r
+    SET steps_done = r.steps_done + 1, current_step = %(next_step)s, updated_at = now(),
+        status = CASE WHEN %(next_step)s::text IS NULL THEN 'done' ELSE r.status END,
+        finished_at = CASE WHEN %(next_step)s::text IS NULL THEN now() END
+    FROM done
+    WHERE r.id = done.run_id
+    RETURNING r.id, r.status, r.batch_id, r.lane, r.traceparent, r.current_step
+), next_step AS (
+    UPDATE pipeline_step_result s
+    SET enqueued_at = now()
+    FROM advanced a
+    WHERE s.run_id = a.id AND s.step = a.current_step AND s.status = 'pending'
+      AND a.status IN ('queued', 'running')
+    RETURNING s.run_id, s.step
+), message AS (
+    INSERT INTO outbox (topic, run_id, step, queue, traceparent, available_at)
+    SELECT 'step', a.id, n.step, %(queues)s::jsonb ->> a.lane, a.traceparent, now()
+    FROM advanced a JOIN next_step n ON n.run_id = a.id
+    RETURNING id
+)
+SELECT a.status AS run_status, array(SELECT id FROM message ORDER BY id) AS outbox_ids
+FROM advanced a;
+
+-- name: fail_run
+-- End a run at a step that cannot succeed: 'failed' (permanent) or 'needs_review'.
+WITH failed_step AS (
+    UPDATE pipeline_step_result
+    SET status = 'failed', error = %(error)s, lease_owner = NULL, lease_expires_at = NULL,
+        finished_at = now()
+    WHERE run_id = %(run_id)s AND step = %(step)s AND status IN ('pending', 'running')
+      AND (lease_owner IS NULL OR lease_owner = %(owner)s)
+    RETURNING run_id
+)
+UPDATE pipeline_run r
+SET status = %(status)s, error = %(error)s, finished_at = now(), updated_at = now()
+FROM failed_step
+WHERE r.id = failed_step.run_id AND r.status IN ('queued', 'running')
+RETURNING r.id, r.status, r.batch_id;
+
+-- name: abandon_step
+-- Drop the lease of a step whose run stopped while it ran (cancelled, expired).
+UPDATE pipeline_step_result
+SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_at = now()
+WHERE run_id = %(run_id)s AND step = %(step)s AND status = 'running'
+  AND lease_owner = %(owner)s;
+
+-- name: cancel_run
+-- Stop a run that has not ended; a step already running finishes its calls and is dropped.
+WITH cancelled AS (
+    UPDATE pipeline_run
+    SET status = 'cancelled', error = 'cancelled on request', finished_at = now(),
+        updated_at = now()
+    WHERE id = %(run_id)s AND tenant_id = %(tenant_id)s AND status IN ('queued', 'running')
+    RETURNING id
+), steps AS (
+    UPDATE pipeline_step_result s SET status = 'cancelled'
+    FROM cancelled
+    WHERE s.run_id = cancelled.id AND s.status = 'pending'
+), unsent AS (
+    DELETE FROM outbox o USING cancelled
+    WHERE o.run_id = cancelled.id AND o.published_at IS NULL
+)
+SELECT id FROM cancelled;
+
+-- name: expire_run
+-- End a run whose deadline passed; work past it is worth nothing to the caller.
+WITH expired AS (
+    UPDATE pipeline_run
+    SET status = 'expired', error = 'deadline passed before the run finished',
+        finished_at = now(), updated_at = now()
+    WHERE id = %(run_id)s AND status IN ('queued', 'running') AND deadline_at <= now()
+    RETURNING id
+), steps AS (
+    UPDATE pipeline_step_result s SET status = 'cancelled'
+    FROM expired
+    WHERE s.run_id = expired.id AND s.status = 'pending'
+)
+SELECT id FROM expired;
+
+-- name: restart_run
+-- Reopen an ended run at one step; the steps before it must be done and stay as they are.
+-- A run of a cancelled (or over-budget) batch stays stopped; a run of a finished batch
+-- reopens the batch, which finishes again with it.
+WITH reopened AS (
+    UPDATE pipeline_run r
+    SET status = 'queued', current_step = %(step)s, steps_done = %(step_index)s, error = NULL,
+        finished_at = NULL, deadline_at = NULL, notified_at = NULL, updated_at = now()
+    WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s
+      AND r.status IN ('done', 'failed', 'needs_review', 'cancelled', 'expired',
+                       'budget_exceeded')
+      AND NOT EXISTS (SELECT 1 FROM pipeline_step_result
+                      WHERE run_id = %(run_id)s AND step_index < %(step_index)s
+                        AND status <> 'done')
+      AND NOT EXISTS (SELECT 1 FROM batch b
+                      WHERE b.id = r.batch_id AND b.status IN ('cancelled', 'budget_exceeded'))
+    RETURNING r.id, r.batch_id
+), batch_reopened AS (
+    UPDATE batch b SET status = 'running', finished_at = NULL, notified_at = NULL
+    FROM reopened
+    WHERE b.id = reopened.batch_id AND b.status = 'done'
+)
+UPDATE pipeline_step_result s
+SET status = 'pending', attempt = 0, generation = s.generation + 1, output = NULL,
+    input_tokens = NULL, output_tokens = NULL, cost_usd = NULL, model = NULL,
+    prompt_version = NULL, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
+    not_before = NULL, enqueued_at = NULL, started_at = NULL, finished_at = NULL
+FROM reopened
+WHERE s.run_id = reopened.id AND s.step_index >= %(step_index)s
+RETURNING s.step;
+
+-- name: run_status
+-- A run as its owner sees it, with its latest webhook delivery.
+SELECT r.id::text AS run_id, r.pipeline, r.document_id, r.lane, r.batch_id::text, r.status,
+       CASE WHEN r.status IN ('queued', 'running') THEN r.current_step END AS current_step,
+       r.steps_done, r.steps_total, r.cost_usd AS cost_so_far_usd, r.error, r.created_at,
+       r.finished_at,
+       (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at
+                                 FROM webhook_delivery WHERE run_id = r.id
+                                 ORDER BY id DESC LIMIT 1) w) AS webhook
+FROM pipeline_run r
+WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s;
+
+-- name: run_steps
+-- Every step of a run in pipeline order, with what it cost.
+SELECT step, status, attempt, generation, model, prompt_version, input_tokens, output_tokens,
+       cost_usd, error, started_at, finished_at,
+       CASE WHEN %(with_output)s THEN output END AS output
+FROM pipeline_step_result
+WHERE run_id = %(run_id)s
+ORDER BY step_index;
+
+-- name: check_and_start_call
+-- Before a call: its memoised answer if any, whether the run still runs and the step is
+-- still leased to this worker, and the spending of the run and its batch against budgets;
+-- when all allow the call, its llm_call_log row (for the step's first model) is written in
+-- the same statement, still before the request is sent.
+WITH checked AS (
+    SELECT (SELECT response
+            FROM llm_call_log
+            WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s
+              AND call_key = %(call_key)s AND status = 'ok'
+            ORDER BY id DESC
+            LIMIT 1) AS memo,
+           (SELECT lease_owner FROM pipeline_step_result
+            WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
+           r.id AS run_id, r.status, r.cost_usd, r.budget_usd, b.cost_usd AS batch_cost_usd,
+           b.budget_usd AS batch_budget_usd
+    FROM pipeline_run r
+    LEFT JOIN batch b ON b.id = r.batch_id
+    WHERE r.id = %(run_id)s
+), started AS (
+    INSERT INTO llm_call_log (run_id, step, generation, call_key, step_attempt, tenant_id,
+                              model, prompt_version)
+    SELECT run_id, %(step)s, %(generation)s, %(call_key)s, %(step_attempt)s, %(tenant_id)s,
+           %(model)s, %(prompt_version)s
+    FROM checked
+    WHERE memo IS NULL AND status IN ('queued', 'running')
+      AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s)
+      AND (budget_usd IS NULL OR cost_usd < budget_usd)
+      AND (batch_budget_usd IS NULL OR batch_cost_usd < batch_budget_usd)
+    RETURNING id
+)
+SELECT memo, lease_owner, status, cost_usd, budget_usd, batch_cost_usd, batch_budget_usd,
+       (SELECT id FROM started) AS call_id
+FROM checked;
+
+-- name: start_call
+-- Log a provider call before it is sent.
+INSERT INTO llm_call_log (run_id, step, generation, call_key, step_attempt, tenant_id, model,
+                          prompt_version)
+VALUES (%(run_id)s, %(step)s, %(generation)s, %(call_key)s, %(step_attempt)s, %(tenant_id)s,
+        %(model)s, %(prompt_version)s)
+RETURNING id;
+
+-- name: finish_call
+-- Complete a call's log row and add its cost to the run and to the run's batch.
+WITH call AS (
+    UPDATE llm_call_log
+    SET status = %(status)s, http_status = %(http_status)s, error_kind = %(error_kind)s,
+        error = %(error)s, input_tokens = %(input_tokens)s, output_tokens = %(output_tokens)s,
+        cost_usd = %(cost_usd)s, latency_ms = %(latency_ms)s, response = %(response)s,
+        finished_at = now()
+    WHERE id = %(id)s AND status = 'sent'
+    RETURNING run_id, cost_usd
+), run AS (
+    UPDATE pipeline_run r
+    SET cost_usd = r.cost_usd + call.cost_usd, updated_at = now()
+    FROM call
+    WHERE r.id = call.run_id
+    RETURNING r.batch_id, call.cost_usd
+)
+UPDATE batch b
+SET cost_usd = b.cost_usd + run.cost_usd
+FROM run
+WHERE b.id = run.batch_id AND run.cost_usd > 0;
+
+-- name: take_outbox_ids
+-- Unpublished outbox rows among the given ids that are due, locked for this publisher (rows
+-- another one holds are skipped) and marked published with their steps' enqueue time, as
+-- mark_published does, in one statement: the caller commits only once the broker has them.
+WITH taken AS (
+    SELECT id FROM outbox
+    WHERE id = ANY(%(ids)s) AND published_at IS NULL AND available_at <= now()
+    FOR UPDATE SKIP LOCKED
+), published AS (
+    UPDATE outbox o SET published_at = now()
+    FROM taken
+    WHERE o.id = taken.id
+    RETURNING o.id, o.topic, o.run_id, o.step, o.queue, o.traceparent, o.payload
+), steps AS (
+    UPDATE pipeline_step_result s
+    SET enqueued_at = now()
+    FROM published p
+    WHERE p.topic = 'step' AND s.run_id = p.run_id AND s.step = p.step AND s.status = 'pending'
+)
+SELECT id, topic, run_id::text, step, queue, traceparent, payload FROM published ORDER BY id;
+
+-- name: lock_due_outbox
+-- Rows whose publish was lost or whose parked delay is over, oldest first.
+SELECT id, topic, run_id::text, step, queue, traceparent, payload
+FROM outbox
+WHERE published_at IS NULL AND available_at <= now() - make_interval(secs => %(grace_s)s)
+ORDER BY available_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: mark_published
+-- Record that these rows reached the broker, and when their steps were enqueued.
+WITH published AS (
+    UPDATE outbox SET published_at = now()
+    WHERE id = ANY(%(ids)s)
+    RETURNING topic, run_id, step
+)
+UPDATE pipeline_step_result s
+SET enqueued_at = now()
+FROM published p
+WHERE p.topic = 'step' AND s.run_id = p.run_id AND s.step = p.step AND s.status = 'pending';
+
+-- name: start_periodic_job
+-- Start a periodic job unless it already started less than min_gap_s ago (another beat).
+INSERT INTO periodic_job (name, last_started_at, runs)
+VALUES (%(name)s, now(), 1)
+ON CONFLICT (name) DO UPDATE
+SET last_started_at = now(), runs = periodic_job.runs + 1
+WHERE periodic_job.last_started_at <= now() - make_interval(secs => %(min_gap_s)s)
+RETURNING runs;
+
+-- name: finish_periodic_job
+-- Record when and with what result a periodic job ended.
+UPDATE periodic_job SET last_finished_at = now(), last_result = %(result)s
+WHERE name = %(name)s;
+
+-- name: metrics_runs_by_status
+-- Runs per status and lane, for the runs-by-status gauge (served by beat only).
+SELECT status, lane, count(*) AS runs FROM pipeline_run GROUP BY status, lane;
+
+-- name: metrics_backlogs
+-- Batch runs awaiting admission; unpublished outbox rows: due (and the oldest's age), parked.
+SELECT
+    (SELECT count(*) FROM pipeline_run
+     WHERE lane = 'batch' AND status = 'queued' AND admitted_at IS NULL) AS batch_backlog,
+    count(*) FILTER (WHERE available_at <= now()) AS outbox_due,
+    count(*) FILTER (WHERE available_at > now()) AS outbox_parked,
+    coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())),
+             0)::float AS outbox_oldest_age_s
+FROM outbox
+WHERE published_at IS NULL;
+
+-- name: metrics_periodic_jobs
+-- When each periodic job last finished.
+SELECT name, extract(epoch FROM last_finished_at)::float AS last_finished
+FROM periodic_job
+WHERE last_finished_at IS NOT NULL;
+
+-- name: reap_expired_leases
+-- Hand steps whose worker stopped renewing its lease back to the queue, through the outbox.
+WITH reaped AS (
+    UPDATE pipeline_step_result s
+    SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, enqueued_at = now(),
+        error = 'lease expired: worker lost'
+    FROM pipeline_run r
+    WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
+      AND r.status IN ('queued', 'running') AND r.current_step = s.step
+      -- Leases ran out while PostgreSQL itself was down: live workers get one lease period
+      -- to renew before their steps are handed on (or both would pay for the same calls).
+      AND pg_postmaster_start_time() < now() - make_interval(secs => %(lease_s)s)
+    RETURNING s.run_id, s.step, r.lane, r.traceparent
+)
+INSERT INTO outbox (topic, run_id, step, queue, traceparent)
+SELECT 'step', run_id, step, %(queues)s::jsonb ->> lane, traceparent FROM reaped
+RETURNING id, run_id, step;
+
+-- name: redrive_lost_steps
+-- Re-enqueue pending current steps whose message is gone: published before the oldest
+-- message still waiting in their queue (so it was consumed or lost), and not picked up.
+WITH lost AS (
+    UPDATE pipeline_step_result s
+    SET enqueued_at = now()
+    FROM pipeline_run r
+    WHERE s.status = 'pending' AND r.id = s.run_id AND r.current_step = s.step
+      AND r.status IN ('queued', 'running') AND r.admitted_at IS NOT NULL
+      AND greatest(s.enqueued_at, s.not_before) < now() - make_interval(secs => %(grace_s)s)
+      AND s.enqueued_at < CASE r.lane WHEN 'interactive' THEN %(interactive_cutoff)s::timestamptz
+                                      ELSE %(batch_cutoff)s::timestamptz END
+      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.run_id = s.run_id AND o.step = s.step
+                        AND o.published_at IS NULL)
+    RETURNING s.run_id, s.step, r.lane, r.traceparent
+)
+INSERT INTO outbox (topic, run_id, step, queue, traceparent)
+SELECT 'step', run_id, step, %(queues)s::jsonb ->> lane, traceparent FROM lost
+RETURNING id, run_id, step;
+
+-- name: expire_overdue_runs
+-- End every active run whose deadline has passed.
+WITH expired AS (
+    UPDATE pipeline_run
+    SET status = 'expired', error = 'deadline passed before the run finished',
+        finished_at = now(), updated_at = now()
+    WHERE status IN ('queued', 'running') AND deadline_at <= now()
+    RETURNING id
+), steps AS (
+    UPDATE pipeline_step_result s SET status = 'cancelled'
+    FROM expired
+    WHERE s.run_id = expired.id AND s.status = 'pending'
+)
+SELECT id FROM expired;
+
+-- name: abandon_orphaned_steps
+-- Release steps still marked running under an expired lease although their run has ended.
+UPDATE pipeline_step_result s
+SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_at = now()
+FROM pipeline_run r
+WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
+  AND r.status NOT IN ('queued', 'running');
+
+-- name: create_batch
+-- Insert a batch unless this tenant already used the idempotency key.
+WITH new_batch AS (
+    INSERT INTO batch (id, tenant_id, pipeline, runs_total, budget_usd, run_budget_usd,
+                       callback_url, deadline_at, idempotency_key, request_hash)
+    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(runs_total)s, %(budget_usd)s,
+            %(run_budget_usd)s, %(callback_url)s, %(deadline_at)s, %(idempotency_key)s,
+            %(request_hash)s)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING id, request_hash
+)
+SELECT id, request_hash, true AS created FROM new_batch
+UNION ALL
+SELECT id, request_hash, false AS created
+FROM batch
+WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s
+  AND NOT EXISTS (SELECT 1 FROM new_batch);
+
+-- name: put_documents
+-- Store many documents at once; returns the ids that already hold other text.
+WITH incoming AS (
+    SELECT *
+    FROM unnest(%(ids)s::text[], %(contents)s::text[], %(sha256s)s::text[],
+                %(sizes)s::integer[]) AS d (id, content, sha256, size_bytes)
+), inserted AS (
+    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes)
+    SELECT %(tenant_id)s, id, content, sha256, size_bytes FROM incoming
+    ON CONFLICT (tenant_id, id) DO NOTHING
+)
+SELECT i.id
+FROM incoming i
+JOIN document d ON d.tenant_id = %(tenant_id)s AND d.id = i.id
+WHERE d.content_sha256 <> i.sha256;
+
+-- name: missing_documents
+-- Which of these ids this tenant has not stored (at most 10, for the error message).
+SELECT i.id
+FROM unnest(%(ids)s::text[]) AS i (id)
+WHERE NOT EXISTS (SELECT 1 FROM document d WHERE d.tenant_id = %(tenant_id)s AND d.id = i.id)
+LIMIT 10;
+
+-- name: create_batch_runs
+-- One waiting run (and its pending steps) per document of a new batch.
+WITH new_runs AS (
+    INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id,
+                              current_step, steps_total, budget_usd, deadline_at,
+                              idempotency_key, request_hash, traceparent)
+    SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, d.document_id, 'batch',
+           %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
+           %(run_budget_usd)s, %(deadline_at)s,
+           'batch:' || %(batch_id)s::text || ':' || d.ordinality,
+           d.document_id, %(traceparent)s
+    FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
+    RETURNING id
+)
+INSERT INTO pipeline_step_result (run_id, step, step_index)
+SELECT new_runs.id, s.step, s.ordinality - 1
+FROM new_runs, unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality);
+
+-- name: batch_progress
+-- A batch's runs per status, steps, spending and pace, in one request: one pass over the
+-- batch's runs (grouped by status), then sums over those few groups.
+WITH per_status AS (
+    SELECT status, count(*) AS n, count(*) FILTER (WHERE admitted_at IS NULL) AS unadmitted,
+           sum(steps_done) AS steps_done, sum(steps_total) AS steps_total,
+           min(admitted_at) AS first_admitted_at
+    FROM pipeline_run
+    WHERE batch_id = %(batch_id)s
+    GROUP BY status
+)
+SELECT b.id::text AS batch_id, b.pipeline, b.status, b.runs_total,
+       b.cost_usd AS cost_so_far_usd, b.budget_usd, b.created_at, b.finished_at, now() AS now,
+       coalesce((SELECT jsonb_object_agg(status, n) FROM per_status), '{}') AS runs_by_status,
+       (SELECT coalesce(sum(unadmitted), 0)::bigint FROM per_status WHERE status = 'queued')
+           AS waiting_admission,
+       (SELECT coalesce(sum(steps_done), 0)::bigint FROM per_status) AS steps_done,
+       (SELECT coalesce(sum(steps_total), 0)::bigint FROM per_status) AS steps_total,
+       (SELECT coalesce(sum(steps_total - steps_done), 0)::bigint FROM per_status
+        WHERE status IN ('queued', 'running')) AS steps_remaining,
+       (SELECT min(first_admitted_at) FROM per_status) AS first_admitted_at,
+       (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at
+                                 FROM webhook_delivery WHERE batch_id = b.id
+                                 ORDER BY id DESC LIMIT 1) w) AS webhook
+FROM batch b
+WHERE b.id = %(batch_id)s AND b.tenant_id = %(tenant_id)s;
+
+-- name: batch_runs
+-- A page of a batch's runs (keyset pagination by run id).
+SELECT id::text AS run_id, document_id, status, current_step, steps_done, steps_total,
+       cost_usd, error
+FROM pipeline_run
+WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: stop_batch_runs
+-- The first statement of stopping a running batch ('cancelled' or 'budget_exceeded'): its
+-- unfinished runs end, their unpublished messages are dropped; running steps finish the
+-- call in flight and send no other. The batch row itself comes after (end_stopped_batch).
+WITH stopped AS (
+    UPDATE pipeline_run r
+    SET status = %(status)s, error = %(reason)s, finished_at = now(), updated_at = now()
+    WHERE r.batch_id = %(batch_id)s AND r.status IN ('queued', 'running')
+      AND EXISTS (SELECT 1 FROM batch b
+                  WHERE b.id = %(batch_id)s AND b.tenant_id = %(tenant_id)s
+                    AND b.status = 'running')
+    RETURNING r.id
+), unsent AS (
+    DELETE FROM outbox o USING stopped
+    WHERE o.run_id = stopped.id AND o.published_at IS NULL
+)
+SELECT array(SELECT id::text FROM stopped) AS run_ids;
+
+-- name: end_stopped_batch
+-- The batch of stop_batch_runs ends, unless it has ended meanwhile (no row).
+UPDATE batch SET status = %(status)s, finished_at = now()
+WHERE id = %(batch_id)s AND tenant_id = %(tenant_id)s AND status = 'running'
+RETURNING id;
+
+-- name: cancel_pending_steps
+-- The steps that will not run now that their runs ended.
+UPDATE pipeline_step_result SET status = 'cancelled'
+WHERE run_id = ANY(%(run_ids)s::uuid[]) AND status = 'pending';
+
+-- name: finish_batches
+-- Mark running batches whose runs have all ended as done.
+UPDATE batch b SET status = 'done', finished_at = now()
+WHERE b.status = 'running'
+  AND NOT EXISTS (SELECT 1 FROM pipeline_run r
+                  WHERE r.batch_id = b.id AND r.status IN ('queued', 'running'))
+RETURNING id;
+
+-- name: admit_batch_runs
+-- Admit waiting batch runs up to the window of runs in flight, fairly: the next slot goes
+-- to the tenant (then the batch) served least so far (least attained service), so a
+-- client's 10 documents are not queued behind another's 500. Each admitted run's first
+-- step goes into the outbox in the same statement.
+WITH free AS (
+    SELECT greatest(0, %(window)s - count(*)) AS slots FROM pipeline_run
+    WHERE lane = 'batch' AND admitted_at IS NOT NULL AND status IN ('queued', 'running')
+), waiting AS (
+    -- A batch's runs go in creation order, so only its first `slots` waiting runs can be
+    -- admitted now: only they are ranked, not the whole backlog. A batch's waiting runs
+    -- belong to a running batch (stopping a batch ends its runs).
+    SELECT w.id, w.tenant_id, b.id AS batch_id, w.created_at, w.batch_rank
+    FROM batch b CROSS JOIN free
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.tenant_id, r.created_at,
+               row_number() OVER (ORDER BY r.created_at, r.id) AS batch_rank
+        FROM pipeline_run r
+        WHERE r.batch_id = b.id AND r.lane = 'batch' AND r.status = 'queued'
+          AND r.admitted_at IS NULL
+        ORDER BY r.created_at, r.id
+        LIMIT free.slots
+    ) w
+    WHERE b.status = 'running'
+    UNION ALL
+    -- Batch-lane runs started one at a time (no batch): a tenant's are one more queue.
+    SELECT id, tenant_id, NULL, created_at,
+           row_number() OVER (PARTITION BY tenant_id ORDER BY created_at, id)
+    FROM pipeline_run
+    WHERE batch_id IS NULL AND lane = 'batch' AND status = 'queued' AND admitted_at IS NULL
+), served_batch AS (
+    SELECT batch_id, count(*) AS n FROM pipeline_run
+    WHERE batch_id IN (SELECT DISTINCT batch_id FROM waiting) AND admitted_at IS NOT NULL
+    GROUP BY batch_id
+), served_tenant AS (
+    SELECT tenant_id, count(*) AS n FROM pipeline_run
+    WHERE lane = 'batch'
+      AND admitted_at > now() - make_interval(secs => %(memory_s)s)
+    GROUP BY tenant_id
+), turns AS (
+    SELECT w.id, w.tenant_id, w.created_at, coalesce(sb.n, 0) + w.batch_rank AS batch_turn
+    FROM waiting w LEFT JOIN served_batch sb USING (batch_id)
+), ordered AS (
+    SELECT t.id, t.batch_turn, t.created_at,
+           coalesce(st.n, 0)
+             + row_number() OVER (PARTITION BY t.tenant_id ORDER BY t.batch_turn, t.created_at)
+             AS tenant_turn
+    FROM turns t LEFT JOIN served_tenant st USING (tenant_id)
+), admitted AS (
+    UPDATE pipeline_run r SET admitted_at = now(), updated_at = now()
+    WHERE r.id IN (SELECT id FROM ordered
+                   ORDER BY tenant_turn, batch_turn, created_at
+                   LIMIT (SELECT slots FROM free))
+      AND r.admitted_at IS NULL AND r.status = 'queued'
+    RETURNING r.id, r.current_step, r.traceparent
+), first_steps AS (
+    UPDATE pipeline_step_result s SET enqueued_at = now()
+    FROM admitted a
+    WHERE s.run_id = a.id AND s.step = a.current_step
+)
+INSERT INTO outbox (topic, run_id, step, queue, traceparent)
+SELECT 'step', id, current_step, %(queues)s::jsonb ->> 'batch', traceparent FROM admitted
+RETURNING id;
+
+-- name: queue_run_webhooks
+-- Queue the completion webhook of ended runs that carry a callback URL.
+WITH ended AS (
+    UPDATE pipeline_run SET notified_at = now()
+    WHERE callback_url IS NOT NULL AND notified_at IS NULL
+      AND status NOT IN ('queued', 'running')
+    RETURNING id, callback_url, tenant_id, batch_id, document_id, status, steps_done,
+              steps_total, cost_usd, error, finished_at
+), deliveries AS (
+    INSERT INTO webhook_delivery (run_id, url, payload)
+    SELECT id, callback_url,
+           jsonb_build_object('event', 'run.ended', 'run_id', id, 'document_id', document_id,
+                              'batch_id', batch_id, 'status', status, 'steps_done', steps_done,
+                              'steps_total', steps_total, 'cost_usd', cost_usd, 'error', error,
+                              'finished_at', finished_at)
+    FROM ended
+    RETURNING id
+)
+INSERT INTO outbox (topic, queue, payload)
+SELECT 'webhook', %(queue)s, jsonb_build_object('delivery_id', id) FROM deliveries
+RETURNING id;
+
+-- name: queue_batch_webhooks
+-- Queue the completion webhook of ended batches that carry a callback URL.
+WITH ended AS (
+    UPDATE batch SET notified_at = now()
+    WHERE callback_url IS NOT NULL AND notified_at IS NULL AND status <> 'running'
+    RETURNING id, callback_url, status, runs_total, cost_usd, finished_at
+), deliveries AS (
+    INSERT INTO webhook_delivery (batch_id, url, payload)
+    SELECT e.id, e.callback_url,
+           jsonb_build_object('event', 'batch.ended', 'batch_id', e.id, 'status', e.status,
+                              'runs_total', e.runs_total, 'cost_usd', e.cost_usd,
+                              'finished_at', e.finished_at,
+                              'runs_by_status', (SELECT jsonb_object_agg(status, n)
+                                                 FROM (SELECT status, count(*) AS n
+                                                       FROM pipeline_run WHERE batch_id = e.id
+                                                       GROUP BY status) s))
+    FROM ended e
+    RETURNING id
+)
+INSERT INTO outbox (topic, queue, payload)
+SELECT 'webhook', %(queue)s, jsonb_build_object('delivery_id', id) FROM deliveries
+RETURNING id;
+
+-- name: webhook_to_deliver
+-- A pending delivery with its target and body.
+SELECT id, url, payload, attempts FROM webhook_delivery WHERE id = %(id)s AND status = 'pending';
+
+-- name: record_webhook_attempt
+-- Count one delivery attempt; it ends as delivered, or failed once attempts run out.
+UPDATE webhook_delivery
+SET attempts = attempts + 1, last_status = %(http_status)s, last_error = %(error)s,
+    last_attempt_at = now(),
+    delivered_at = CASE WHEN %(delivered)s THEN now() END,
+    status = CASE WHEN %(delivered)s THEN 'delivered'
+                  WHEN attempts + 1 >= %(max_attempts)s THEN 'failed'
+                  ELSE 'pending' END
+WHERE id = %(id)s AND status = 'pending'
+RETURNING status, attempts;
+
+-- name: schedule_webhook_retry
+-- Park the next attempt of a delivery in the outbox until it is due.
+INSERT INTO outbox (topic, queue, payload, available_at)
+VALUES ('webhook', %(queue)s, jsonb_build_object('delivery_id', %(id)s::bigint),
+        now() + make_interval(secs => %(delay_s)s))
+RETURNING id;
+
+-- name: create_api_key
+-- Store a new API key's hash under its public id (a clash of random ids inserts nothing).
+INSERT INTO api_key (id, tenant_id, name, key_sha256)
+VALUES (%(id)s, %(tenant_id)s, %(name)s, %(key_sha256)s)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, tenant_id, name, created_at, revoked_at, last_used_at;
+
+-- name: use_api_key
+-- The key with this id (the caller compares hashes); a valid key's use is noted once a minute.
+WITH touched AS (
+    UPDATE api_key SET last_used_at = now()
+    WHERE id = %(id)s AND key_sha256 = %(key_sha256)s AND revoked_at IS NULL
+      AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
+)
+SELECT id, tenant_id, key_sha256, revoked_at FROM api_key WHERE id = %(id)s;
+
+-- name: list_api_keys
+-- Every key (of one tenant, when given), without its hash.
+SELECT id, tenant_id, name, created_at, revoked_at, last_used_at
+FROM api_key
+WHERE %(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s
+ORDER BY tenant_id, created_at, id;
+
+-- name: revoke_api_key
+-- Revoke a key for good; nothing if it does not exist or was revoked already.
+UPDATE api_key SET revoked_at = now()
+WHERE id = %(id)s AND revoked_at IS NULL
+RETURNING id, tenant_id, name, created_at, revoked_at, last_used_at;
+
+-- name: prune_call_log
+-- Delete up to `limit` provider-call rows older than the retention whose run has ended.
+DELETE FROM llm_call_log
+WHERE id IN (
+    SELECT c.id
+    FROM llm_call_log c JOIN pipeline_run r ON r.id = c.run_id
+    WHERE c.created_at < now() - make_interval(days => %(days)s)
+      AND r.status NOT IN ('queued', 'running')
+    LIMIT %(limit)s
+    FOR UPDATE OF c SKIP LOCKED
+);
+
+-- name: prune_outbox
+-- Delete up to `limit` outbox rows published longer ago than the retention.
+DELETE FROM outbox
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE published_at < now() - make_interval(days => %(days)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_runs
+-- Delete up to `limit` runs that ended longer ago than the retention, with their steps,
+-- calls and webhook deliveries (ON DELETE CASCADE). Never while a webhook is still owed;
+-- runs of a batch only once the batch has ended and sent its own webhook.
+DELETE FROM pipeline_run
+WHERE id IN (
+    SELECT r.id
+    FROM pipeline_run r LEFT JOIN batch b ON b.id = r.batch_id
+    WHERE r.status NOT IN ('queued', 'running')
+      AND r.finished_at < now() - make_interval(days => %(days)s)
+      AND (r.callback_url IS NULL OR r.notified_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
+                      WHERE w.run_id = r.id AND w.status = 'pending')
+      AND (r.batch_id IS NULL
+           OR (b.status <> 'running'
+               AND b.finished_at < now() - make_interval(days => %(days)s)
+               AND (b.callback_url IS NULL OR b.notified_at IS NOT NULL)))
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+);
+
+-- name: prune_batches
+-- Delete up to `limit` ended batches older than the retention whose runs are all gone.
+DELETE FROM batch
+WHERE id IN (
+    SELECT b.id
+    FROM batch b
+    WHERE b.status <> 'running'
+      AND b.finished_at < now() - make_interval(days => %(days)s)
+      AND (b.callback_url IS NULL OR b.notified_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM pipeline_run r WHERE r.batch_id = b.id)
+      AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
+                      WHERE w.batch_id = b.id AND w.status = 'pending')
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: batch_status
+-- Whether a batch still runs (for error messages).
+SELECT status FROM batch WHERE id = %(batch_id)s;

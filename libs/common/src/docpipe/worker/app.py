@@ -1,0 +1,65 @@
+"""The Celery app of the worker pools and beat: the broker's transport app
+(docpipe.broker.transport) with late acks, time limits, the liveness file and beat's schedule.
+
+Start a worker pool with ``celery -A docpipe.worker.app worker -Q llm_interactive,...``;
+start the single beat with ``celery -A docpipe.worker.app beat``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docpipe.broker.queues import PERIODIC_QUEUE
+from docpipe.broker.transport import app
+from docpipe.settings import Settings, get_settings
+from docpipe.worker import (
+    signals,  # noqa: F401  (importing connects the metrics/tracing handlers)
+    tasks,
+)
+from docpipe.worker.liveness import LivenessFile
+
+__all__ = ["app", "periodic_jobs", "worker_config"]
+
+
+def periodic_jobs(settings: Settings) -> dict[str, float]:
+    """Periodic task name -> interval in seconds."""
+    return {
+        tasks.recover_stalled_work_task.name: settings.reaper_interval_s,
+        tasks.sweep_outbox_task.name: settings.outbox_sweep_interval_s,
+        tasks.admit_batch_runs_task.name: settings.admission_interval_s,
+        tasks.finish_batches_and_notify_task.name: settings.admission_interval_s,
+        tasks.prune_retention_task.name: settings.retention_interval_s,
+    }
+
+
+def worker_config(settings: Settings) -> dict[str, Any]:
+    return {
+        # A message is acknowledged after its step ran; a dead pool child puts it back.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_soft_time_limit": settings.task_soft_time_limit_s,
+        "task_time_limit": settings.task_time_limit_s,
+        "worker_soft_shutdown_timeout": settings.worker_soft_shutdown_s,
+        "worker_enable_soft_shutdown_on_idle": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_max_tasks_per_child": settings.worker_max_tasks_per_child,
+        "worker_max_memory_per_child": settings.worker_max_memory_per_child_mb * 1024,
+        "worker_send_task_events": settings.celery_task_events,
+        "worker_hijack_root_logger": False,
+        # In memory: the default shelve-backed schedule file is pickle.
+        "beat_scheduler": "docpipe.worker.liveness:LivenessScheduler",
+        "beat_schedule": {
+            name: {
+                "task": name,
+                "schedule": interval,
+                # A tick nobody consumed within its interval is superseded by the next one.
+                "options": {"queue": PERIODIC_QUEUE, "expires": max(interval, 1.0)},
+            }
+            for name, interval in periodic_jobs(settings).items()
+        },
+    }
+
+
+app.conf.update(worker_config(get_settings()))
+app.steps["worker"].add(LivenessFile)

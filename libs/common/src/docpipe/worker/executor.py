@@ -1,0 +1,304 @@
+"""``run_step``: execute one pipeline step at most once to completion, without any broker.
+
+The Celery task is a thin shell around :meth:`StepExecutor.run_step`; tests call it
+directly. The outcome says what should happen next (publish the next step, retry later,
+nothing), and the state in PostgreSQL already reflects it when it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+import jsonschema
+
+from docpipe.backoff import retry_delay
+from docpipe.errors import (
+    BudgetExceededError,
+    InvalidOutputError,
+    NotFoundError,
+    PermanentLLMError,
+    RunStoppedError,
+    TransientLLMError,
+)
+from docpipe.observability import metrics
+from docpipe.pipelines.registry import get_pipeline
+from docpipe.providers.calls import CallGate, StepContext, _no_gate
+from docpipe.providers.client import LLMClient, validate_json
+from docpipe.settings import Settings
+from docpipe.state import runs
+from docpipe.state.batches import stop_batch
+from docpipe.state.db import Database
+from docpipe.statuses import ACTIVE_RUN_STATUSES, BatchStatus, RunStatus, StepStatus
+
+__all__ = ["StepExecutor", "StepOutcome", "worker_identity"]
+
+log = logging.getLogger(__name__)
+
+OutcomeKind = Literal["completed", "already_done", "busy", "stopped", "retry", "failed"]
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    kind: OutcomeKind
+    run_status: str | None = None
+    next_step: str | None = None
+    retry_in_s: float | None = None
+    outbox_ids: tuple[int, ...] = ()
+    calls_sent: int = 0
+    error: str | None = None
+
+
+def worker_identity() -> str:
+    """A lease owner name unique to this process (a restarted pid is a new owner)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class StepExecutor:
+    """Claims, executes and records steps for one worker process."""
+
+    def __init__(
+        self,
+        db: Database,
+        llm: LLMClient,
+        settings: Settings,
+        *,
+        owner: str | None = None,
+        gate: CallGate = _no_gate,
+        interruptions: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self.db = db
+        self.llm = llm
+        self.settings = settings
+        self.owner = owner or worker_identity()
+        self.gate = gate
+        # Exceptions that stop a step from outside (Celery's soft time limit): the step is
+        # handed back like after a transient error, and memoised calls keep what was done.
+        self.interruptions = interruptions
+
+    def run_step(self, run_id: str, step: str) -> StepOutcome:
+        """Run ``step`` of ``run_id`` if it is claimable; a done step is never run again."""
+        claim = runs.claim_step(
+            self.db, run_id, step, owner=self.owner, lease_s=self.settings.lease_ttl_s
+        )
+        if claim is None:
+            return self._not_claimed(run_id, step)
+        started = time.monotonic()
+        outcome = self._run_claimed(claim)
+        metrics.observe_step(claim.pipeline, step, claim.lane, outcome.kind, outcome.run_status,
+                             time.monotonic() - started)  # fmt: skip
+        return outcome
+
+    def _run_claimed(self, claim: runs.Claim) -> StepOutcome:
+        run_id, step = claim.run_id, claim.step
+        pipeline = get_pipeline(claim.pipeline)
+        spec = pipeline.step(step)
+        if claim.attempt > self.settings.max_step_attempts:
+            return self._fail(
+                claim, RunStatus.NEEDS_REVIEW, f"gave up after {claim.attempt - 1} attempts"
+            )
+        if claim.document is None:
+            raise NotFoundError(f"run {run_id} or its document does not exist")
+        ctx = StepContext(
+            db=self.db,
+            llm=self.llm,
+            settings=self.settings,
+            step=spec,
+            run_id=run_id,
+            tenant_id=claim.tenant_id,
+            lane=claim.lane,
+            attempt=claim.attempt,
+            generation=claim.generation,
+            document=claim.document,
+            outputs=claim.outputs,
+            gate=self.gate,
+            pipeline=claim.pipeline,
+            owner=self.owner,
+        )
+        try:
+            with _LeaseKeeper(self, claim, ctx):
+                output = spec.execute(ctx)
+                _check_output(output, spec.output_schema)
+        except TransientLLMError as exc:
+            if exc.kind == "throttled" or not exc.counts_as_attempt:
+                return self._wait_for_provider(claim, exc, ctx.calls_sent)
+            return self._retry_or_give_up(claim, str(exc), exc.retry_after, ctx.calls_sent)
+        except self.interruptions as exc:
+            return self._retry_or_give_up(claim, f"interrupted: {exc!r}", None, ctx.calls_sent)
+        except RunStoppedError:
+            runs.abandon_step(self.db, run_id, step, owner=self.owner)
+            return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="run stopped")
+        except BudgetExceededError as exc:
+            return self._stop_for_budget(claim, exc, ctx.calls_sent)
+        except InvalidOutputError as exc:
+            return self._fail(claim, RunStatus.NEEDS_REVIEW, str(exc), ctx.calls_sent)
+        except PermanentLLMError as exc:
+            return self._fail(claim, RunStatus.FAILED, str(exc), ctx.calls_sent)
+        next_step = pipeline.next_step(step)
+        recorded = runs.record_step_result(
+            self.db,
+            claim,
+            owner=self.owner,
+            output=output,
+            model=spec.model,
+            prompt_version=spec.prompt_version,
+            next_step=next_step,
+        )
+        if recorded is None:
+            # The run ended while we worked (cancel, deadline) or our lease was taken over.
+            runs.abandon_step(self.db, run_id, step, owner=self.owner)
+            return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="lease or run lost")
+        return StepOutcome(
+            "completed",
+            run_status=recorded.run_status,
+            next_step=next_step,
+            outbox_ids=tuple(recorded.outbox_ids),
+            calls_sent=ctx.calls_sent,
+        )
+
+    def _not_claimed(self, run_id: str, step: str) -> StepOutcome:
+        state = runs.step_state(self.db, run_id, step)
+        if state is None:
+            return StepOutcome("stopped", error="no such run or step")
+        if state.status == StepStatus.DONE:
+            return StepOutcome("already_done", run_status=state.run_status)
+        if state.run_status in ACTIVE_RUN_STATUSES and state.past_deadline:
+            runs.expire_run(self.db, run_id)
+            return StepOutcome("stopped", run_status=RunStatus.EXPIRED, error="deadline passed")
+        if state.status == StepStatus.RUNNING and state.lease_live:
+            return StepOutcome("busy", run_status=state.run_status)
+        return StepOutcome("stopped", run_status=state.run_status, error="not claimable")
+
+    def _wait_for_provider(
+        self, claim: runs.Claim, exc: TransientLLMError, calls_sent: int
+    ) -> StepOutcome:
+        """The step waited for the shared limiter too long, or the provider is down for
+        everyone: hand it back without counting the attempt, so an outage delays runs
+        instead of failing them."""
+        delay = (exc.retry_after or 1.0) * random.uniform(1.0, 1.5)
+        released = runs.release_step(
+            self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=delay,
+            error=str(exc), refund_attempt=True,
+        )  # fmt: skip
+        if not released:
+            return self._stopped(claim, calls_sent)
+        return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=str(exc))
+
+    def _retry_or_give_up(
+        self, claim: runs.Claim, error: str, retry_after: float | None, calls_sent: int
+    ) -> StepOutcome:
+        if claim.attempt >= self.settings.max_step_attempts:
+            error = f"gave up after {claim.attempt} attempts: {error}"
+            return self._fail(claim, RunStatus.NEEDS_REVIEW, error, calls_sent)
+        delay = retry_delay(
+            claim.attempt,
+            base_s=self.settings.retry_backoff_base_s,
+            cap_s=self.settings.retry_backoff_cap_s,
+            retry_after_s=retry_after,
+        )
+        released = runs.release_step(
+            self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=delay, error=error
+        )
+        if not released:
+            return self._stopped(claim, calls_sent)
+        log.info(
+            "step %s/%s attempt %d: retry in %.2fs: %s",
+            claim.run_id,
+            claim.step,
+            claim.attempt,
+            delay,
+            error,
+        )
+        return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=error)
+
+    def _stopped(self, claim: runs.Claim, calls_sent: int) -> StepOutcome:
+        """The step could not be handed back: its run ended meanwhile (the step is dropped
+        with it) or another worker holds its lease (nothing to do)."""
+        runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
+        return StepOutcome("stopped", calls_sent=calls_sent, error="run ended or lease lost")
+
+    def _stop_for_budget(
+        self, claim: runs.Claim, exc: BudgetExceededError, calls_sent: int
+    ) -> StepOutcome:
+        if exc.scope == "batch" and claim.batch_id is not None:
+            stop_batch(self.db, claim.tenant_id, claim.batch_id, status=BatchStatus.BUDGET_EXCEEDED,
+                       reason=str(exc))  # fmt: skip
+            runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
+            log.warning("batch %s stopped: %s", claim.batch_id, exc)
+            return StepOutcome("failed", run_status=RunStatus.BUDGET_EXCEEDED,
+                               calls_sent=calls_sent, error=str(exc))  # fmt: skip
+        return self._fail(claim, RunStatus.BUDGET_EXCEEDED, str(exc), calls_sent)
+
+    def _fail(self, claim: runs.Claim, status: str, error: str, calls_sent: int = 0) -> StepOutcome:
+        runs.fail_run(
+            self.db, claim.run_id, claim.step, owner=self.owner, status=status, error=error
+        )
+        log.warning("run %s %s at %s: %s", claim.run_id, status, claim.step, error)
+        return StepOutcome("failed", run_status=status, calls_sent=calls_sent, error=error)
+
+
+def _check_output(output: dict[str, Any], schema: Mapping[str, Any]) -> None:
+    try:
+        validate_json(output, schema)
+    except jsonschema.ValidationError as exc:
+        raise InvalidOutputError(f"step output breaks its schema: {exc.message}") from None
+
+
+class _LeaseKeeper:
+    """Renews the step's lease from a background thread while the step runs.
+
+    If the process dies the renewals stop with it, the lease expires after lease_ttl_s and
+    the reaper hands the step to another worker: recovery never waits for the broker.
+    """
+
+    def __init__(self, executor: StepExecutor, claim: runs.Claim, ctx: StepContext) -> None:
+        self._executor = executor
+        self._claim = claim
+        self._ctx = ctx
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="lease-keeper", daemon=True)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _renew(self) -> None:
+        e = self._executor
+        while not self._stop.wait(e.settings.heartbeat_interval_s):
+            try:
+                kept = runs.renew_lease(
+                    e.db,
+                    self._claim.run_id,
+                    self._claim.step,
+                    owner=e.owner,
+                    lease_s=e.settings.lease_ttl_s,
+                )
+            except Exception:  # a database blip: try again at the next beat
+                log.exception(
+                    "lease renewal failed for %s/%s", self._claim.run_id, self._claim.step
+                )
+                continue
+            if not kept:
+                # Another worker has the step now, or its run ended (cancelled): the calls
+                # not yet sent must not go out.
+                log.warning("lease of %s/%s lost", self._claim.run_id, self._claim.step)
+                self._ctx.stop_sending()
+                return

@@ -1,0 +1,162 @@
+"""Gauges read from Redis and PostgreSQL when Prometheus scrapes: served by beat only.
+
+What waits in the broker (length per queue, counting kombu's priority sub-lists, and the
+lag: age of the oldest waiting message), what the shared provider limiter allows and who
+waits for it, runs by status, batch runs still waiting in PostgreSQL for admission, the
+outbox backlog and its oldest row's age, and when each periodic job last finished.
+
+Beat is a singleton, so each series exists once however many workers run (computed in every
+worker, the same figure would appear once per worker and Redis/PostgreSQL would be asked as
+often). A source that does not answer leaves its gauges out of that scrape and sets
+``docpipe_state_collector_up{source}`` to 0, so a dashboard shows a gap, never a stale value.
+Answers are reused for ``min_interval_s``, so several Prometheus replicas cost one query.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import redis
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from psycopg.rows import dict_row
+
+from docpipe.broker.queues import QUEUES, queue_state
+from docpipe.observability import metrics as m
+from docpipe.providers.limiter import ProviderLimiter
+from docpipe.settings import Settings
+from docpipe.state.db import Row, Session
+from docpipe.statuses import Lane, RunStatus
+
+__all__ = ["StateCollector"]
+
+log = logging.getLogger(__name__)
+
+_TIMEOUT_S = 3
+
+
+class StateCollector(Collector):
+    """A prometheus_client collector over Redis and PostgreSQL (one connection each)."""
+
+    def __init__(self, settings: Settings, *, min_interval_s: float = 1.0) -> None:
+        self._settings = settings
+        self._min_interval_s = min_interval_s
+        self._lock = threading.Lock()
+        self._redis: redis.Redis | None = None
+        self._limiter: ProviderLimiter | None = None
+        self._conn: psycopg.Connection[Row] | None = None
+        self._cached: tuple[float, list[Metric]] | None = None
+
+    def describe(self) -> list[Metric]:
+        return []  # collected on demand only: registering must not touch Redis or PostgreSQL
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._cached[0] >= self._min_interval_s:
+                self._cached = (now, self._read())
+            families = self._cached[1]
+        yield from families
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            if self._redis is not None:
+                self._redis.close()
+
+    def _read(self) -> list[Metric]:
+        up = GaugeMetricFamily(m.STATE_COLLECTOR_UP, "1 if the source answered this scrape",
+                               labels=["source"])  # fmt: skip
+        families: list[Metric] = [up]
+        for source, read in (("redis", self._read_redis), ("postgres", self._read_postgres)):
+            try:
+                families += read()
+            except (redis.RedisError, psycopg.Error, OSError) as exc:
+                log.warning("metrics: %s did not answer: %s", source, exc)
+                self._forget(source)
+                up.add_metric([source], 0)
+            else:
+                up.add_metric([source], 1)
+        return families
+
+    def _forget(self, source: str) -> None:
+        if source == "postgres" and self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _read_redis(self) -> list[Metric]:
+        if self._redis is None:
+            self._redis = redis.Redis.from_url(
+                self._settings.redis_url,
+                socket_connect_timeout=_TIMEOUT_S,
+                socket_timeout=_TIMEOUT_S,
+            )
+            self._limiter = ProviderLimiter(self._redis, self._settings)
+        assert self._limiter is not None
+        length = GaugeMetricFamily(m.QUEUE_LENGTH, "Messages waiting, incl. priority sub-lists",
+                                   labels=["queue_name"])  # fmt: skip
+        lag = GaugeMetricFamily(m.QUEUE_LAG, "Age of the oldest waiting message, seconds",
+                                labels=["queue_name"])  # fmt: skip
+        now = time.time()
+        for queue in QUEUES:
+            state = queue_state(self._redis, queue)
+            length.add_metric([queue], state.length)
+            lag.add_metric([queue], state.lag_s(now))
+        limiter = self._limiter.state()
+        waiting = GaugeMetricFamily(m.LIMITER_WAITING, "Calls waiting for the provider limiter",
+                                    labels=["lane"])  # fmt: skip
+        waiting.add_metric([Lane.INTERACTIVE], limiter.waiting_interactive)
+        waiting.add_metric([Lane.BATCH], limiter.waiting_batch)
+        return [
+            length,
+            lag,
+            _gauge(m.LIMITER_ALLOWED_RPM, "Requests/minute allowed now", limiter.allowed_rpm),
+            _gauge(m.LIMITER_CONFIGURED_RPM, "DOCPIPE_PROVIDER_RPM", limiter.configured_rpm),
+            _gauge(m.LIMITER_IN_FLIGHT, "Calls holding a limiter slot", limiter.in_flight),
+            waiting,
+        ]
+
+    def _read_postgres(self) -> list[Metric]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self._settings.database_url,
+                autocommit=True,
+                row_factory=dict_row,
+                connect_timeout=_TIMEOUT_S,
+                options=f"-c statement_timeout={_TIMEOUT_S * 1000}",
+                application_name="docpipe-metrics",
+            )
+        s = Session(self._conn)
+        counts = {(r["status"], r["lane"]): r["runs"] for r in s.all("metrics_runs_by_status")}
+        runs = GaugeMetricFamily(m.RUNS, "Runs by status and lane", labels=["status", "lane"])
+        for status in RunStatus:
+            for lane in Lane:
+                runs.add_metric([status, lane], counts.get((status, lane), 0))
+        backlog = s.one("metrics_backlogs")
+        assert backlog is not None
+        jobs = GaugeMetricFamily(m.PERIODIC_LAST_FINISHED, "Unix time a periodic job last "
+                                 "finished", labels=["job"])  # fmt: skip
+        for row in s.all("metrics_periodic_jobs"):
+            jobs.add_metric([row["name"]], row["last_finished"])
+        return [
+            runs,
+            _gauge(m.BATCH_BACKLOG, "Batch runs awaiting admission", backlog["batch_backlog"]),
+            _gauge(m.OUTBOX_BACKLOG, "Outbox rows due, unpublished", backlog["outbox_due"]),
+            _gauge(m.OUTBOX_PARKED, "Outbox rows parked for later", backlog["outbox_parked"]),
+            _gauge(
+                m.OUTBOX_OLDEST_AGE,
+                "Oldest due outbox row, seconds",
+                backlog["outbox_oldest_age_s"],
+            ),
+            jobs,
+        ]
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)

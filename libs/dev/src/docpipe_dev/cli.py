@@ -1,0 +1,129 @@
+"""``docpipe samples | stack up | demo``: the local stack and the sample contracts (added
+to the ``docpipe`` command through the ``docpipe.cli`` entry point)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from docpipe.cli.client import DocpipeClient
+from docpipe.cli.common import console
+from docpipe.cli.runs import submit_files, watch_runs
+
+if TYPE_CHECKING:
+    from docpipe_dev.stack import StackOptions
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    samples = sub.add_parser("samples", help="write the generated sample contracts to a folder")
+    samples.add_argument("directory")
+    samples.add_argument("--count", type=int, default=8)
+    samples.add_argument("--seed", type=int, default=0)
+    samples.add_argument("--with-dummy", action="store_true", help="also the empty document")
+    samples.set_defaults(handler=cmd_samples)
+
+    stack = sub.add_parser("stack", help="the local stack")
+    stack_sub = stack.add_subparsers(dest="stack_command", required=True)
+    up = stack_sub.add_parser("up", help="start everything; Ctrl-C stops all")
+    _stack_flags(up)
+    up.set_defaults(handler=cmd_stack_up)
+
+    demo = sub.add_parser("demo", help="stack up, process the sample contracts, stop (make run)")
+    _stack_flags(demo)
+    demo.add_argument("--count", type=int, default=8)
+    demo.set_defaults(handler=cmd_demo)
+
+
+def _stack_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", default=".local/stack")
+    parser.add_argument("--api-port", type=int, default=8000)
+    parser.add_argument("--interactive-concurrency", type=int, default=4)
+    parser.add_argument("--batch-concurrency", type=int, default=4)
+    parser.add_argument("--latency-ms", default="200:800", help="fake provider latency lo:hi")
+    parser.add_argument("--rpm", type=int, default=0, help="fake provider requests/min (0: off)")
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    from docpipe_dev.samples import write_samples
+
+    paths = write_samples(Path(args.directory), args.count, args.seed, with_dummy=args.with_dummy)
+    for path in paths:
+        console.print(str(path))
+    return 0
+
+
+def _stack_options(args: argparse.Namespace) -> StackOptions:
+    from docpipe_dev.stack import StackOptions
+
+    return StackOptions(
+        state_dir=Path(args.state_dir),
+        api_port=args.api_port,
+        interactive_concurrency=args.interactive_concurrency,
+        batch_concurrency=args.batch_concurrency,
+        fake_latency_ms=args.latency_ms,
+        fake_rpm=args.rpm,
+    )
+
+
+def cmd_stack_up(args: argparse.Namespace) -> int:
+    from docpipe_dev.stack import LocalStack
+
+    stack = LocalStack(_stack_options(args))
+    with console.status("starting PostgreSQL, Redis, the fake provider, API, workers, beat"):
+        stack.up()
+    console.print(f"docpipe is up: API {stack.api_url} (OpenAPI at {stack.api_url}/docs)")
+    if stack.api_key:
+        console.print(f"  API key (tenant 'default', revoked on exit): {stack.api_key}")
+        console.print("  e.g. export DOCPIPE_API_KEY=<key> for docpipe submit/watch/status")
+    for proc in stack.processes:
+        console.print(f"  {proc.name:20} pid {proc.pid:<7} log {proc.log_path}")
+    console.print("Ctrl-C stops everything.")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        while not (dead := stack.dead_processes()):
+            time.sleep(0.5)
+        console.print(f"[red]{dead[0].name} exited[/red]; stopping the stack")
+        return 1
+    except KeyboardInterrupt:
+        console.print("stopping...")
+        return 0
+    finally:
+        stack.down()
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job end to end: stack up, the sample contracts, progress, results, stop."""
+    from docpipe_dev.samples import write_samples
+    from docpipe_dev.stack import LocalStack
+
+    stack = LocalStack(_stack_options(args))
+    with console.status(
+        "starting the local stack (PostgreSQL, Redis, fake provider, API, workers, beat)"
+    ):
+        stack.up()
+    try:
+        files = write_samples(Path(args.state_dir) / "samples", args.count, with_dummy=True)
+        console.print(
+            f"submitting {len(files)} documents to {stack.api_url} "
+            "(the empty one shows a permanent failure)"
+        )
+        with DocpipeClient(stack.api_url, api_key=stack.api_key) as client:
+            started = submit_files(client, files, "interactive")
+            final = watch_runs(client, started)
+    finally:
+        with console.status("stopping the stack"):
+            stack.down()
+    # The empty dummy document must fail (permanently, at step 1); every contract must finish.
+    wrong = [
+        doc
+        for doc, run_id in started
+        if final[run_id]["status"] != ("failed" if doc.startswith("00-dummy") else "done")
+    ]
+    if wrong:
+        console.print(f"[red]unexpected outcome for: {', '.join(wrong)}[/red]")
+    return 1 if wrong else 0
