@@ -17,8 +17,9 @@ from pathlib import Path
 import helm_python
 import pytest
 import yaml
-from kube import CHART_DIR, RELEASE, REPO, Docpipe, save_diagnostics
+from kube import CHART_DIR, REPO, Docpipe, save_diagnostics
 from kubernetes import client, config
+from release_names import RELEASE
 
 ARTIFACTS = REPO / ".local" / "k8s-tests"
 

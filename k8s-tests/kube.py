@@ -17,11 +17,11 @@ from urllib.parse import quote
 
 import httpx
 import psycopg
+import release_names as names
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parent.parent
 CHART_DIR = REPO / "charts" / "docpipe"
-RELEASE = "docpipe"
 ENDED = ("done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded")
 
 
@@ -106,23 +106,24 @@ class Docpipe:
         raise AssertionError("unreachable")
 
     def api_url(self) -> str:
-        return self.forward("docpipe-api", 8000).url()
+        return self.forward(*names.API).url()
 
     def fake_llm(self, method: str, path: str, json: Any = None) -> Any:
-        return self.http("docpipe-fake-llm", 8100, method, path, json=json)
+        return self.http(*names.FAKE_LLM, method, path, json=json)
 
     def secret_value(self, key: str) -> str:
-        secret = self.core.read_namespaced_secret(RELEASE, self.namespace)
+        secret = self.core.read_namespaced_secret(names.SECRET, self.namespace)
         return base64.b64decode(secret.data[key]).decode()
 
     def sql(self, query: str, *params: object) -> list[tuple[Any, ...]]:
         """Rows of a query on the release's PostgreSQL (through a port-forward)."""
-        forward = self.forward("docpipe-postgresql", 5432)
-        password = quote(self.secret_value("postgres-password"), safe="")
+        forward = self.forward(*names.POSTGRESQL)
+        password = quote(self.secret_value(names.POSTGRES_PASSWORD_KEY), safe="")
         for attempt in (1, 2):
             try:
                 port = forward.url().rsplit(":", 1)[1]
-                url = f"postgresql://docpipe:{password}@127.0.0.1:{port}/docpipe"
+                user, database = names.DATABASE_USER, names.DATABASE_NAME
+                url = f"postgresql://{user}:{password}@127.0.0.1:{port}/{database}"
                 with psycopg.connect(url, connect_timeout=10) as conn:
                     return conn.execute(query.encode(), params).fetchall()
             except psycopg.OperationalError:
@@ -134,9 +135,7 @@ class Docpipe:
     # --- pods and rollouts -----------------------------------------------------------
 
     def pods(self, component: str, pool: str | None = None) -> list[client.V1Pod]:
-        selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
-        if pool:
-            selector += f",docpipe.io/pool={pool}"
+        selector = names.pod_selector(component, pool)
         return list(self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
 
     def running_pods(self, component: str, pool: str | None = None) -> list[client.V1Pod]:

@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 
 import pytest
+import release_names as names
 from kube import Docpipe, wait_for
 
 from docpipe.cli.client import DocpipeClient
@@ -47,11 +48,11 @@ def assert_all_done_and_step_1_paid_once(docpipe: Docpipe, runs: list[str]) -> N
 
 
 def test_the_release_is_up_with_one_beat_and_the_schema_applied(docpipe: Docpipe) -> None:
-    assert len(docpipe.running_pods("beat")) == 1
-    beat = docpipe.apps.read_namespaced_deployment("docpipe-beat", docpipe.namespace)
+    assert len(docpipe.running_pods(names.BEAT)) == 1
+    beat = docpipe.apps.read_namespaced_deployment(names.BEAT_DEPLOYMENT, docpipe.namespace)
     assert beat.spec.replicas == 1 and beat.spec.strategy.type == "Recreate"
     assert docpipe.sql("SELECT count(*) FROM docpipe_migration")[0][0] >= 1
-    assert docpipe.http("docpipe-api", 8000, "GET", "/readyz")["status"] == "ready"
+    assert docpipe.http(*names.API, "GET", "/readyz")["status"] == "ready"
 
 
 def test_sample_contracts_go_through_both_pools(docpipe: Docpipe) -> None:
@@ -67,7 +68,7 @@ def test_worker_pod_deleted_mid_step_2_resumes_without_rerunning_step_1(docpipe:
         (run,) = submit(docpipe, [8], "interactive", "kill-worker")
         wait_for(lambda: docpipe.calls(run, "extract_fields", "ok") >= 2, "step 2 under way",
                  timeout_s=120, every_s=0.2)  # fmt: skip
-        (pod,) = docpipe.running_pods("worker", "interactive")
+        (pod,) = docpipe.running_pods(names.WORKER, names.INTERACTIVE)
         docpipe.delete_pod(pod, grace_period_s=0)  # a crash, not a drain
         assert_all_done_and_step_1_paid_once(docpipe, [run])
     finally:
@@ -75,17 +76,14 @@ def test_worker_pod_deleted_mid_step_2_resumes_without_rerunning_step_1(docpipe:
     attempts = docpipe.step_attempts(run)
     assert attempts["extract_sections"] == 1
     assert attempts["extract_fields"] >= 2, "step 2 was not handed to the new pod"
-    new = docpipe.running_pods("worker", "interactive")
+    new = docpipe.running_pods(names.WORKER, names.INTERACTIVE)
     assert [p.metadata.name for p in new] != [pod.metadata.name]
 
 
 def test_beat_pod_deleted_gives_one_new_beat_and_no_double_firing(docpipe: Docpipe) -> None:
-    interval = float(
-        docpipe.core.read_namespaced_config_map("docpipe", docpipe.namespace).data[
-            "DOCPIPE_REAPER_INTERVAL_S"
-        ]
-    )
-    (old,) = docpipe.running_pods("beat")
+    configmap = docpipe.core.read_namespaced_config_map(names.CONFIGMAP, docpipe.namespace)
+    interval = float(configmap.data[names.REAPER_INTERVAL_KEY])
+    (old,) = docpipe.running_pods(names.BEAT)
     starts: list[datetime] = []
 
     def record_start() -> None:
@@ -106,8 +104,10 @@ def test_beat_pod_deleted_gives_one_new_beat_and_no_double_firing(docpipe: Docpi
         record_start()
         time.sleep(0.1)
 
-    beats = wait_for(lambda: len(docpipe.pods("beat")) == 1 and docpipe.running_pods("beat"),
-                     "a single beat pod", timeout_s=120)  # fmt: skip
+    beats = wait_for(
+        lambda: len(docpipe.pods(names.BEAT)) == 1 and docpipe.running_pods(names.BEAT),
+        "a single beat pod", timeout_s=120,
+    )  # fmt: skip
     assert beats[0].metadata.name != old.metadata.name
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
     assert len(gaps) >= 10, "the reaper stopped firing"
@@ -123,8 +123,8 @@ def test_rolling_restart_of_both_pools_during_a_200_document_batch_loses_nothing
         lambda: sum(s == "done" for s in docpipe.run_statuses(runs).values()) >= 20,
         "the batch under way", every_s=2,
     )  # fmt: skip
-    for pool in ("interactive", "batch"):
-        docpipe.restart_deployment(f"docpipe-worker-{pool}")
+    for pool in names.POOLS:
+        docpipe.restart_deployment(names.worker_deployment(pool))
     done_at_restart = sum(s == "done" for s in docpipe.run_statuses(runs).values())
     assert done_at_restart < len(runs), "the batch finished before the restart"
     docpipe.wait_for_rollouts()
@@ -139,9 +139,9 @@ def test_redis_pod_deleted_every_run_still_completes(docpipe: Docpipe) -> None:
         lambda: sum(s == "done" for s in docpipe.run_statuses(runs).values()) >= 3,
         "runs under way", every_s=1,
     )  # fmt: skip
-    (redis,) = docpipe.running_pods("redis")
+    (redis,) = docpipe.running_pods(names.REDIS)
     docpipe.delete_pod(redis)  # the broker comes back empty (no persistence)
-    wait_for(lambda: docpipe.running_pods("redis"), "a new Redis pod", timeout_s=120)
+    wait_for(lambda: docpipe.running_pods(names.REDIS), "a new Redis pod", timeout_s=120)
     # Steps running when the connection dropped are cancelled and run again (their finished
     # calls stay memoised), so only completion is asserted here.
     assert_all_done(docpipe, runs)
