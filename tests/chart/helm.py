@@ -44,10 +44,11 @@ def render_files(
     *,
     api_versions: Iterable[str] = (),
     chart_dir: Path = CHART_DIR,
+    release: str = RELEASE,
 ) -> dict[str, str]:
     """Template path -> rendered text, as `helm template` with these capabilities would."""
     opts = {
-        "name": RELEASE,
+        "name": release,
         "namespace": NAMESPACE,
         "is_install": True,
         "kube_version": f"v{KUBE_VERSION}.0",
@@ -66,9 +67,10 @@ def render(
     *,
     api_versions: Iterable[str] = (),
     chart_dir: Path = CHART_DIR,
+    release: str = RELEASE,
 ) -> list[Obj]:
     """Every Kubernetes object the chart renders (NOTES.txt aside)."""
-    files = render_files(values, api_versions=api_versions, chart_dir=chart_dir)
+    files = render_files(values, api_versions=api_versions, chart_dir=chart_dir, release=release)
     return [
         doc
         for path, text in sorted(files.items())
