@@ -8,6 +8,11 @@ BIN := $(VENV)/bin
 PACKAGES := libs/common libs/dev services/api services/fake-llm
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
+# jactionlint: actionlint's checks of GitHub workflows and more, offline (tests/ci runs the same
+# command). Without shellcheck and pyflakes, which it would run only where they are installed
+# (GitHub's runners have shellcheck), so that it finds the same everywhere.
+WORKFLOWS := $(wildcard .github/workflows/*.yml .github/workflows/*.yaml)
+WORKFLOW_LINT := $(BIN)/jactionlint --no-online --shellcheck= --pyflakes=
 
 .PHONY: run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
 
@@ -20,11 +25,12 @@ test: deps venv ## the whole suite: unit, integration (real PostgreSQL, Redis, w
 chaos: deps venv ## the chaos suite alone: crashes and outages during batches, then a table
 	$(BIN)/python -m pytest tests/chaos -ra $(PYTEST_ARGS)
 
-lint: venv ## ruff, mypy (strict on the library) and the import-linter contracts (.importlinter)
+lint: venv ## ruff, mypy (strict on the library), the import-linter contracts and jactionlint on the GitHub workflows
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy libs/common/src libs/dev/src services/api/src services/fake-llm/src
 	$(BIN)/lint-imports
+	$(WORKFLOW_LINT) $(WORKFLOWS)
 
 fmt: venv
 	$(BIN)/ruff format .
