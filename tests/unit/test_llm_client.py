@@ -1,15 +1,20 @@
 """The client's error mapping, through httpx's MockTransport (no server needed)."""
 
 import json
+import time
 from collections.abc import Callable
+from email.utils import formatdate
+from typing import Any
 
 import httpx
 import pytest
 
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
-from docpipe.providers.client import LLMClient, parse_output
+from docpipe.providers.client import ChatRequest, LLMClient, parse_output
+from docpipe.structured_output import OutputMode
 
 USER = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello"}]
+REQUEST = ChatRequest(model="m", messages=USER)
 
 
 def client(handler: Callable[[httpx.Request], httpx.Response]) -> LLMClient:
@@ -21,15 +26,15 @@ def client(handler: Callable[[httpx.Request], httpx.Response]) -> LLMClient:
     )
 
 
-def completion(content: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> httpx.Response:
-    return httpx.Response(
-        200,
-        json={
-            "model": "m",
-            "choices": [{"message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
-        },
-    )
+def completion(
+    content: str, prompt_tokens: int = 10, completion_tokens: int = 5, **changes: Any
+) -> httpx.Response:
+    body = {
+        "model": "m",
+        "choices": [{"message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+    }
+    return httpx.Response(200, json=body | changes, headers=changes.pop("headers", None))
 
 
 def test_a_completion_carries_content_and_usage() -> None:
@@ -39,13 +44,81 @@ def test_a_completion_carries_content_and_usage() -> None:
         seen.append(request)
         return completion('{"a": 1}', 123, 45)
 
-    result = client(handler).chat(model="m", messages=USER)
+    result = client(handler).chat(REQUEST)
     assert (result.content, result.input_tokens, result.output_tokens) == ('{"a": 1}', 123, 45)
+    assert not result.usage_estimated
     body = json.loads(seen[0].content)
     assert seen[0].url.path == "/v1/chat/completions"
     assert seen[0].headers["authorization"] == "Bearer k"
     assert body["response_format"] == {"type": "json_object"}
     assert body["model"] == "m"
+
+
+SCHEMA = {"type": "object", "required": ["x"], "properties": {"x": {"type": "integer"}}}
+STRICT = {**SCHEMA, "additionalProperties": False}
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        (
+            ChatRequest(model="m", messages=USER, output_mode=OutputMode.JSON_SCHEMA,
+                        schema=STRICT, schema_name="summarize", max_tokens=300, seed=7),
+            {"response_format": {"type": "json_schema", "json_schema": {
+                "name": "summarize", "strict": True, "schema": STRICT}},
+             "max_tokens": 300, "seed": 7, "temperature": 0.0},
+        ),
+        (
+            ChatRequest(model="m", messages=USER, output_mode=OutputMode.NONE, max_tokens=50,
+                        max_tokens_field="max_completion_tokens", temperature=0.2),
+            {"max_completion_tokens": 50, "temperature": 0.2},
+        ),
+    ],
+)  # fmt: skip
+def test_the_output_mode_and_generation_parameters_are_sent(
+    request_: ChatRequest, expected: dict[str, Any]
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return completion('{"x": 1}')
+
+    client(handler).chat(request_)
+    assert seen[0] == {"model": "m", "messages": USER, **expected}
+
+
+def test_a_completion_without_usage_is_used_and_its_tokens_estimated() -> None:
+    """Missing usage is no error: the answer was paid for, so its cost is estimated from
+    the characters (3 per token) rather than recorded as zero."""
+    response = httpx.Response(200, json={"choices": [{"message": {"content": '{"x": 1}'}}]})
+    result = client(lambda _: response).chat(REQUEST)
+    assert result.content == '{"x": 1}'
+    assert result.usage_estimated
+    assert result.output_tokens == 3  # ceil(8 / 3)
+    assert result.input_tokens == 1 + 4 + 2 + 4  # per message: ceil(len / 3) + 4
+
+
+def test_rate_limit_headers_are_read_from_answers_and_errors() -> None:
+    headers = {"x-ratelimit-remaining-requests": "4", "x-ratelimit-remaining-tokens": "900",
+               "x-ratelimit-reset-tokens": "1m30.5s", "x-ratelimit-limit-tokens": "6000",
+               "x-ratelimit-reset-requests": "120ms"}  # fmt: skip
+    ok = client(lambda _: completion('{"x": 1}', headers=headers)).chat(REQUEST)
+    assert ok.rate_limits == {"remaining_requests": 4, "remaining_tokens": 900,
+                              "limit_tokens": 6000, "reset_tokens_s": 90.5,
+                              "reset_requests_s": 0.12}  # fmt: skip
+    with pytest.raises(TransientLLMError) as caught:
+        client(lambda _: httpx.Response(429, headers=headers)).chat(REQUEST)
+    assert caught.value.rate_limits["remaining_tokens"] == 900
+
+
+def test_finish_reasons_are_passed_on_and_a_content_filter_is_permanent() -> None:
+    cut = {"choices": [{"message": {"content": '{"x": '}, "finish_reason": "length"}]}
+    assert client(lambda _: httpx.Response(200, json=cut)).chat(REQUEST).finish_reason == "length"
+    filtered = {"choices": [{"message": {"content": ""}, "finish_reason": "content_filter"}]}
+    with pytest.raises(PermanentLLMError) as caught:
+        client(lambda _: httpx.Response(200, json=filtered)).chat(REQUEST)
+    assert caught.value.kind == "content_filter"
 
 
 @pytest.mark.parametrize(
@@ -58,13 +131,36 @@ def test_a_completion_carries_content_and_usage() -> None:
         (httpx.Response(503, headers={"Retry-After": "2"}), "server_error", 2.0),
         (httpx.Response(529), "server_error", None),
         (httpx.Response(200, text="<html>"), "bad_response", None),
+        # A 200 with no choice at all: the provider's hiccup, worth sending again.
+        (httpx.Response(200, json={"choices": [], "usage": {}}), "bad_response", None),
+        (httpx.Response(200, json={"choices": [{}]}), "bad_response", None),
+        # A gateway's HTML page instead of OpenAI's error body: the status decides.
+        (httpx.Response(502, text="<html>Bad Gateway</html>"), "server_error", None),
+        # Retry-After as an HTTP date in the past: retry now.
+        (httpx.Response(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
+         "rate_limited", 0.0),
     ],
 )
 def test_transient_failures(response: httpx.Response, kind: str, retry_after: float | None) -> None:
     with pytest.raises(TransientLLMError) as caught:
-        client(lambda _: response).chat(model="m", messages=USER)
+        client(lambda _: response).chat(REQUEST)
     assert caught.value.kind == kind
     assert caught.value.retry_after == retry_after
+
+
+def test_retry_after_as_a_future_http_date_is_the_time_until_then() -> None:
+    later = formatdate(time.time() + 30, usegmt=True)
+    response = httpx.Response(429, headers={"Retry-After": later})
+    with pytest.raises(TransientLLMError) as caught:
+        client(lambda _: response).chat(REQUEST)
+    assert caught.value.retry_after is not None and 25 <= caught.value.retry_after <= 30
+
+
+def test_a_non_json_error_body_is_reported_as_text_and_a_4xx_stays_permanent() -> None:
+    response = httpx.Response(400, text="model 'x' not loaded")
+    with pytest.raises(PermanentLLMError, match="model 'x' not loaded") as caught:
+        client(lambda _: response).chat(REQUEST)
+    assert caught.value.kind == "bad_request"
 
 
 @pytest.mark.parametrize(
@@ -74,7 +170,7 @@ def test_transient_failures(response: httpx.Response, kind: str, retry_after: fl
 def test_other_client_errors_are_permanent(status: int, kind: str) -> None:
     response = httpx.Response(status, json={"error": {"message": "nope"}})
     with pytest.raises(PermanentLLMError, match="nope") as caught:
-        client(lambda _: response).chat(model="m", messages=USER)
+        client(lambda _: response).chat(REQUEST)
     assert caught.value.kind == kind
     assert caught.value.http_status == status
 
@@ -88,7 +184,7 @@ def test_network_failures_are_transient(error: Exception, kind: str) -> None:
         raise error
 
     with pytest.raises(TransientLLMError) as caught:
-        client(handler).chat(model="m", messages=USER)
+        client(handler).chat(REQUEST)
     assert caught.value.kind == kind
 
 
@@ -97,11 +193,8 @@ def test_empty_input_is_refused_before_sending() -> None:
         raise AssertionError("must not be sent")
 
     with pytest.raises(PermanentLLMError) as caught:
-        client(handler).chat(model="m", messages=[{"role": "user", "content": "  \n"}])
+        client(handler).chat(ChatRequest(model="m", messages=[{"role": "user", "content": " "}]))
     assert caught.value.kind == "empty_input"
-
-
-SCHEMA = {"type": "object", "required": ["x"], "properties": {"x": {"type": "integer"}}}
 
 
 @pytest.mark.parametrize(
@@ -125,3 +218,10 @@ def test_parse_output_repairs_what_models_wrap_around_json(content: str) -> None
 def test_parse_output_rejects_what_it_cannot_repair(content: str, reason: str) -> None:
     with pytest.raises(InvalidOutputError, match=reason):
         parse_output(content, SCHEMA)
+
+
+def test_parse_output_of_a_strict_answer_drops_the_nulls_of_absent_optionals() -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    assert parse_output('{"x": null}', schema, strict=True) == {}
+    with pytest.raises(InvalidOutputError):
+        parse_output('{"x": null}', schema)

@@ -6,6 +6,7 @@ boundary where they happen, so the executor decides on retries from the class al
     │   ├── TransientLLMError         retry later: timeout, connection, 429, 5xx
     │   └── PermanentLLMError         never retry: 4xx, empty input
     │       └── InvalidOutputError    output failed its schema after repairs and fallback
+    │           └── TruncatedOutputError  output cut off at its max_tokens (finish_reason length)
     ├── RunStoppedError               the run ended (cancelled, expired) while a step ran
     ├── BudgetExceededError           the next call would spend past a run's or batch's budget
     ├── NotFoundError                 an id the caller named does not exist (for this tenant)
@@ -26,6 +27,7 @@ __all__ = [
     "PermanentLLMError",
     "RunStoppedError",
     "TransientLLMError",
+    "TruncatedOutputError",
 ]
 
 
@@ -40,6 +42,8 @@ class LLMError(DocpipeError):
         super().__init__(message)
         self.kind = kind
         self.http_status = http_status
+        # What the provider's rate-limit headers said with the failure, by field name.
+        self.rate_limits: dict[str, float] = {}
 
 
 class TransientLLMError(LLMError):
@@ -67,8 +71,21 @@ class PermanentLLMError(LLMError):
 class InvalidOutputError(PermanentLLMError):
     """The model's answer stayed outside its schema; the run needs a human."""
 
+    def __init__(self, message: str, *, kind: str = "invalid_output") -> None:
+        super().__init__(message, kind=kind)
+
+
+class TruncatedOutputError(InvalidOutputError):
+    """The answer was cut off at the step's output budget (``finish_reason: length``).
+
+    Permanent, not transient: the same request to the same model stops at the same token
+    again, so retrying pays for the same cut. It is an invalid answer of *this* model: the
+    fallback model (terser, or under a grammar that ends sooner) may still answer within
+    the budget; when none does, the run needs a human, who may raise the step's max_tokens.
+    """
+
     def __init__(self, message: str) -> None:
-        super().__init__(message, kind="invalid_output")
+        super().__init__(message, kind="truncated")
 
 
 class RunStoppedError(DocpipeError):

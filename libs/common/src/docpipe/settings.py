@@ -6,29 +6,28 @@ workers can set the environment first and call ``get_settings.cache_clear()`` to
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from docpipe.provider_specs import (
+    ModelPrice,
+    ModelSpec,
+    ProviderSpec,
+    ProviderTable,
+    resolve_providers,
+)
+from docpipe.structured_output import OutputMode
 
 __all__ = ["ModelPrice", "Settings", "get_settings"]
 
 Seconds = Annotated[float, Field(gt=0)]
-
-
-class ModelPrice(BaseModel):
-    """USD per million tokens, as providers publish them."""
-
-    input_per_mtok: Decimal = Field(ge=0)
-    output_per_mtok: Decimal = Field(ge=0)
-
-    def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
-        total = input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok
-        return (total / 1_000_000).quantize(Decimal("0.000001"))
 
 
 DEFAULT_PRICES = {
@@ -46,9 +45,15 @@ class Settings(BaseSettings):
     database_pool_size: int = Field(default=4, ge=1, le=100)
     redis_url: str = "redis://127.0.0.1:6379/0"
 
+    # Providers as a list (see docpipe.provider_specs); when empty, one provider is made of
+    # the one-provider settings below (llm_base_url ... provider_tpm).
+    providers: list[ProviderSpec] = Field(default_factory=list)
     llm_base_url: str = "http://127.0.0.1:8100/v1"
     llm_api_key: SecretStr = SecretStr("")
     model_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    llm_output_mode: OutputMode = OutputMode.JSON_SCHEMA
+    # A step's output budget (max_tokens) unless the step sets its own; sent with every call.
+    default_max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
 
     # The time-limit rule: every inner limit must fire before the one around it, or the outer
     # one kills the work without a recorded error (see README, "Time limits").
@@ -90,6 +95,7 @@ class Settings(BaseSettings):
     # The provider limit shared by every worker (in Redis). 0 requests/min: no rate limit.
     provider_rpm: int = Field(default=0, ge=0)
     provider_burst: int = Field(default=0, ge=0)  # 0: one second's worth of provider_rpm
+    provider_tpm: int = Field(default=0, ge=0)  # tokens per minute; 0: no limit
     provider_max_concurrency: int = Field(default=64, ge=1)
     # Share of the rate and concurrency that batch calls leave free for interactive ones.
     limiter_interactive_reserve: float = Field(default=0.25, ge=0, lt=1)
@@ -142,6 +148,8 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=9808, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104  (scraped from other pods)
 
+    _provider_table: ProviderTable = PrivateAttr()
+
     @model_validator(mode="after")
     def _limits_are_coherent(self) -> Settings:
         chain = [
@@ -179,17 +187,42 @@ class Settings(BaseSettings):
             raise ValueError(
                 "DOCPIPE_RETRY_BACKOFF_BASE_S must not exceed DOCPIPE_RETRY_BACKOFF_CAP_S"
             )
+        self._provider_table = self._resolve_providers()
         return self
+
+    def _resolve_providers(self) -> ProviderTable:
+        if self.providers:
+            return resolve_providers(self.providers, default_max_tokens=self.default_max_tokens)
+        shorthand = ProviderSpec(
+            name="default",
+            base_url=self.llm_base_url,
+            max_concurrency=self.provider_max_concurrency,
+            rpm=self.provider_rpm,
+            tpm=self.provider_tpm,
+            burst=self.provider_burst,
+            output_mode=self.llm_output_mode,
+            models={
+                name: ModelSpec(input_per_mtok=p.input_per_mtok, output_per_mtok=p.output_per_mtok)
+                for name, p in self.model_prices.items()
+            },
+        )
+        table = resolve_providers(
+            [shorthand], default_max_tokens=self.default_max_tokens, explicit=False
+        )
+        provider = dataclasses.replace(table.providers[0], api_key=self.llm_api_key)
+        return ProviderTable(
+            (provider,),
+            {name: dataclasses.replace(m, provider=provider) for name, m in table.models.items()},
+        )
+
+    @property
+    def provider_table(self) -> ProviderTable:
+        """Every provider and model docpipe may call, checked at start-up."""
+        return self._provider_table
 
     def price_of(self, model: str) -> ModelPrice:
         """The price of ``model``; an unpriced model is a configuration error, never free."""
-        try:
-            return self.model_prices[model]
-        except KeyError:
-            raise KeyError(
-                f"model {model!r} has no price in DOCPIPE_MODEL_PRICES "
-                f"(known: {', '.join(sorted(self.model_prices))})"
-            ) from None
+        return self._provider_table.model(model).price
 
 
 @lru_cache(maxsize=1)

@@ -16,6 +16,7 @@ __all__ = [
     "CallStatus",
     "DeliveryStatus",
     "Lane",
+    "Priority",
     "RunStatus",
     "StepStatus",
 ]
@@ -49,6 +50,19 @@ class Lane(StrEnum):
 
     INTERACTIVE = "interactive"
     BATCH = "batch"
+
+
+class Priority(StrEnum):
+    """How a run's calls choose among a step's candidate models (docpipe.providers.routing)."""
+
+    URGENT = "urgent"  # the fastest the budget can pay for
+    NORMAL = "normal"  # the step's own order
+    LOW = "low"  # the cheapest
+
+    @classmethod
+    def default_for(cls, lane: str) -> Priority:
+        """A run's priority when its request names none: its lane says how it waits."""
+        return cls.LOW if lane == Lane.BATCH else cls.NORMAL
 
 
 class BatchStatus(StrEnum):

@@ -46,6 +46,7 @@ from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
 __all__ = [
     "Metrics",
+    "count_model_choice",
     "count_recoveries",
     "exposition_registry",
     "mark_beat_tick",
@@ -77,6 +78,7 @@ RUNS_FINISHED = "docpipe_runs_finished_total"
 PROVIDER_CALLS = "docpipe_provider_calls_total"
 PROVIDER_CALL_DURATION = "docpipe_provider_call_duration_seconds"
 PROVIDER_RATE_LIMITED = "docpipe_provider_rate_limited_total"
+MODEL_CHOICES = "docpipe_model_choices_total"
 LIMITER_WAIT = "docpipe_limiter_wait_seconds"
 COST_USD = "docpipe_cost_usd_total"
 REAPER_RECOVERIES = "docpipe_reaper_recoveries_total"
@@ -95,6 +97,8 @@ LIMITER_ALLOWED_RPM = "docpipe_limiter_allowed_rpm"
 LIMITER_CONFIGURED_RPM = "docpipe_limiter_configured_rpm"
 LIMITER_IN_FLIGHT = "docpipe_limiter_in_flight"
 LIMITER_WAITING = "docpipe_limiter_waiting_calls"
+LIMITER_ALLOWED_TPM = "docpipe_limiter_allowed_tpm"
+LIMITER_CONFIGURED_TPM = "docpipe_limiter_configured_tpm"
 PERIODIC_LAST_FINISHED = "docpipe_periodic_job_last_finished_timestamp_seconds"
 STATE_COLLECTOR_UP = "docpipe_state_collector_up"
 
@@ -157,6 +161,8 @@ class Metrics:
             buckets=_WORK_BUCKETS, registry=registry,
         )  # fmt: skip
         self.provider_rate_limited = _counter(PROVIDER_RATE_LIMITED, "429 answers", ("lane",))
+        self.model_choices = _counter(MODEL_CHOICES, "Calls routed to a model, by the reason why",
+                                      ("model", "reason"))  # fmt: skip
         self.limiter_wait = Histogram(
             LIMITER_WAIT, "Seconds a call waited for the limiter", ["lane"],
             buckets=_WAIT_BUCKETS, registry=registry,
@@ -233,6 +239,11 @@ def observe_provider_call(
         m.provider_rate_limited.labels(lane).inc()
     if cost_usd:
         m.cost_usd.labels(pipeline, tenant, model).inc(float(cost_usd))
+
+
+def count_model_choice(model: str, reason: str) -> None:
+    """The router sent a call to ``model`` for ``reason`` (docpipe.providers.routing)."""
+    metrics().model_choices.labels(model, reason).inc()
 
 
 def observe_limiter_wait(lane: str, seconds: float) -> None:

@@ -214,6 +214,8 @@ DOCUMENT_EXTRACT = Pipeline(
             ),
             output_schema=SECTIONS_SCHEMA,
             execute=extract_sections,
+            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+            answer_schemas=(_SECTIONS_ANSWER,),
         ),
         Step(
             name="extract_fields",
@@ -230,6 +232,8 @@ DOCUMENT_EXTRACT = Pipeline(
             ),
             output_schema=EXTRACTED_SCHEMA,
             execute=extract_fields,
+            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+            answer_schemas=(_FIELDS_ANSWER,),
         ),
         Step(
             name="summarize",
@@ -243,6 +247,8 @@ DOCUMENT_EXTRACT = Pipeline(
             ),
             output_schema=SUMMARY_SCHEMA,
             execute=summarize,
+            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+            answer_schemas=(SUMMARY_SCHEMA,),
         ),
     ),
 )

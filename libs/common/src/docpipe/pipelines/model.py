@@ -46,6 +46,14 @@ class Step:
     execute: Callable[[StepInput], dict[str, Any]]
     # Tried when the primary model's answer stays outside its schema (seed 004).
     fallback_model: str | None = None
+    # The output budget of each call (max_tokens); None: DOCPIPE_DEFAULT_MAX_TOKENS.
+    max_tokens: int | None = None
+    # Models the router may choose from by the run's priority and budget, in the author's
+    # order of preference; empty: ``model`` alone.
+    candidates: tuple[str, ...] = ()
+    # The schemas its calls ask the model to answer in (checked for strict json_schema mode
+    # when the pipeline is registered); a file-defined step's is its output schema.
+    answer_schemas: tuple[JSONSchema, ...] = ()
 
     @property
     def system_prompt(self) -> str:

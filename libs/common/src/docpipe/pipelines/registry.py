@@ -5,8 +5,9 @@ from __future__ import annotations
 from docpipe.errors import InvalidRequestError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.model import Pipeline
+from docpipe.structured_output import StrictSchemaError, strict_schema
 
-__all__ = ["get_pipeline", "pipelines", "register"]
+__all__ = ["check_answer_schemas", "get_pipeline", "pipelines", "register"]
 
 _REGISTRY: dict[str, Pipeline] = {}
 
@@ -14,8 +15,23 @@ _REGISTRY: dict[str, Pipeline] = {}
 def register(pipeline: Pipeline) -> Pipeline:
     if pipeline.key in _REGISTRY:
         raise ValueError(f"pipeline {pipeline.key} is registered twice")
+    check_answer_schemas(pipeline)
     _REGISTRY[pipeline.key] = pipeline
     return pipeline
+
+
+def check_answer_schemas(pipeline: Pipeline) -> None:
+    """Refuse a pipeline a step of which asks for an answer schema that strict json_schema
+    mode cannot take (a ValueError naming the pipeline, the step and the place)."""
+    for step in pipeline.steps:
+        for schema in step.answer_schemas:
+            try:
+                strict_schema(schema)
+            except StrictSchemaError as exc:
+                raise ValueError(
+                    f"pipeline {pipeline.key}, step {step.name}: its answer schema cannot be "
+                    f"sent in json_schema (strict) mode: {exc}"
+                ) from None
 
 
 def pipelines() -> dict[str, Pipeline]:

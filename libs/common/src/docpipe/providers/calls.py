@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
@@ -21,24 +20,20 @@ from typing import Any, TypeVar
 from docpipe.errors import BudgetExceededError, InvalidOutputError, LLMError, RunStoppedError
 from docpipe.observability import metrics
 from docpipe.pipelines.model import Step
-from docpipe.providers.client import Completion, LLMClient, parse_output
+from docpipe.providers.call_plan import PlannedCall, candidates_of, plan_call, read_answer
+from docpipe.providers.client import ChatClient, Completion
+from docpipe.providers.gate import CallGate
+from docpipe.providers.gate import no_gate as _no_gate
+from docpipe.providers.routing import RouteReason, choose_model, step_candidates
 from docpipe.settings import ModelPrice, Settings
 from docpipe.state import call_log
 from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
-from docpipe.statuses import ACTIVE_RUN_STATUSES
+from docpipe.statuses import ACTIVE_RUN_STATUSES, Priority
 
 __all__ = ["CallGate", "StepContext"]
 
 _T = TypeVar("_T")
-
-# Wraps each provider request (the shared rate limiter plugs in here); given the model and
-# the run's lane, it returns a context manager that is held while the request is in flight.
-CallGate = Callable[[str, str], AbstractContextManager[object]]
-
-
-def _no_gate(model: str, lane: str) -> AbstractContextManager[object]:
-    return nullcontext()
 
 
 @dataclass
@@ -46,7 +41,7 @@ class StepContext:
     """What a step may read (the document, earlier outputs) and do (ask a model)."""
 
     db: Database
-    llm: LLMClient
+    llm: ChatClient
     settings: Settings
     step: Step
     run_id: str
@@ -112,13 +107,25 @@ class StepContext:
     def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         """The answer to ``user`` under the step's prompt, valid against ``schema``.
 
-        Tries the step's model, then its fallback model if the answer stays invalid; raises
-        InvalidOutputError when both fail, or the provider's Transient/PermanentLLMError.
+        Goes to the candidate model the router picks for the run's priority and budget, then
+        to its fallback model if the answer stays invalid; raises InvalidOutputError when
+        both fail, BudgetExceededError when the budget left pays for no candidate, or the
+        provider's Transient/PermanentLLMError.
         """
-        models = self.step.models
-        # The checks and, if they pass, the first model's call log row: one round trip.
+        messages = [
+            {"role": "system", "content": self.step.system_prompt},
+            {"role": "user", "content": user},
+        ]
+        candidates = step_candidates(self.step.model, self.step.candidates)
+        # The step's first candidate is logged with the checks, in one round trip; the
+        # router may then move the row to another model before anything is sent.
+        first = self._plan(candidates[0], messages, schema, _first_reason(candidates))
         check = call_log.check_and_start_call(
-            self.db, self._call_key(call_key, models[0]), owner=self.owner
+            self.db,
+            self._call_key(call_key, first.model.name),
+            owner=self.owner,
+            request=first.log_params(),
+            estimated_cost_usd=first.estimated_cost,
         )
         if check is None or check.status not in ACTIVE_RUN_STATUSES:
             raise RunStoppedError(f"run {self.run_id} is no longer running")
@@ -126,20 +133,75 @@ class StepContext:
             return dict(check.memo)
         if self.owner is not None and check.lease_owner != self.owner:
             raise RunStoppedError(f"the lease of {self.run_id}/{self.step.name} was taken over")
-        _check_budgets(check)
-        assert check.call_id is not None, "every check passed, so the row was written"
-        messages = [
-            {"role": "system", "content": self.step.system_prompt},
-            {"role": "user", "content": user},
-        ]
+        routed = self._route(check, candidates, messages, schema)
+        call_id: int | None = self._record_route(call_key, check, first, routed)
         invalid: list[str] = []
-        for model in models:
-            call_id = check.call_id if model == models[0] else None
+        for planned in [routed, *self._fallbacks(routed, messages, schema)]:
             try:
-                return self._send(call_key, model, messages, schema, call_id)
+                return self._send(call_key, planned, schema, call_id)
             except InvalidOutputError as exc:
-                invalid.append(f"{model}: {exc}")
+                invalid.append(f"{planned.model.name}: {exc}")
+                call_id = None
         raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
+
+    def _plan(
+        self, model: str, messages: list[dict[str, str]], schema: Mapping[str, Any], reason: str
+    ) -> PlannedCall:
+        return plan_call(
+            self.settings.provider_table.model(model),
+            messages,
+            schema,
+            step=self.step.name,
+            max_tokens=self.step.max_tokens or self.settings.default_max_tokens,
+            reason=reason,
+        )
+
+    def _route(
+        self,
+        check: CallCheck,
+        candidates: tuple[str, ...],
+        messages: list[dict[str, str]],
+        schema: Mapping[str, Any],
+    ) -> PlannedCall:
+        """The candidate the run's priority and budget left choose, or BudgetExceededError
+        before anything is sent when the budget left pays for none."""
+        left, scope = call_log.budget_left(check)
+        asked = self.step.max_tokens or self.settings.default_max_tokens
+        options = candidates_of(self.settings.provider_table, candidates, messages, asked)
+        route = choose_model(options, Priority(check.priority), left)
+        if route is None:
+            cheapest = min(options, key=lambda c: c.estimated_cost)
+            raise BudgetExceededError(
+                f"{scope} budget: ${left} left cannot pay for {cheapest.model} "
+                f"(~${cheapest.estimated_cost} estimated for this call)",
+                scope=scope,
+            )
+        metrics.count_model_choice(route.model, route.reason)
+        return self._plan(route.model, messages, schema, route.reason)
+
+    def _record_route(
+        self, call_key: str, check: CallCheck, first: PlannedCall, routed: PlannedCall
+    ) -> int:
+        """The call's row, saying where it goes and why, written before it is sent."""
+        if check.call_id is None:  # the first candidate did not fit the budget
+            return call_log.start_call(
+                self.db, self._call_key(call_key, routed.model.name), request=routed.log_params()
+            )
+        if routed.model.name != first.model.name:  # (the reason is recorded when it ends)
+            call_log.route_call(
+                self.db, check.call_id, model=routed.model.name, request=routed.log_params()
+            )
+        return check.call_id
+
+    def _fallbacks(
+        self, routed: PlannedCall, messages: list[dict[str, str]], schema: Mapping[str, Any]
+    ) -> list[PlannedCall]:
+        """The safety net after an invalid answer: the step's fallback model, else the
+        routed model's own (which may live on another provider)."""
+        fallback = self.step.fallback_model or routed.model.fallback
+        if fallback is None or fallback == routed.model.name:
+            return []
+        return [self._plan(fallback, messages, schema, RouteReason.FALLBACK)]
 
     def _call_key(self, call_key: str, model: str) -> CallKey:
         """What the call's llm_call_log row records it as."""
@@ -157,22 +219,24 @@ class StepContext:
     def _send(
         self,
         call_key: str,
-        model: str,
-        messages: list[dict[str, str]],
+        planned: PlannedCall,
         schema: Mapping[str, Any],
         call_id: int | None = None,
     ) -> dict[str, Any]:
         """One request, logged before it is sent (as ``call_id``, or now) and after."""
+        model = planned.model.name
         if call_id is None:
-            call_id = call_log.start_call(self.db, self._call_key(call_key, model))
+            call_id = call_log.start_call(
+                self.db, self._call_key(call_key, model), request=planned.log_params()
+            )
         labels = _CallLabels(self.pipeline, self.tenant_id, self.lane, model)
-        call = _CallRecord(self.db, call_id, self.settings.price_of(model), labels)
+        call = _CallRecord(self.db, call_id, planned.model.price, labels, planned.route_reason)
         started = time.monotonic()
         try:
-            with self.gate(model, self.lane):
+            with self.gate(model, self.lane, planned.estimated_tokens) as ticket:
                 self._request_starts()
                 try:
-                    completion = self.llm.chat(model=model, messages=messages)
+                    completion = ticket.completion = self.llm.chat(planned.request)
                 except BaseException:
                     self._request_ends()  # a failed call is no memo: nothing to wait for
                     raise
@@ -184,7 +248,7 @@ class StepContext:
             raise
         # In flight until its answer is stored: that row is the memo the next attempt reads.
         try:
-            output = parse_output(completion.content, schema)
+            output = read_answer(completion, schema, planned)
         except InvalidOutputError as exc:
             call.finish("invalid_output", completion.latency_s, completion, error=exc)
             raise
@@ -193,6 +257,12 @@ class StepContext:
         finally:
             self._request_ends()
         return output
+
+
+def _first_reason(candidates: tuple[str, ...]) -> str:
+    """What routing says about the first candidate when the budget allows it at normal
+    priority (the row is corrected before sending when routing says otherwise)."""
+    return RouteReason.ONLY_CANDIDATE if len(candidates) == 1 else RouteReason.PREFERRED
 
 
 def _in_context_copy(call: Callable[[], _T]) -> Callable[[], _T]:
@@ -217,6 +287,7 @@ class _CallRecord:
     id: int
     price: ModelPrice
     labels: _CallLabels
+    route_reason: str
 
     def finish(
         self,
@@ -248,6 +319,9 @@ class _CallRecord:
             cost_usd=cost,
             latency_ms=round(latency_s * 1000),
             response=response,
+            route_reason=self.route_reason,
+            finish_reason=completion.finish_reason if completion else None,
+            usage_estimated=completion.usage_estimated if completion else False,
         )
         metrics.observe_provider_call(
             pipeline=self.labels.pipeline,
@@ -259,20 +333,4 @@ class _CallRecord:
             error_kind=error.kind if error else None,
             latency_s=latency_s,
             cost_usd=cost,
-        )
-
-
-def _check_budgets(check: CallCheck) -> None:
-    """Refuse a call once the run or its batch has spent its budget (the call in flight
-    when the budget is crossed completes and is paid; no further one is sent)."""
-    if check.budget_usd is not None and check.cost_usd >= check.budget_usd:
-        raise BudgetExceededError(
-            f"run budget of ${check.budget_usd} reached (spent ${check.cost_usd})",
-            scope="run",
-        )
-    budget = check.batch_budget_usd
-    if budget is not None and check.batch_cost_usd is not None and check.batch_cost_usd >= budget:
-        raise BudgetExceededError(
-            f"batch budget of ${budget} reached (spent ${check.batch_cost_usd})",
-            scope="batch",
         )

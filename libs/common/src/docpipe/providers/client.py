@@ -9,9 +9,14 @@ what happened                              raised
 timeout, connection refused/reset          TransientLLMError(kind="timeout"/"connection")
 429                                        TransientLLMError(kind="rate_limited", retry_after)
 500-599, 408, 409 (and 529 "overloaded")   TransientLLMError(kind="server_error")
-other 4xx                                  PermanentLLMError(kind="bad_request"/"auth"/...)
-2xx without a usable message               TransientLLMError(kind="bad_response")
+other 4xx (JSON or not)                    PermanentLLMError(kind="bad_request"/"auth"/...)
+2xx that is not JSON, empty ``choices``    TransientLLMError(kind="bad_response")
+``finish_reason: content_filter``          PermanentLLMError(kind="content_filter")
 =========================================  ==========================================
+
+Not errors here: a 2xx without ``usage`` (the answer is used and its tokens are estimated,
+see :mod:`docpipe.providers.tokens`), and ``finish_reason: length`` (the answer is returned
+with it; the caller classifies the cut-off, see :mod:`docpipe.providers.calls`).
 """
 
 from __future__ import annotations
@@ -20,18 +25,66 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import httpx
 import jsonschema
 
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
+from docpipe.providers.rate_headers import rate_limits, retry_after
+from docpipe.providers.tokens import estimate_prompt_tokens, estimate_text_tokens
+from docpipe.structured_output import OutputMode, drop_absent_optionals
 
-__all__ = ["Completion", "LLMClient", "parse_output", "validate_json"]
+__all__ = [
+    "ChatClient",
+    "ChatRequest",
+    "Completion",
+    "LLMClient",
+    "parse_output",
+    "validate_json",
+]
 
 Message = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion as sent: the model's name at the provider, the messages, how the
+    answer is shaped and the generation parameters."""
+
+    model: str
+    messages: Sequence[Message]
+    output_mode: OutputMode = OutputMode.JSON_OBJECT
+    # The strict form of the answer's schema (json_schema mode), and its name.
+    schema: Mapping[str, Any] | None = None
+    schema_name: str = "answer"
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    seed: int | None = None
+    max_tokens_field: str = "max_tokens"
+    # Which of docpipe's providers it goes to (docpipe.providers.provider_clients); not sent.
+    provider: str = ""
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(self.messages),
+            "temperature": self.temperature,
+        }
+        if self.max_tokens is not None:
+            body[self.max_tokens_field] = self.max_tokens
+        if self.seed is not None:
+            body["seed"] = self.seed
+        if self.output_mode == OutputMode.JSON_SCHEMA:
+            assert self.schema is not None, "json_schema mode sends a schema"
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": self.schema_name, "strict": True, "schema": self.schema},
+            }
+        elif self.output_mode == OutputMode.JSON_OBJECT:
+            body["response_format"] = {"type": "json_object"}
+        return body
 
 
 @dataclass(frozen=True)
@@ -42,6 +95,19 @@ class Completion:
     output_tokens: int
     latency_s: float
     http_status: int
+    finish_reason: str | None = None
+    # True when the provider sent no usage and the tokens above are docpipe's estimate.
+    usage_estimated: bool = False
+    # What the provider's rate-limit headers said (see docpipe.providers.rate_headers).
+    rate_limits: Mapping[str, float] = field(default_factory=dict)
+
+
+class ChatClient(Protocol):
+    """Anything that sends a chat request: one provider's client, or all providers'."""
+
+    def chat(self, request: ChatRequest) -> Completion: ...
+
+    def close(self) -> None: ...
 
 
 class LLMClient:
@@ -66,28 +132,24 @@ class LLMClient:
     def close(self) -> None:
         self._http.close()
 
-    def chat(self, *, model: str, messages: Sequence[Message]) -> Completion:
-        """One completion in JSON mode, or a TransientLLMError / PermanentLLMError."""
-        if not any(m.get("content", "").strip() for m in messages if m.get("role") == "user"):
+    def chat(self, request: ChatRequest) -> Completion:
+        """One completion, or a TransientLLMError / PermanentLLMError."""
+        if not any(
+            m.get("content", "").strip() for m in request.messages if m.get("role") == "user"
+        ):
             raise PermanentLLMError(
                 "nothing to send: the user message is empty", kind="empty_input"
             )
-        body = {
-            "model": model,
-            "messages": list(messages),
-            "response_format": {"type": "json_object"},
-            "temperature": 0,
-        }
         started = time.monotonic()
         try:
-            response = self._http.post("/chat/completions", json=body)
+            response = self._http.post("/chat/completions", json=request.body())
         except httpx.TimeoutException as exc:
             raise TransientLLMError(f"provider timed out: {exc!r}", kind="timeout") from exc
         except httpx.TransportError as exc:
             raise TransientLLMError(f"provider unreachable: {exc!r}", kind="connection") from exc
         latency = time.monotonic() - started
         _raise_for_status(response)
-        return _completion(response, model, latency)
+        return _completion(response, request, latency)
 
 
 def _raise_for_status(response: httpx.Response) -> None:
@@ -95,39 +157,69 @@ def _raise_for_status(response: httpx.Response) -> None:
     if status < 400:
         return
     detail = f"provider answered {status}: {_error_message(response)}"
+    limits = rate_limits(response.headers)
+    error: TransientLLMError | PermanentLLMError
     if status == 429:
-        raise TransientLLMError(
-            detail, kind="rate_limited", http_status=status, retry_after=_retry_after(response)
+        error = TransientLLMError(
+            detail,
+            kind="rate_limited",
+            http_status=status,
+            retry_after=retry_after(response.headers),
         )
-    if status >= 500 or status in (408, 409):
-        raise TransientLLMError(
-            detail, kind="server_error", http_status=status, retry_after=_retry_after(response)
+    elif status >= 500 or status in (408, 409):
+        error = TransientLLMError(
+            detail,
+            kind="server_error",
+            http_status=status,
+            retry_after=retry_after(response.headers),
         )
-    kind = {401: "auth", 403: "auth", 404: "not_found", 413: "too_large"}.get(status, "bad_request")
-    raise PermanentLLMError(detail, kind=kind, http_status=status)
+    else:
+        kind = {401: "auth", 403: "auth", 404: "not_found", 413: "too_large"}.get(
+            status, "bad_request"
+        )
+        error = PermanentLLMError(detail, kind=kind, http_status=status)
+    error.rate_limits = limits
+    raise error
 
 
-def _completion(response: httpx.Response, model: str, latency: float) -> Completion:
+def _completion(response: httpx.Response, request: ChatRequest, latency: float) -> Completion:
     try:
         body = response.json()
-        content = body["choices"][0]["message"]["content"]
-        usage = body.get("usage") or {}
-        input_tokens = int(usage.get("prompt_tokens", 0))
-        output_tokens = int(usage.get("completion_tokens", 0))
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        choice = body["choices"][0]
+        content = choice["message"]["content"]
+        finish_reason = choice.get("finish_reason")
+        usage = body.get("usage")
+        tokens = None
+        if isinstance(usage, dict) and "prompt_tokens" in usage:
+            tokens = (int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         # A 2xx that is not a completion is the provider's hiccup, not our request's fault.
         raise TransientLLMError(
             f"provider sent an unreadable completion: {exc!r}",
             kind="bad_response",
             http_status=response.status_code,
         ) from exc
+    content = content if isinstance(content, str) else ""
+    if finish_reason == "content_filter":
+        raise PermanentLLMError(
+            "the provider's content filter withheld the answer",
+            kind="content_filter",
+            http_status=response.status_code,
+        )
+    estimated = tokens is None
+    if tokens is None:
+        # Paid for all the same: charge the estimate rather than nothing.
+        tokens = (estimate_prompt_tokens(request.messages), estimate_text_tokens(content))
     return Completion(
-        content=content if isinstance(content, str) else "",
-        model=str(body.get("model") or model),
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
+        content=content,
+        model=str(body.get("model") or request.model),
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
         latency_s=latency,
         http_status=response.status_code,
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        usage_estimated=estimated,
+        rate_limits=rate_limits(response.headers),
     )
 
 
@@ -135,37 +227,21 @@ def _error_message(response: httpx.Response) -> str:
     try:
         return str(response.json()["error"]["message"])[:500]
     except (ValueError, KeyError, TypeError):
+        # Not JSON (a proxy's HTML page) or not OpenAI's shape (a server's own): the text.
         return response.text[:500]
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """Seconds the provider asks us to wait: ``retry-after-ms`` first, then ``Retry-After``."""
-    if (ms := response.headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:  # the HTTP-date form
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
-def parse_output(content: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+def parse_output(
+    content: str, schema: Mapping[str, Any], *, strict: bool = False
+) -> dict[str, Any]:
     """The JSON object in ``content`` if it satisfies ``schema``, else InvalidOutputError.
 
     Allowed repairs, because models add them around otherwise good answers: a Markdown code
-    fence, and prose before the first ``{`` or after the last ``}``.
+    fence, and prose before the first ``{`` or after the last ``}``. ``strict``: the answer
+    was given to ``strict_schema(schema)``, whose nulls stand for absent optional properties.
     """
     text = content.strip()
     if fenced := _FENCE.match(text):
@@ -177,6 +253,8 @@ def parse_output(content: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         value = json.loads(text[start : end + 1])
     except json.JSONDecodeError as exc:
         raise InvalidOutputError(f"answer is not valid JSON ({exc}): {content[:200]!r}") from None
+    if strict:
+        value = drop_absent_optionals(value, schema)
     try:
         validate_json(value, schema)
     except jsonschema.ValidationError as exc:

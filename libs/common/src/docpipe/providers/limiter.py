@@ -1,15 +1,25 @@
-"""One provider limit for every worker of every queue, kept in Redis by atomic scripts.
+"""Provider limits for every worker of every queue, kept in Redis by atomic scripts.
+
+Per provider (an endpoint and its key):
 
 - concurrency: calls in flight, each a member of a sorted set scored by its expiry, so a
   crashed worker's slot frees itself;
-- rate: a token bucket refilled at the *allowed* rate (requests per second);
+- buckets: requests per minute and tokens per minute, of the key (all its models) and of
+  each model, each a token bucket refilled at its *allowed* rate. A call takes one request
+  and its estimated tokens (docpipe.providers.tokens) from each; once answered, the tokens
+  bucket is corrected from the ``usage`` the provider reports;
+- the provider's headers: ``x-ratelimit-remaining-*`` lower a model's buckets to what the
+  provider says is left (before a 429 happens), ``x-ratelimit-limit-*`` give a model whose
+  limits are not configured the limits the provider states, and a ``remaining`` of 0 under
+  no known limit pauses that bucket until ``x-ratelimit-reset-*``;
 - priority: while an interactive call waits, batch calls wait too, and batch calls always
-  leave ``limiter_interactive_reserve`` of the concurrency and of the bucket to interactive
-  ones (the reserve costs batch no throughput: the bucket refills at the same rate);
-- adaptive (AIMD): a 429 multiplies the allowed rate by ``limiter_decrease_factor`` (at most
-  once per second), empties the bucket and pauses everyone for the provider's Retry-After;
-  while calls succeed, the rate climbs back by ``limiter_recovery_per_s`` of the configured
-  rate per second;
+  leave ``limiter_interactive_reserve`` of the concurrency and of every bucket to
+  interactive ones (the reserve costs batch no throughput: the buckets refill at the same
+  rate);
+- adaptive (AIMD), per bucket: a 429 multiplies the allowed rate of the call's buckets by
+  ``limiter_decrease_factor`` (at most once per second), empties them and pauses the
+  provider for its Retry-After (``retry-after-ms`` first); while calls succeed, the rate
+  climbs back by ``limiter_recovery_per_s`` of the limit per second;
 - a circuit breaker: after ``limiter_breaker_failures`` calls in a row found the provider
   down (connection errors, timeouts, 5xx), calls wait and a probe goes out every
   ``limiter_breaker_probe_s``; a caller that waited ``limiter_max_wait_s`` hands its step
@@ -27,17 +37,20 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis
 
-from docpipe.errors import TransientLLMError
+from docpipe.errors import LLMError, TransientLLMError
 from docpipe.observability import metrics
+from docpipe.provider_specs import ResolvedModel, ResolvedProvider
+from docpipe.providers.gate import CallTicket
+from docpipe.providers.limiter_scripts import ACQUIRE, RELEASE
 from docpipe.settings import Settings
 
-__all__ = ["LimiterState", "ProviderLimiter"]
+__all__ = ["BucketState", "LimiterState", "ProviderLimiter"]
 
 log = logging.getLogger(__name__)
 
@@ -47,103 +60,23 @@ _POLL_MAX_S = 0.25
 # Failures that mean the provider is down or broken rather than busy (the client's kinds).
 _UNAVAILABLE = frozenset({"connection", "timeout", "server_error", "bad_response"})
 
-_ACQUIRE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local lane, slot, waiter = ARGV[1], ARGV[2], ARGV[3]
-local slot_ttl, max_rate, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local max_conc, reserve, waiter_ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local breaker_failures, probe_s = tonumber(ARGV[10]), tonumber(ARGV[11])
-local wait_key = lane == 'batch' and KEYS[4] or KEYS[3]
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local st = redis.call('HMGET', KEYS[1], 'rate', 'tokens', 'ts', 'blocked_until', 'failures')
-local rate = math.min(tonumber(st[1]) or max_rate, max_rate)
-local tokens = tonumber(st[2]) or burst
-local ts = tonumber(st[3]) or now
-local blocked = tonumber(st[4]) or 0
-if max_rate > 0 then tokens = math.min(burst, tokens + math.max(0, now - ts) * rate) end
-local wait = 0
-if now < blocked then
-  wait = blocked - now
-elseif (tonumber(st[5]) or 0) >= breaker_failures then
-  -- The circuit is open and its pause is over: this caller is the one probe; everyone
-  -- else waits for its answer (a success closes the circuit, a failure pauses again).
-  redis.call('HSET', KEYS[1], 'blocked_until', now + probe_s)
-  redis.call('ZREM', wait_key, waiter)
-  redis.call('ZADD', KEYS[2], now + slot_ttl, slot)
-  return 'probe'
-else
-  local conc_limit, floor = max_conc, 1
-  if lane == 'batch' then
-    conc_limit = math.max(1, math.floor(max_conc * (1 - reserve)))
-    floor = 1 + burst * reserve
-    if redis.call('ZCARD', KEYS[3]) > 0 then wait = 0.05 end
-  end
-  if wait == 0 and redis.call('ZCARD', KEYS[2]) >= conc_limit then wait = 0.05 end
-  if wait == 0 and max_rate > 0 and tokens < floor then wait = (floor - tokens) / rate end
-end
-if wait > 0 then
-  redis.call('HSET', KEYS[1], 'rate', rate, 'tokens', tokens, 'ts', now)
-  redis.call('ZADD', wait_key, now + waiter_ttl, waiter)
-  return tostring(wait)
-end
-if max_rate > 0 then tokens = tokens - 1 end
-redis.call('HSET', KEYS[1], 'rate', rate, 'tokens', tokens, 'ts', now)
-redis.call('ZREM', wait_key, waiter)
-redis.call('ZADD', KEYS[2], now + slot_ttl, slot)
-return '0'
-"""
 
-_RELEASE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local slot, outcome, retry_after = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local max_rate, min_rate = tonumber(ARGV[4]), tonumber(ARGV[5])
-local factor, step = tonumber(ARGV[6]), tonumber(ARGV[7])
-local breaker_failures, probe_s = tonumber(ARGV[8]), tonumber(ARGV[9])
-redis.call('ZREM', KEYS[2], slot)
-local st = redis.call('HMGET', KEYS[1], 'rate', 'last_decrease', 'blocked_until',
-                     'last_increase', 'failures')
-if outcome == 'unavailable' then
-  -- The provider is down, not busy: after a few failures in a row everyone waits and only
-  -- a probe goes out every probe_s, instead of every step burning its retry attempts.
-  local failures = (tonumber(st[5]) or 0) + 1
-  redis.call('HSET', KEYS[1], 'failures', failures)
-  if failures >= breaker_failures and now + probe_s > (tonumber(st[3]) or 0) then
-    redis.call('HSET', KEYS[1], 'blocked_until', now + probe_s)
-  end
-  return tostring(failures)
-end
-if outcome == 'ok' then
-  if (tonumber(st[5]) or 0) >= breaker_failures then
-    redis.call('HSET', KEYS[1], 'blocked_until', 0)  -- the probe got through: resume at once
-  end
-  redis.call('HSET', KEYS[1], 'failures', 0)
-end
-if max_rate <= 0 then return '0' end
-local rate = math.min(tonumber(st[1]) or max_rate, max_rate)
-if outcome == 'ok' then
-  -- Additive increase in time, not per call: a throttled-down rate sends few calls and
-  -- would otherwise climb back slowest exactly when it is lowest.
-  local since = math.max(0, now - (tonumber(st[4]) or now))
-  rate = math.min(max_rate, rate + step * since)
-  redis.call('HSET', KEYS[1], 'last_increase', now)
-elseif outcome == 'rate_limited' then
-  -- One burst of 429s from concurrent calls is one congestion signal, not many.
-  if now - (tonumber(st[2]) or 0) >= 1 then
-    rate = math.max(min_rate, rate * factor)
-    redis.call('HSET', KEYS[1], 'last_decrease', now, 'last_increase', now, 'tokens', 0,
-               'ts', now)
-  end
-  if retry_after > 0 and now + retry_after > (tonumber(st[3]) or 0) then
-    redis.call('HSET', KEYS[1], 'blocked_until', now + retry_after)
-  end
-end
-redis.call('HSET', KEYS[1], 'rate', rate)
-return tostring(rate)
-"""
+@dataclass(frozen=True)
+class _Bucket:
+    key: str
+    limit_per_min: int  # 0: the limit the provider states, if any
+    capacity: int  # 0: one second's worth of requests, one minute's worth of tokens
+    kind: str  # 'r' (requests) or 't' (tokens)
+    model_level: bool  # the provider's headers speak of the model's limits
+
+
+@dataclass(frozen=True)
+class BucketState:
+    provider: str
+    model: str  # "*" for the key's buckets, shared by all its models
+    kind: str  # "requests" or "tokens"
+    allowed_per_min: float
+    limit_per_min: float  # configured, else stated by the provider (0: none known)
 
 
 @dataclass(frozen=True)
@@ -156,58 +89,97 @@ class LimiterState:
 
 
 class ProviderLimiter:
-    """The gate every provider call passes through (see docpipe.providers.calls.CallGate)."""
+    """The gate every provider call passes through (see docpipe.providers.gate.CallGate)."""
 
-    def __init__(self, client: redis.Redis, settings: Settings, *, name: str = "provider") -> None:
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self._redis = client
         self._settings = settings
-        prefix = f"docpipe:limiter:{{{name}}}"
-        self._keys = [f"{prefix}:state", f"{prefix}:inflight", f"{prefix}:waiting:interactive",
-                      f"{prefix}:waiting:batch"]  # fmt: skip
-        self._acquire = client.register_script(_ACQUIRE)
-        self._release = client.register_script(_RELEASE)
-        self._max_rate = settings.provider_rpm / 60
-        self._burst = settings.provider_burst or max(1, settings.provider_rpm // 60)
+        table = settings.provider_table
+        self._models = dict(table.models)
+        self._providers = {p.name: p for p in table.providers}
+        self._acquire = client.register_script(ACQUIRE)
+        self._release = client.register_script(RELEASE)
         # A slot outlives the longest call by a margin; a crashed holder frees it then.
         self._slot_ttl = settings.llm_timeout_s + 5
 
+    @staticmethod
+    def _prefix(provider: str) -> str:
+        # One hash tag per provider: every key a script touches is in one cluster slot.
+        return f"docpipe:limiter:{{{provider}}}"
+
+    def _keys(self, provider: str) -> list[str]:
+        prefix = self._prefix(provider)
+        return [f"{prefix}:state", f"{prefix}:inflight", f"{prefix}:waiting:interactive",
+                f"{prefix}:waiting:batch"]  # fmt: skip
+
+    def _buckets(self, model: ResolvedModel) -> list[_Bucket]:
+        p, prefix = model.provider, self._prefix(model.provider.name)
+        return [
+            _Bucket(f"{prefix}:requests", p.rpm, p.burst, "r", model_level=False),
+            _Bucket(f"{prefix}:tokens", p.tpm, 0, "t", model_level=False),
+            _Bucket(f"{prefix}:model:{model.name}:requests", model.rpm, 0, "r", model_level=True),
+            _Bucket(f"{prefix}:model:{model.name}:tokens", model.tpm, 0, "t", model_level=True),
+        ]
+
     @contextmanager
-    def slot(self, model: str, lane: str) -> Iterator[None]:
-        """Hold a provider slot for one call; a 429 inside slows every worker down."""
+    def slot(self, model: str, lane: str, tokens: int = 1) -> Iterator[CallTicket]:
+        """Hold a slot of ``model``'s provider for one call estimated at ``tokens``; its
+        answer (put on the ticket) or its 429 adjusts every worker's buckets."""
+        spec = self._models[model]
+        buckets = self._buckets(spec)
         slot_id = uuid.uuid4().hex
         asked = time.monotonic()
         try:
-            granted = self._wait_for_slot(slot_id, lane)
+            granted = self._wait_for_slot(spec.provider, buckets, slot_id, lane, tokens)
         finally:
             metrics.observe_limiter_wait(lane, time.monotonic() - asked)
+        ticket = CallTicket()
         outcome, retry_after = "error", 0.0
+        said: Mapping[str, float] = {}
         try:
-            yield
+            yield ticket
             outcome = "ok"
-        except TransientLLMError as exc:
-            if exc.kind == "rate_limited":
+        except LLMError as exc:
+            said = exc.rate_limits
+            if isinstance(exc, TransientLLMError) and exc.kind == "rate_limited":
                 outcome, retry_after = "rate_limited", exc.retry_after or 0.0
-            elif exc.kind in _UNAVAILABLE:
+            elif isinstance(exc, TransientLLMError) and exc.kind in _UNAVAILABLE:
                 outcome = "unavailable"
                 # A failed probe says the provider is still down, nothing about this step.
                 exc.counts_as_attempt = granted != "probe"
             raise
         finally:
             if granted:
-                self._report(slot_id, outcome, retry_after)
+                completion = ticket.completion
+                if completion is not None:
+                    said = completion.rate_limits
+                used = (
+                    completion.input_tokens + completion.output_tokens
+                    if completion is not None and not completion.usage_estimated
+                    else tokens
+                )
+                self._report(spec.provider, buckets, slot_id, outcome, retry_after,
+                             correction=tokens - used, said=said)  # fmt: skip
 
-    def _wait_for_slot(self, slot_id: str, lane: str) -> str:
+    def _wait_for_slot(
+        self, provider: ResolvedProvider, buckets: list[_Bucket], slot_id: str, lane: str,
+        tokens: int,
+    ) -> str:  # fmt: skip
         """'slot' or 'probe' when granted, '' when Redis is unreachable (no limit applies);
         raises TransientLLMError(kind="throttled") after limiter_max_wait_s."""
         deadline = time.monotonic() + self._settings.limiter_max_wait_s
         s = self._settings
+        keys = self._keys(provider.name)
+        args: list[str | int | float] = [
+            lane, slot_id, self._slot_ttl, provider.max_concurrency,
+            s.limiter_interactive_reserve, _WAITER_TTL_S, s.limiter_breaker_failures,
+            s.limiter_breaker_probe_s, len(buckets),
+        ]  # fmt: skip
+        for b in buckets:
+            args += [b.limit_per_min, b.capacity, b.kind, tokens if b.kind == "t" else 1]
         while True:
             try:
-                answer = self._acquire(keys=self._keys, args=[
-                    lane, slot_id, slot_id, self._slot_ttl, self._max_rate, self._burst,
-                    s.provider_max_concurrency, s.limiter_interactive_reserve, _WAITER_TTL_S,
-                    s.limiter_breaker_failures, s.limiter_breaker_probe_s,
-                ])  # fmt: skip
+                answer = self._acquire(keys=keys + [b.key for b in buckets], args=args)
             except redis.RedisError:
                 log.warning("provider limiter unavailable; calling without it", exc_info=True)
                 return ""
@@ -219,43 +191,92 @@ class ProviderLimiter:
             if time.monotonic() + wait > deadline:
                 # Stop counting as a waiter at once: a ghost interactive waiter holds back
                 # every batch call.
-                waiting = self._keys[3] if lane == "batch" else self._keys[2]
+                waiting = keys[3] if lane == "batch" else keys[2]
                 with contextlib.suppress(redis.RedisError):
                     self._redis.zrem(waiting, slot_id)
                 raise TransientLLMError(
-                    f"provider limit: no slot within {s.limiter_max_wait_s:g}s",
+                    f"provider limit ({provider.name}): no slot within {s.limiter_max_wait_s:g}s",
                     kind="throttled",
                     retry_after=wait,
                 )
             # Jitter keeps waiters from polling Redis in lockstep.
             time.sleep(min(wait, _POLL_MAX_S) * random.uniform(0.8, 1.2))
 
-    def _report(self, slot_id: str, outcome: str, retry_after: float) -> None:
+    def _report(
+        self,
+        provider: ResolvedProvider,
+        buckets: list[_Bucket],
+        slot_id: str,
+        outcome: str,
+        retry_after: float,
+        *,
+        correction: int,
+        said: Mapping[str, float],
+    ) -> None:
         s = self._settings
+        args: list[str | int | float] = [
+            slot_id, outcome, retry_after, s.limiter_breaker_failures, s.limiter_breaker_probe_s,
+            s.limiter_decrease_factor, s.limiter_recovery_per_s, len(buckets),
+        ]  # fmt: skip
+        for b in buckets:
+            kind = "requests" if b.kind == "r" else "tokens"
+            heard = said if b.model_level else {}
+            args += [
+                b.limit_per_min, b.capacity, b.kind, correction if b.kind == "t" else 0,
+                heard.get(f"remaining_{kind}", -1), heard.get(f"reset_{kind}_s", -1),
+                heard.get(f"limit_{kind}", -1),
+            ]  # fmt: skip
+        keys = self._keys(provider.name)[:2] + [b.key for b in buckets]
         try:
-            self._release(keys=self._keys, args=[
-                slot_id, outcome, retry_after, self._max_rate,
-                self._max_rate * 0.05, s.limiter_decrease_factor,
-                self._max_rate * s.limiter_recovery_per_s,
-                s.limiter_breaker_failures, s.limiter_breaker_probe_s,
-            ])  # fmt: skip
+            self._release(keys=keys, args=args)
         except redis.RedisError:
             log.warning("provider limiter unavailable; slot %s expires on its own", slot_id)
 
-    def state(self) -> LimiterState:
-        """What the limiter allows now and who waits (for metrics and status pages)."""
+    def state(self, provider: str | None = None) -> LimiterState:
+        """What the limiter allows ``provider`` (default: the first) now and who waits, for
+        metrics and status pages; the rates are those of its key's requests bucket."""
+        spec = self._providers[provider] if provider else next(iter(self._providers.values()))
+        keys = self._keys(spec.name)
         now = time.time()
         with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hget(self._keys[0], "rate")
-            pipe.zcount(self._keys[1], now, "+inf")
-            pipe.zcount(self._keys[2], now, "+inf")
-            pipe.zcount(self._keys[3], now, "+inf")
+            pipe.hget(f"{self._prefix(spec.name)}:requests", "rate")
+            pipe.zcount(keys[1], now, "+inf")
+            pipe.zcount(keys[2], now, "+inf")
+            pipe.zcount(keys[3], now, "+inf")
             rate, in_flight, waiting_i, waiting_b = pipe.execute()
-        allowed = float(rate) if rate is not None else self._max_rate
+        allowed = float(rate) if rate is not None else spec.rpm / 60
         return LimiterState(
             allowed_rpm=allowed * 60,
-            configured_rpm=self._settings.provider_rpm,
+            configured_rpm=spec.rpm,
             in_flight=int(in_flight),
             waiting_interactive=int(waiting_i),
             waiting_batch=int(waiting_b),
         )
+
+    def providers(self) -> list[str]:
+        return list(self._providers)
+
+    def bucket_states(self) -> list[BucketState]:
+        """Every bucket that has a limit (configured or stated), with its allowed rate."""
+        entries: list[tuple[str, str, str, _Bucket]] = []
+        for spec in self._providers.values():
+            first = next(m for m in self._models.values() if m.provider.name == spec.name)
+            key_buckets = self._buckets(first)[:2]
+            for b in key_buckets:
+                entries.append((spec.name, "*", b.kind, b))
+        for model in self._models.values():
+            for b in self._buckets(model)[2:]:
+                entries.append((model.provider.name, model.name, b.kind, b))
+        with self._redis.pipeline(transaction=False) as pipe:
+            for *_, b in entries:
+                pipe.hmget(b.key, "rate", "stated")
+            answers = pipe.execute()
+        states = []
+        for (provider, name, kind, b), (rate, stated) in zip(entries, answers, strict=True):
+            limit = float(b.limit_per_min or (float(stated) if stated is not None else 0))
+            if limit <= 0:
+                continue
+            allowed = float(rate) * 60 if rate is not None else limit
+            states.append(BucketState(provider, name, "requests" if kind == "r" else "tokens",
+                                      min(allowed, limit), limit))  # fmt: skip
+        return states

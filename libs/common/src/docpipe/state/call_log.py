@@ -4,6 +4,7 @@ paying for the same call twice."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any
@@ -12,7 +13,15 @@ from psycopg.types.json import Jsonb
 
 from docpipe.state.db import Database
 
-__all__ = ["CallCheck", "CallKey", "check_and_start_call", "finish_call", "start_call"]
+__all__ = [
+    "CallCheck",
+    "CallKey",
+    "budget_left",
+    "check_and_start_call",
+    "finish_call",
+    "route_call",
+    "start_call",
+]
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class CallCheck:
     memo: dict[str, Any] | None
     lease_owner: str | None
     status: str
+    priority: str
     cost_usd: Decimal
     budget_usd: Decimal | None
     batch_cost_usd: Decimal | None
@@ -45,17 +55,51 @@ class CallCheck:
     call_id: int | None
 
 
-def check_and_start_call(db: Database, call: CallKey, *, owner: str | None) -> CallCheck | None:
-    """The checks before a call and, if they pass, its row: one round trip. None when the
-    run does not exist."""
-    return db.one_as(CallCheck, "check_and_start_call", owner=owner, **asdict(call))
+def budget_left(check: CallCheck) -> tuple[Decimal | None, str]:
+    """What the run and its batch may still spend (None: no budget), and which budget that
+    is ("run" or "batch")."""
+    left: list[tuple[Decimal, str]] = []
+    if check.budget_usd is not None:
+        left.append((check.budget_usd - check.cost_usd, "run"))
+    if check.batch_budget_usd is not None and check.batch_cost_usd is not None:
+        left.append((check.batch_budget_usd - check.batch_cost_usd, "batch"))
+    if not left:
+        return None, "run"
+    return min(left)
 
 
-def start_call(db: Database, call: CallKey) -> int:
-    """Log a call (to a fallback model) before it is sent; returns its row id."""
-    row = db.one("start_call", **asdict(call))
+def check_and_start_call(
+    db: Database,
+    call: CallKey,
+    *,
+    owner: str | None,
+    request: Mapping[str, Any],
+    estimated_cost_usd: Decimal,
+) -> CallCheck | None:
+    """The checks before a call and, if they pass (the call's estimated cost within the
+    budgets), its row recording ``request`` (see PlannedCall.log_params): one round trip.
+    None when the run does not exist."""
+    return db.one_as(
+        CallCheck,
+        "check_and_start_call",
+        owner=owner,
+        estimated_cost_usd=estimated_cost_usd,
+        **asdict(call),
+        **request,
+    )
+
+
+def start_call(db: Database, call: CallKey, *, request: Mapping[str, Any]) -> int:
+    """Log a call (routed elsewhere, or to a fallback model) before it is sent; returns its
+    row id."""
+    row = db.one("start_call", **asdict(call), **request)
     assert row is not None, "an INSERT ... RETURNING returns its row"
     return int(row["id"])
+
+
+def route_call(db: Database, call_id: int, *, model: str, request: Mapping[str, Any]) -> None:
+    """Before it is sent, record that the call goes to ``model`` with ``request`` instead."""
+    db.execute("route_call", id=call_id, model=model, **request)
 
 
 def finish_call(
@@ -71,6 +115,9 @@ def finish_call(
     cost_usd: Decimal,
     latency_ms: int,
     response: dict[str, Any] | None,
+    route_reason: str | None = None,
+    finish_reason: str | None = None,
+    usage_estimated: bool = False,
 ) -> None:
     """Complete the call's row (once) and add its cost to the run and its batch."""
     db.execute(
@@ -85,4 +132,7 @@ def finish_call(
         cost_usd=cost_usd,
         latency_ms=latency_ms,
         response=Jsonb(response) if response is not None else None,
+        route_reason=route_reason,
+        finish_reason=finish_reason,
+        usage_estimated=usage_estimated,
     )

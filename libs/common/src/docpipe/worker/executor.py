@@ -32,8 +32,10 @@ from docpipe.errors import (
 )
 from docpipe.observability import metrics
 from docpipe.pipelines.registry import get_pipeline
-from docpipe.providers.calls import CallGate, StepContext, _no_gate
-from docpipe.providers.client import LLMClient, validate_json
+from docpipe.providers.calls import StepContext
+from docpipe.providers.client import ChatClient, validate_json
+from docpipe.providers.gate import CallGate
+from docpipe.providers.gate import no_gate as _no_gate
 from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.batches import stop_batch
@@ -69,7 +71,7 @@ class StepExecutor:
     def __init__(
         self,
         db: Database,
-        llm: LLMClient,
+        llm: ChatClient,
         settings: Settings,
         *,
         owner: str | None = None,

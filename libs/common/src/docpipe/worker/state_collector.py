@@ -108,19 +108,32 @@ class StateCollector(Collector):
             state = queue_state(self._redis, queue)
             length.add_metric([queue], state.length)
             lag.add_metric([queue], state.lag_s(now))
-        limiter = self._limiter.state()
+        limiter = self._limiter
         waiting = GaugeMetricFamily(m.LIMITER_WAITING, "Calls waiting for the provider limiter",
-                                    labels=["lane"])  # fmt: skip
-        waiting.add_metric([Lane.INTERACTIVE], limiter.waiting_interactive)
-        waiting.add_metric([Lane.BATCH], limiter.waiting_batch)
-        return [
-            length,
-            lag,
-            _gauge(m.LIMITER_ALLOWED_RPM, "Requests/minute allowed now", limiter.allowed_rpm),
-            _gauge(m.LIMITER_CONFIGURED_RPM, "DOCPIPE_PROVIDER_RPM", limiter.configured_rpm),
-            _gauge(m.LIMITER_IN_FLIGHT, "Calls holding a limiter slot", limiter.in_flight),
-            waiting,
-        ]
+                                    labels=["provider", "lane"])  # fmt: skip
+        in_flight = GaugeMetricFamily(m.LIMITER_IN_FLIGHT, "Calls holding a limiter slot",
+                                      labels=["provider"])  # fmt: skip
+        for provider in limiter.providers():
+            held = limiter.state(provider)
+            waiting.add_metric([provider, Lane.INTERACTIVE], held.waiting_interactive)
+            waiting.add_metric([provider, Lane.BATCH], held.waiting_batch)
+            in_flight.add_metric([provider], held.in_flight)
+        families = {
+            (kind, what): GaugeMetricFamily(name, doc, labels=["provider", "model"])
+            for kind, what, name, doc in (
+                ("requests", "allowed", m.LIMITER_ALLOWED_RPM, "Requests/minute allowed now"),
+                ("requests", "limit", m.LIMITER_CONFIGURED_RPM,
+                 "Requests/minute configured, or stated by the provider"),
+                ("tokens", "allowed", m.LIMITER_ALLOWED_TPM, "Tokens/minute allowed now"),
+                ("tokens", "limit", m.LIMITER_CONFIGURED_TPM,
+                 "Tokens/minute configured, or stated by the provider"),
+            )
+        }  # fmt: skip
+        for bucket in limiter.bucket_states():
+            labels = [bucket.provider, bucket.model]
+            families[bucket.kind, "allowed"].add_metric(labels, bucket.allowed_per_min)
+            families[bucket.kind, "limit"].add_metric(labels, bucket.limit_per_min)
+        return [length, lag, *families.values(), in_flight, waiting]
 
     def _read_postgres(self) -> list[Metric]:
         if self._conn is None or self._conn.closed:

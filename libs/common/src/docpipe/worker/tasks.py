@@ -27,8 +27,8 @@ from docpipe.broker.messages import DELIVER_WEBHOOK, RUN_STEP
 from docpipe.broker.queues import PERIODIC_QUEUE
 from docpipe.broker.transport import CeleryPublisher, app, bind_work
 from docpipe.observability import metrics, tracing
-from docpipe.providers.client import LLMClient
 from docpipe.providers.limiter import ProviderLimiter
+from docpipe.providers.provider_clients import ProviderClients
 from docpipe.settings import Settings, get_settings
 from docpipe.state import runs
 from docpipe.state.admission import admit_and_publish
@@ -55,7 +55,7 @@ class Resources:
 
     settings: Settings
     db: Database
-    llm: LLMClient
+    llm: ProviderClients
     executor: StepExecutor
     broker_redis: redis.Redis
     broker: CeleryPublisher
@@ -73,11 +73,7 @@ class Resources:
 def _resources_for(pid: int) -> Resources:
     settings = get_settings()
     db = Database(settings.database_url, max_size=settings.database_pool_size)
-    llm = LLMClient(
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key.get_secret_value(),
-        timeout_s=settings.llm_timeout_s,
-    )
+    llm = ProviderClients(settings.provider_table, timeout_s=settings.llm_timeout_s)
     broker_redis = redis.Redis.from_url(settings.redis_url)
     limiter = ProviderLimiter(broker_redis, settings)
     executor = StepExecutor(

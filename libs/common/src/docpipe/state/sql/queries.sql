@@ -273,9 +273,10 @@ ORDER BY step_index;
 
 -- name: check_and_start_call
 -- Before a call: its memoised answer if any, whether the run still runs and the step is
--- still leased to this worker, and the spending of the run and its batch against budgets;
--- when all allow the call, its llm_call_log row (for the step's first model) is written in
--- the same statement, still before the request is sent.
+-- still leased to this worker, the run's priority and the spending of the run and its batch
+-- against budgets; when all allow the call (its estimated cost included), its llm_call_log
+-- row (for the step's first candidate model) is written in the same statement, still before
+-- the request is sent.
 WITH checked AS (
     SELECT (SELECT response
             FROM llm_call_log
@@ -285,34 +286,47 @@ WITH checked AS (
             LIMIT 1) AS memo,
            (SELECT lease_owner FROM pipeline_step_result
             WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
-           r.id AS run_id, r.status, r.cost_usd, r.budget_usd, b.cost_usd AS batch_cost_usd,
-           b.budget_usd AS batch_budget_usd
+           r.id AS run_id, r.status, r.priority, r.cost_usd, r.budget_usd,
+           b.cost_usd AS batch_cost_usd, b.budget_usd AS batch_budget_usd
     FROM pipeline_run r
     LEFT JOIN batch b ON b.id = r.batch_id
     WHERE r.id = %(run_id)s
 ), started AS (
     INSERT INTO llm_call_log (run_id, step, generation, call_key, step_attempt, tenant_id,
-                              model, prompt_version)
+                              model, prompt_version, provider, route_reason, output_mode,
+                              max_tokens, temperature, seed)
     SELECT run_id, %(step)s, %(generation)s, %(call_key)s, %(step_attempt)s, %(tenant_id)s,
-           %(model)s, %(prompt_version)s
+           %(model)s, %(prompt_version)s, %(provider)s, %(route_reason)s, %(output_mode)s,
+           %(max_tokens)s, %(temperature)s, %(seed)s
     FROM checked
     WHERE memo IS NULL AND status IN ('queued', 'running')
       AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s)
-      AND (budget_usd IS NULL OR cost_usd < budget_usd)
-      AND (batch_budget_usd IS NULL OR batch_cost_usd < batch_budget_usd)
+      AND (budget_usd IS NULL OR cost_usd + %(estimated_cost_usd)s <= budget_usd)
+      AND (batch_budget_usd IS NULL
+           OR batch_cost_usd + %(estimated_cost_usd)s <= batch_budget_usd)
     RETURNING id
 )
-SELECT memo, lease_owner, status, cost_usd, budget_usd, batch_cost_usd, batch_budget_usd,
-       (SELECT id FROM started) AS call_id
+SELECT memo, lease_owner, status, priority, cost_usd, budget_usd, batch_cost_usd,
+       batch_budget_usd, (SELECT id FROM started) AS call_id
 FROM checked;
 
 -- name: start_call
 -- Log a provider call before it is sent.
 INSERT INTO llm_call_log (run_id, step, generation, call_key, step_attempt, tenant_id, model,
-                          prompt_version)
+                          prompt_version, provider, route_reason, output_mode, max_tokens,
+                          temperature, seed)
 VALUES (%(run_id)s, %(step)s, %(generation)s, %(call_key)s, %(step_attempt)s, %(tenant_id)s,
-        %(model)s, %(prompt_version)s)
+        %(model)s, %(prompt_version)s, %(provider)s, %(route_reason)s, %(output_mode)s,
+        %(max_tokens)s, %(temperature)s, %(seed)s)
 RETURNING id;
+
+-- name: route_call
+-- Before it is sent, move a call's row to the model the router chose (and its request).
+UPDATE llm_call_log
+SET model = %(model)s, provider = %(provider)s, route_reason = %(route_reason)s,
+    output_mode = %(output_mode)s, max_tokens = %(max_tokens)s, temperature = %(temperature)s,
+    seed = %(seed)s
+WHERE id = %(id)s AND status = 'sent';
 
 -- name: finish_call
 -- Complete a call's log row and add its cost to the run and to the run's batch.
@@ -321,6 +335,8 @@ WITH call AS (
     SET status = %(status)s, http_status = %(http_status)s, error_kind = %(error_kind)s,
         error = %(error)s, input_tokens = %(input_tokens)s, output_tokens = %(output_tokens)s,
         cost_usd = %(cost_usd)s, latency_ms = %(latency_ms)s, response = %(response)s,
+        route_reason = coalesce(%(route_reason)s, route_reason),
+        finish_reason = %(finish_reason)s, usage_estimated = %(usage_estimated)s,
         finished_at = now()
     WHERE id = %(id)s AND status = 'sent'
     RETURNING run_id, cost_usd

@@ -60,6 +60,10 @@ CREATE TABLE pipeline_run (
     updated_at      timestamptz   NOT NULL DEFAULT now(),
     finished_at     timestamptz,
     notified_at     timestamptz,                         -- its webhook was queued
+    -- How its calls pick among a step's candidate models: urgent (fastest the budget can pay
+    -- for), normal (the step's own order), low (cheapest).
+    priority        text          NOT NULL DEFAULT 'normal'
+                    CHECK (priority IN ('urgent', 'normal', 'low')),
     UNIQUE (tenant_id, idempotency_key),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id)
 );
@@ -129,7 +133,15 @@ CREATE TABLE llm_call_log (
     latency_ms     integer,
     response       jsonb,
     created_at     timestamptz   NOT NULL DEFAULT now(),
-    finished_at    timestamptz
+    finished_at    timestamptz,
+    provider       text,                                 -- where the request went
+    route_reason   text,                                 -- why this model (routing, fallback)
+    output_mode    text          CHECK (output_mode IN ('json_schema', 'json_object', 'none')),
+    max_tokens     integer,                              -- the request's generation parameters
+    temperature    numeric(4,3),
+    seed           bigint,
+    finish_reason  text,
+    usage_estimated boolean      NOT NULL DEFAULT false  -- the provider sent no usage
 );
 CREATE INDEX llm_call_log_memo_idx ON llm_call_log (run_id, step, generation, call_key)
     WHERE status = 'ok';
