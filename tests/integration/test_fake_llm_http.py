@@ -228,12 +228,15 @@ def test_stats_count_requests_by_step_and_status(fake: FakeLLM) -> None:
 
 
 def test_reset_restores_the_start_up_settings(fake: FakeLLM) -> None:
+    unlimited = {"tpm": 0, "model_limits": {}, "rate_headers": True}
     assert fake.configure(latency_ms=[5, 10], rpm=120) == {
-        "latency_ms": [5, 10], "rpm": 120, "burst": 0,
+        "latency_ms": [5, 10], "rpm": 120, "burst": 0, **unlimited,
     }  # fmt: skip
     fake.add_fault("500")
     fake.reset()
-    assert fake.control("GET", "/control/config") == {"latency_ms": [0, 0], "rpm": 0, "burst": 0}
+    assert fake.control("GET", "/control/config") == {
+        "latency_ms": [0, 0], "rpm": 0, "burst": 0, **unlimited,
+    }  # fmt: skip
     assert fake.pending_faults() == []
     assert fake.stats()["requests_total"] == 0
 

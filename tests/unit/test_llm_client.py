@@ -137,8 +137,11 @@ def test_finish_reasons_are_passed_on_and_a_content_filter_is_permanent() -> Non
         # A gateway's HTML page instead of OpenAI's error body: the status decides.
         (httpx.Response(502, text="<html>Bad Gateway</html>"), "server_error", None),
         # Retry-After as an HTTP date in the past: retry now.
-        (httpx.Response(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
-         "rate_limited", 0.0),
+        (
+            httpx.Response(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
+            "rate_limited",
+            0.0,
+        ),
     ],
 )
 def test_transient_failures(response: httpx.Response, kind: str, retry_after: float | None) -> None:

@@ -12,7 +12,7 @@ import os
 import uvicorn
 
 from docpipe_fake_llm.app import create_app
-from docpipe_fake_llm.config import FakeLLMConfig, parse_latency
+from docpipe_fake_llm.config import FakeLLMConfig, parse_latency, parse_model_limit
 
 __all__ = ["main"]
 
@@ -24,7 +24,13 @@ def main(argv: list[str] | None = None) -> None:
     """Parse flags (environment variables give their defaults) and serve until SIGTERM."""
     args = _parser().parse_args(argv)
     config = FakeLLMConfig(
-        latency_ms=args.latency_ms, rpm=args.rpm, burst=args.burst, api_key=args.api_key or None
+        latency_ms=args.latency_ms,
+        rpm=args.rpm,
+        burst=args.burst,
+        api_key=args.api_key or None,
+        tpm=args.tpm,
+        model_limits=dict(args.model_limit),
+        rate_headers=not args.no_rate_headers,
     )
     uvicorn.run(
         create_app(config),
@@ -59,6 +65,26 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=env("FAKE_LLM_BURST", "0"),
         help="token bucket size; 0 means one second's worth of --rpm",
+    )
+    parser.add_argument(
+        "--tpm",
+        type=int,
+        default=env("FAKE_LLM_TPM", "0"),
+        help="tokens per minute over all requests (prompt + max_tokens, settled to the usage); "
+        "0 means unlimited",
+    )
+    parser.add_argument(
+        "--model-limit",
+        type=parse_model_limit,
+        action="append",
+        default=[],
+        metavar="MODEL=RPM:TPM",
+        help="limits of one model, besides the key's (repeat for more models)",
+    )
+    parser.add_argument(
+        "--no-rate-headers",
+        action="store_true",
+        help="send no x-ratelimit-* headers (they are sent by default, as OpenAI does)",
     )
     parser.add_argument(
         "--api-key",

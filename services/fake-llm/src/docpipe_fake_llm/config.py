@@ -1,27 +1,42 @@
-"""The provider's tunable behaviour: latency, rate limit and API key."""
+"""The provider's tunable behaviour: latency, rate limits and API key."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["FakeLLMConfig", "parse_latency"]
+__all__ = ["DEFAULT_MODELS", "FakeLLMConfig", "parse_latency", "parse_model_limit"]
+
+# What GET /v1/models lists (any model name is answered, as llama.cpp's server does).
+DEFAULT_MODELS = ("gpt-4o-mini", "gpt-4o")
 
 
 @dataclass(frozen=True)
 class FakeLLMConfig:
-    """Start-up settings; ``rpm`` 0 means no rate limit, ``burst`` 0 one second's worth."""
+    """Start-up settings; ``rpm``/``tpm`` 0 mean no limit, ``burst`` 0 one second's worth.
+    ``model_limits`` gives models limits of their own: {model: (rpm, tpm)}."""
 
     latency_ms: tuple[int, int] = (0, 0)
     rpm: int = 0
     burst: int = 0
     api_key: str | None = None
+    tpm: int = 0
+    model_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Send x-ratelimit-* headers with every answer, as OpenAI does.
+    rate_headers: bool = True
+    models: tuple[str, ...] = DEFAULT_MODELS
 
     def __post_init__(self) -> None:
         low, high = self.latency_ms
         if not 0 <= low <= high:
             raise ValueError(f"latency range must satisfy 0 <= low <= high, got {low}:{high}")
-        if self.rpm < 0 or self.burst < 0:
-            raise ValueError("rpm and burst must not be negative")
+        limits = [
+            self.rpm,
+            self.burst,
+            self.tpm,
+            *(v for p in self.model_limits.values() for v in p),
+        ]
+        if any(v < 0 for v in limits):
+            raise ValueError("rate limits must not be negative")
 
 
 def parse_latency(text: str) -> tuple[int, int]:
@@ -34,3 +49,16 @@ def parse_latency(text: str) -> tuple[int, int]:
     if not 0 <= bounds[0] <= bounds[1]:
         raise ValueError(f"latency range must satisfy 0 <= low <= high, got {text!r}")
     return bounds
+
+
+def parse_model_limit(text: str) -> tuple[str, tuple[int, int]]:
+    """Return ``"gpt-4o=300:40000"`` as ``("gpt-4o", (300, 40000))`` (rpm:tpm, 0: none)."""
+    model, _, limits = text.partition("=")
+    rpm, _, tpm = limits.partition(":")
+    try:
+        pair = (int(rpm or 0), int(tpm or 0))
+    except ValueError:
+        raise ValueError(f"a model limit looks like MODEL=RPM:TPM, got {text!r}") from None
+    if not model or min(pair) < 0:
+        raise ValueError(f"a model limit looks like MODEL=RPM:TPM, got {text!r}")
+    return model, pair

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, Field, model_validator
 
 from docpipe_fake_llm.faults import FaultKind
@@ -40,6 +40,10 @@ class ConfigChange(BaseModel):
     latency_ms: tuple[int, int] | None = None
     rpm: int | None = Field(None, ge=0)
     burst: int | None = Field(None, ge=0)
+    tpm: int | None = Field(None, ge=0)
+    # {model: [rpm, tpm]}: replaces every model's own limits
+    model_limits: dict[str, tuple[int, int]] | None = None
+    rate_headers: bool | None = None
 
     @model_validator(mode="after")
     def _latency_is_a_range(self) -> ConfigChange:
@@ -81,9 +85,15 @@ async def change_config(change: ConfigChange, provider: ProviderDep) -> dict[str
     changes: dict[str, Any] = {}
     if change.latency_ms is not None:
         changes["latency_ms"] = change.latency_ms
-    for name in ("rpm", "burst"):
+    for name in ("rpm", "burst", "tpm"):
         if name in change.model_fields_set:
             changes[name] = getattr(change, name) or 0
+    if change.model_limits is not None:
+        if any(min(pair) < 0 for pair in change.model_limits.values()):
+            raise HTTPException(422, "model limits must not be negative")
+        changes["model_limits"] = dict(change.model_limits)
+    if change.rate_headers is not None:
+        changes["rate_headers"] = change.rate_headers
     provider.reconfigure(**changes)
     return provider.settings()
 

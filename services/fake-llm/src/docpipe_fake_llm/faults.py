@@ -9,7 +9,8 @@ from typing import Any, Literal
 __all__ = ["DEFAULT_HANG_S", "DEFAULT_RETRY_AFTER_S", "Fault", "FaultKind", "FaultQueue",
            "broken_content"]  # fmt: skip
 
-FaultKind = Literal["429", "400", "500", "503", "hang", "malformed", "invalid"]
+# "length": the answer is cut off after one token, as if max_tokens had been reached.
+FaultKind = Literal["429", "400", "500", "503", "hang", "malformed", "invalid", "length"]
 
 DEFAULT_RETRY_AFTER_S = 1.0
 DEFAULT_HANG_S = 600.0

@@ -9,7 +9,7 @@ from typing import Any
 
 from docpipe_fake_llm.config import FakeLLMConfig
 from docpipe_fake_llm.faults import FaultQueue
-from docpipe_fake_llm.ratelimit import TokenBucket
+from docpipe_fake_llm.ratelimit import Limits
 from docpipe_fake_llm.stats import Stats
 
 __all__ = ["FakeProvider"]
@@ -21,14 +21,14 @@ class FakeProvider:
     def __init__(self, config: FakeLLMConfig) -> None:
         self.startup_config = config
         self.config = config
-        self.bucket = TokenBucket(config.rpm, config.burst)
+        self.limits = _limits(config)
         self.faults = FaultQueue()
         self.stats = Stats()
 
     def reconfigure(self, **changes: Any) -> None:
-        """Change ``latency_ms``, ``rpm`` or ``burst``; a changed rate limit starts full."""
+        """Change ``latency_ms``, the limits or ``rate_headers``; changed limits start full."""
         config = dataclasses.replace(self.config, **changes)
-        if (config.rpm, config.burst) == (self.config.rpm, self.config.burst):
+        if _limit_values(config) == _limit_values(self.config):
             self.config = config
         else:
             self._apply(config)
@@ -54,8 +54,19 @@ class FakeProvider:
             "latency_ms": list(self.config.latency_ms),
             "rpm": self.config.rpm,
             "burst": self.config.burst,
+            "tpm": self.config.tpm,
+            "model_limits": {m: list(v) for m, v in self.config.model_limits.items()},
+            "rate_headers": self.config.rate_headers,
         }
 
     def _apply(self, config: FakeLLMConfig) -> None:
         self.config = config
-        self.bucket = TokenBucket(config.rpm, config.burst)
+        self.limits = _limits(config)
+
+
+def _limit_values(config: FakeLLMConfig) -> tuple[Any, ...]:
+    return (config.rpm, config.burst, config.tpm, config.model_limits)
+
+
+def _limits(config: FakeLLMConfig) -> Limits:
+    return Limits(config.rpm, config.burst, config.tpm, config.model_limits)

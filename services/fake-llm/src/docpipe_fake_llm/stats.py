@@ -18,13 +18,33 @@ class Stats:
         self.requests_total = 0
         self.by_step: Counter[str] = Counter()
         self.by_status: Counter[str] = Counter()
+        self.by_response_format: Counter[str] = Counter()
         self._per_second: deque[list[int]] = deque()  # [unix second, answers], oldest first
+        # [unix second, model, answers, tokens], oldest first
+        self._by_model: deque[list[Any]] = deque()
 
     def record_request(self) -> None:
         self.requests_total += 1
 
     def record_step(self, step: str) -> None:
         self.by_step[step] += 1
+
+    def record_response_format(self, kind: str) -> None:
+        self.by_response_format[kind] += 1
+
+    def record_tokens(self, model: str, tokens: int) -> None:
+        """An answered request of ``model`` that used ``tokens`` (prompt and completion)."""
+        second = int(time.time())
+        for entry in reversed(self._by_model):
+            if entry[0] != second:
+                break
+            if entry[1] == model:
+                entry[2] += 1
+                entry[3] += tokens
+                return
+        self._by_model.append([second, model, 1, tokens])
+        while self._by_model[0][0] <= second - _WINDOW_SECONDS:
+            self._by_model.popleft()
 
     def record_status(self, status: int) -> None:
         self.by_status[str(status)] += 1
@@ -36,6 +56,8 @@ class Stats:
             "requests_total": self.requests_total,
             "by_step": dict(self.by_step),
             "by_status": dict(self.by_status),
+            "by_response_format": dict(self.by_response_format),
+            "answered_per_second_by_model": [list(entry) for entry in self._by_model],
             "accepted_per_second": [list(entry) for entry in self._per_second],
         }
 
