@@ -126,5 +126,5 @@ def test_bad_provider_settings_stop_start_up_naming_the_setting(
 
 
 def test_a_provider_tpm_below_the_default_output_budget_names_both_settings() -> None:
-    with pytest.raises(ValidationError, match="DOCPIPE_PROVIDER_TPM.*DOCPIPE_DEFAULT_MAX_TOKENS"):
+    with pytest.raises(ValidationError, match=r"DOCPIPE_PROVIDER_TPM.*DOCPIPE_DEFAULT_MAX_TOKENS"):
         Settings(provider_tpm=1000, default_max_tokens=2000)

@@ -103,7 +103,9 @@ def test_every_built_in_answer_schema_can_be_sent_strictly() -> None:
 
 def test_a_pipeline_with_a_schema_strict_mode_refuses_is_refused_naming_the_step() -> None:
     open_map = {"type": "object", "additionalProperties": {"type": "string"}}
-    step = Step(name="tag", prompt_version="tag@v1", model="gpt-4o-mini", instructions="Tag.",
-                output_schema=open_map, execute=lambda ctx: {}, answer_schemas=(open_map,))  # fmt: skip
-    with pytest.raises(ValueError, match="pipeline tags:v1, step tag: .*additionalProperties"):
+    step = Step(
+        name="tag", prompt_version="tag@v1", model="gpt-4o-mini", instructions="Tag.",
+        output_schema=open_map, execute=lambda ctx: {}, answer_schemas=(open_map,),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"pipeline tags:v1, step tag: .*additionalProperties"):
         check_answer_schemas(Pipeline(name="tags", version=1, steps=(step,)))
