@@ -22,7 +22,7 @@ from docpipe.errors import InvalidOutputError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.model import Step
 from docpipe.providers.calls import StepContext
-from docpipe.providers.client import LLMClient, parse_output, validate_json
+from docpipe.providers.client import ChatRequest, LLMClient, parse_output, validate_json
 
 __all__ = ["PIPELINE", "STEP_CALL_CONCURRENCY", "llm_client", "run_document", "run_step"]
 
@@ -56,7 +56,7 @@ class PlainContext:
         ]
         invalid = []
         for model in self.step.models:
-            completion = self.llm.chat(model=model, messages=messages)
+            completion = self.llm.chat(ChatRequest(model=model, messages=messages))
             try:
                 return parse_output(completion.content, schema)
             except InvalidOutputError as exc:

@@ -11,9 +11,12 @@ import pytest
 import redis
 
 from docpipe.errors import TransientLLMError
+from docpipe.providers.client import Completion
 from docpipe.providers.limiter import ProviderLimiter
 from docpipe.settings import Settings
 from docpipe_dev.localstack import LocalRedis
+
+MODEL = "gpt-4o-mini"
 
 
 def limiter(broker: redis.Redis, **overrides: object) -> ProviderLimiter:
@@ -37,7 +40,7 @@ def test_concurrency_is_capped_across_processes(client: redis.Redis) -> None:
 
     def call(gate: ProviderLimiter) -> None:
         nonlocal in_flight, peak
-        with gate.slot("m", "interactive"):
+        with gate.slot(MODEL, "interactive"):
             with lock:
                 in_flight += 1
                 peak = max(peak, in_flight)
@@ -58,7 +61,7 @@ def test_the_rate_is_a_shared_token_bucket(client: redis.Redis) -> None:
     started = time.monotonic()
     threads = [
         threading.Thread(
-            target=lambda g=g: [g.slot("m", "interactive").__enter__() for _ in range(10)]
+            target=lambda g=g: [g.slot(MODEL, "interactive").__enter__() for _ in range(10)]
         )
         for g in gates
     ]
@@ -74,11 +77,11 @@ def test_the_rate_is_a_shared_token_bucket(client: redis.Redis) -> None:
 def test_interactive_calls_go_before_waiting_batch_calls(client: redis.Redis) -> None:
     gate = limiter(client, provider_max_concurrency=1, limiter_interactive_reserve=0.0)
     order: list[str] = []
-    holder = gate.slot("m", "interactive")
+    holder = gate.slot(MODEL, "interactive")
     holder.__enter__()  # the only slot is taken
 
     def call(lane: str) -> None:
-        with gate.slot("m", lane):
+        with gate.slot(MODEL, lane):
             order.append(lane)
             time.sleep(0.02)
 
@@ -99,13 +102,13 @@ def test_interactive_calls_go_before_waiting_batch_calls(client: redis.Redis) ->
 def test_batch_leaves_a_reserve_of_concurrency_to_interactive_calls(client: redis.Redis) -> None:
     gate = limiter(client, provider_max_concurrency=4, limiter_interactive_reserve=0.25,
                    limiter_max_wait_s=0.3)  # fmt: skip
-    held = [gate.slot("m", "batch") for _ in range(3)]
+    held = [gate.slot(MODEL, "batch") for _ in range(3)]
     for slot in held:
         slot.__enter__()
-    with pytest.raises(TransientLLMError) as caught, gate.slot("m", "batch"):
+    with pytest.raises(TransientLLMError) as caught, gate.slot(MODEL, "batch"):
         pass
     assert caught.value.kind == "throttled"
-    with gate.slot("m", "interactive"):  # the reserved fourth slot
+    with gate.slot(MODEL, "interactive"):  # the reserved fourth slot
         pass
 
 
@@ -114,25 +117,25 @@ def test_a_429_halves_the_rate_pauses_everyone_and_success_brings_it_back(
 ) -> None:
     gate = limiter(client, provider_rpm=600, limiter_recovery_per_s=0.25)
     assert gate.state().allowed_rpm == pytest.approx(600)
-    with pytest.raises(TransientLLMError), gate.slot("m", "batch"):
+    with pytest.raises(TransientLLMError), gate.slot(MODEL, "batch"):
         raise TransientLLMError("429", kind="rate_limited", retry_after=0.5)
     assert gate.state().allowed_rpm == pytest.approx(300)
     started = time.monotonic()
-    with gate.slot("m", "interactive"):
+    with gate.slot(MODEL, "interactive"):
         pass
     assert time.monotonic() - started >= 0.4, "everyone waits out the Retry-After"
     # While calls succeed, a quarter of the configured rate comes back per second.
     partly = gate.state().allowed_rpm
     assert 300 < partly < 600
     time.sleep(2)
-    with gate.slot("m", "interactive"):
+    with gate.slot(MODEL, "interactive"):
         pass
     assert gate.state().allowed_rpm == pytest.approx(600)
 
 
 def test_concurrent_429s_are_one_congestion_signal(client: redis.Redis) -> None:
     gate = limiter(client, provider_rpm=600)
-    slots = [gate.slot("m", "interactive") for _ in range(5)]
+    slots = [gate.slot(MODEL, "interactive") for _ in range(5)]
     for slot in slots:  # five calls in flight together ...
         slot.__enter__()
     for slot in slots:  # ... all answered 429
@@ -145,9 +148,9 @@ def test_a_caller_that_cannot_get_a_slot_in_time_gives_up_transiently(
     client: redis.Redis,
 ) -> None:
     gate = limiter(client, provider_max_concurrency=1, limiter_max_wait_s=0.3)
-    holder = gate.slot("m", "interactive")
+    holder = gate.slot(MODEL, "interactive")
     holder.__enter__()
-    with pytest.raises(TransientLLMError) as caught, gate.slot("m", "interactive"):
+    with pytest.raises(TransientLLMError) as caught, gate.slot(MODEL, "interactive"):
         pass
     assert caught.value.kind == "throttled"
     state = gate.state()
@@ -156,17 +159,17 @@ def test_a_caller_that_cannot_get_a_slot_in_time_gives_up_transiently(
     assert gate.state().in_flight == 0
     # No ghost interactive waiter holds batch calls back (it would, for _WAITER_TTL_S = 2 s,
     # longer than this limiter lets a caller wait): the free slot is granted at once.
-    with gate.slot("m", "batch"):
+    with gate.slot(MODEL, "batch"):
         assert gate.state().in_flight == 1
 
 
 def test_a_crashed_holder_frees_its_slot_after_the_slot_ttl(client: redis.Redis) -> None:
     gate = limiter(client, provider_max_concurrency=1, llm_timeout_s=0.5,
                    task_soft_time_limit_s=10.0, limiter_max_wait_s=8.0)  # fmt: skip
-    crashed = gate.slot("m", "interactive")
+    crashed = gate.slot(MODEL, "interactive")
     crashed.__enter__()  # never released: its worker died
     started = time.monotonic()
-    with gate.slot("m", "interactive"):
+    with gate.slot(MODEL, "interactive"):
         pass
     assert 4 <= time.monotonic() - started <= 7.5
     del crashed
@@ -181,7 +184,7 @@ def test_without_redis_calls_are_let_through_at_once_and_say_so(
     started = time.monotonic()
     with (
         caplog.at_level("WARNING", logger="docpipe.providers.limiter"),
-        gate.slot("m", "interactive"),
+        gate.slot(MODEL, "interactive"),
     ):
         sent.append("call")
     # Let through without waiting for a slot it can never get (nor for limiter_max_wait_s).
@@ -192,7 +195,7 @@ def test_without_redis_calls_are_let_through_at_once_and_say_so(
 
 def fail_with(gate: ProviderLimiter, kind: str) -> TransientLLMError:
     error = TransientLLMError("down", kind=kind)
-    with pytest.raises(TransientLLMError), gate.slot("m", "interactive"):
+    with pytest.raises(TransientLLMError), gate.slot(MODEL, "interactive"):
         raise error
     return error
 
@@ -204,14 +207,14 @@ def test_a_provider_outage_opens_the_breaker_and_probes_go_out_one_at_a_time(
                    limiter_max_wait_s=0.2)  # fmt: skip
     for _ in range(3):  # three calls in a row find the provider down: they count
         assert fail_with(gate, "connection").counts_as_attempt
-    with pytest.raises(TransientLLMError) as caught, gate.slot("m", "interactive"):
+    with pytest.raises(TransientLLMError) as caught, gate.slot(MODEL, "interactive"):
         pass
     assert caught.value.kind == "throttled", "everyone waits while the breaker is open"
     time.sleep(0.5)
     # The pause is over: exactly one caller is let through as the probe ...
-    probe = gate.slot("m", "interactive")
+    probe = gate.slot(MODEL, "interactive")
     probe.__enter__()
-    with pytest.raises(TransientLLMError) as waiting, gate.slot("m", "batch"):
+    with pytest.raises(TransientLLMError) as waiting, gate.slot(MODEL, "batch"):
         pass
     assert waiting.value.kind == "throttled"
     # ... and its failure is the provider's, not its step's.
@@ -219,7 +222,66 @@ def test_a_provider_outage_opens_the_breaker_and_probes_go_out_one_at_a_time(
     assert probe.__exit__(type(still_down), still_down, None) is False
     assert not still_down.counts_as_attempt
     time.sleep(0.5)
-    with gate.slot("m", "interactive"):  # the next probe succeeds: the breaker closes
+    with gate.slot(MODEL, "interactive"):  # the next probe succeeds: the breaker closes
         pass
-    with gate.slot("m", "batch"), gate.slot("m", "interactive"):
+    with gate.slot(MODEL, "batch"), gate.slot(MODEL, "interactive"):
+        pass
+
+
+def answered(tokens_used: int, **rate_limits: float) -> Completion:
+    return Completion(content="{}", model=MODEL, input_tokens=tokens_used, output_tokens=0,
+                      latency_s=0.01, http_status=200, rate_limits=rate_limits)  # fmt: skip
+
+
+def test_a_tokens_per_minute_bucket_paces_calls_once_its_minute_is_spent(
+    client: redis.Redis,
+) -> None:
+    gate = limiter(client, provider_tpm=6000, default_max_tokens=100)  # 100 tokens/s
+    started = time.monotonic()
+    for _ in range(60):  # a minute's worth at once ...
+        with gate.slot(MODEL, "interactive", 100) as ticket:
+            ticket.completion = answered(100)
+    assert time.monotonic() - started < 1.0
+    for _ in range(2):  # ... then one call of 100 tokens per second
+        with gate.slot(MODEL, "interactive", 100) as ticket:
+            ticket.completion = answered(100)
+    assert time.monotonic() - started >= 1.8
+
+
+def test_tokens_reserved_but_not_used_are_given_back_from_the_usage(client: redis.Redis) -> None:
+    gate = limiter(client, provider_tpm=6000, default_max_tokens=100, limiter_max_wait_s=0.5)
+    with gate.slot(MODEL, "interactive", 6000) as ticket:  # the estimate takes everything
+        ticket.completion = answered(100)  # the answer used 100
+    started = time.monotonic()
+    with gate.slot(MODEL, "interactive", 3000):
+        pass
+    assert time.monotonic() - started < 0.5
+
+
+def test_the_providers_headers_state_the_limit_and_what_is_left_before_any_429(
+    client: redis.Redis,
+) -> None:
+    gate = limiter(client, limiter_max_wait_s=5.0)  # no limit configured at all
+    with gate.slot(MODEL, "interactive", 50) as ticket:
+        ticket.completion = answered(50, limit_requests=60, remaining_requests=0,
+                                     limit_tokens=60_000, remaining_tokens=59_000)  # fmt: skip
+    (requests,) = [b for b in gate.bucket_states() if b.kind == "requests"]
+    assert (requests.model, requests.limit_per_min) == (MODEL, 60)
+    started = time.monotonic()
+    with gate.slot(MODEL, "interactive", 50):  # nothing left: the next request in a second
+        pass
+    assert 0.8 <= time.monotonic() - started <= 3.0
+
+
+def test_a_provider_with_nothing_left_and_no_stated_limit_is_waited_out_until_its_reset(
+    client: redis.Redis,
+) -> None:
+    gate = limiter(client, limiter_max_wait_s=5.0)
+    with gate.slot(MODEL, "interactive", 50) as ticket:
+        ticket.completion = answered(50, remaining_tokens=0, reset_tokens_s=1.0)
+    started = time.monotonic()
+    with gate.slot(MODEL, "interactive", 50):
+        pass
+    assert time.monotonic() - started >= 0.8
+    with gate.slot("gpt-4o", "interactive", 50):  # another model's buckets are its own
         pass

@@ -14,7 +14,8 @@ import pytest
 
 from docpipe.errors import PermanentLLMError, TransientLLMError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
-from docpipe.providers.client import LLMClient
+from docpipe.providers.client import ChatRequest, LLMClient
+from docpipe.providers.gate import CallTicket
 from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.db import Database
@@ -101,13 +102,13 @@ def test_a_transient_error_in_step_2_resends_only_the_calls_that_did_not_finish(
     lock = threading.Lock()
 
     @contextmanager
-    def fail_fourth_call(model: str, lane: str) -> Iterator[None]:
+    def fail_fourth_call(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
         nonlocal sent
         with lock:
             sent += 1
             if sent == 1 + 4:  # step 1's call, then the fourth section call of step 2
                 fake_llm.add_fault("503", count=1, step=STEP2)
-        yield
+        yield CallTicket()
 
     tuned = settings.model_copy(update={"step_call_concurrency": parallel})
     executor = StepExecutor(db, llm, tuned, gate=fail_fourth_call)
@@ -137,7 +138,7 @@ def test_429_and_5xx_are_transient(
 ) -> None:
     fake_llm.add_fault(kind, count=1)
     with pytest.raises(TransientLLMError) as caught:
-        llm.chat(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text))
+        llm.chat(ChatRequest(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text)))
     assert caught.value.kind == error
     run = new_run(db, CONTRACTS[0].text)
     fake_llm.add_fault(kind, count=1)
@@ -152,7 +153,7 @@ def test_a_400_is_permanent_and_fails_the_run(
 ) -> None:
     fake_llm.add_fault("400", count=1)
     with pytest.raises(PermanentLLMError):
-        llm.chat(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text))
+        llm.chat(ChatRequest(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text)))
     run = new_run(db, CONTRACTS[0].text)
     fake_llm.add_fault("400", count=1)
     outcome = executor.run_step(run.run_id, STEP1)
@@ -262,12 +263,12 @@ def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_thro
     run = new_run(db, CONTRACTS[0].text)
 
     @contextmanager
-    def slow_gate_while_the_lease_moves(model: str, lane: str) -> Iterator[None]:
+    def slow_gate_while_the_lease_moves(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
         # Another worker takes the step over while this call waits for the limiter.
         with db.session() as s:
             s.conn.execute(b"UPDATE pipeline_step_result SET lease_owner = 'other-worker'")
         time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
-        yield
+        yield CallTicket()
 
     executor = StepExecutor(db, llm, settings, owner="me", gate=slow_gate_while_the_lease_moves)
     outcome = executor.run_step(run.run_id, STEP1)
@@ -283,10 +284,10 @@ def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more
     run = new_run(db, CONTRACTS[0].text)
 
     @contextmanager
-    def slow_gate_while_the_run_is_cancelled(model: str, lane: str) -> Iterator[None]:
+    def slow_gate_while_the_run_is_cancelled(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
         assert runs.cancel_run(db, TENANT, run.run_id)
         time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
-        yield
+        yield CallTicket()
 
     executor = StepExecutor(db, llm, settings, gate=slow_gate_while_the_run_is_cancelled)
     outcome = executor.run_step(run.run_id, STEP1)
@@ -303,10 +304,10 @@ def test_a_transient_error_after_the_run_was_cancelled_is_not_retried(
     run = new_run(db, CONTRACTS[0].text)
 
     @contextmanager
-    def cancel_then_fail(model: str, lane: str) -> Iterator[None]:
+    def cancel_then_fail(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
         assert runs.cancel_run(db, TENANT, run.run_id)
         fake_llm.add_fault("503", count=1, step=STEP1)
-        yield
+        yield CallTicket()
 
     executor = StepExecutor(db, llm, settings, gate=cancel_then_fail)
     outcome = executor.run_step(run.run_id, STEP1)

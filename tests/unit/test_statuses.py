@@ -16,9 +16,11 @@ from docpipe.statuses import (
     CallStatus,
     DeliveryStatus,
     Lane,
+    Priority,
     RunStatus,
     StepStatus,
 )
+from docpipe.structured_output import OutputMode
 
 SCHEMA = files("docpipe.state").joinpath("sql/schema.sql").read_text(encoding="utf-8")
 
@@ -41,6 +43,8 @@ def check_constraint(table: str, column: str) -> set[str]:
         (BatchStatus, "batch", "status"),
         (CallStatus, "llm_call_log", "status"),
         (DeliveryStatus, "webhook_delivery", "status"),
+        (Priority, "pipeline_run", "priority"),
+        (OutputMode, "llm_call_log", "output_mode"),
     ],
 )
 def test_an_enum_allows_what_its_check_constraint_allows(

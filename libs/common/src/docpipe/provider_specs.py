@@ -99,6 +99,10 @@ class ProviderSpec(BaseModel):
     output_mode: OutputMode = OutputMode.JSON_SCHEMA
     # Newer OpenAI models want max_completion_tokens; most servers read max_tokens.
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    # How json_schema mode sends the schema: OpenAI's response_format (OpenAI, vLLM, Ollama,
+    # llama.cpp's own server), or {"type": "json_object", "schema": ...} for the server of
+    # llama-cpp-python, which refuses the former.
+    json_schema_style: Literal["openai", "llama_cpp_python"] = "openai"
     models: dict[str, ModelSpec] = Field(default_factory=dict)
 
 
@@ -112,6 +116,7 @@ class ResolvedProvider:
     tpm: int
     burst: int
     max_tokens_field: str
+    json_schema_style: str = "openai"
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,7 @@ def resolve_providers(
             tpm=spec.tpm,
             burst=spec.burst,
             max_tokens_field=spec.max_tokens_field,
+            json_schema_style=spec.json_schema_style,
         )
         providers.append(provider)
         for name, model in spec.models.items():

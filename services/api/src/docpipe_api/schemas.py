@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
-from docpipe.statuses import DeliveryStatus, Lane
+from docpipe.statuses import DeliveryStatus, Lane, Priority
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -29,6 +29,7 @@ __all__ = [
     "ExtractAccepted",
     "ExtractRequest",
     "Health",
+    "ModelChoice",
     "Readiness",
     "RunStatus",
     "StepStatus",
@@ -116,10 +117,16 @@ class ExtractRequest(BaseModel):
         default=None,
         description="start no earlier than this (ISO 8601 with a time zone); interactive lane",
     )
+    priority: Priority | None = Field(
+        default=None,
+        description="how each call picks among a step's candidate models: urgent (the "
+        "fastest the budget left can pay for), normal (the step's own order), low (the "
+        "cheapest); default: normal in the interactive lane, low in the batch lane",
+    )
 
     def fingerprint(self) -> dict[str, Any]:
         """The options in one canonical form, so equal requests compare equal."""
-        return {
+        return ({"priority": self.priority} if self.priority else {}) | {
             "pipeline": self.pipeline,
             "lane": self.lane,
             "deadline_s": self.deadline_s,
@@ -135,6 +142,17 @@ class ExtractAccepted(BaseModel):
     created: bool = Field(description="false: the Idempotency-Key named an existing run")
 
 
+class ModelChoice(BaseModel):
+    """Calls of a step that went to one model for one reason (routing, or fallback)."""
+
+    model_config = ANSWER_MODEL
+
+    model: str
+    reason: str = Field(description="only_candidate, preferred, fastest, cheapest, "
+                        "within_budget or fallback")  # fmt: skip
+    calls: int
+
+
 class StepStatus(BaseModel):
     model_config = ANSWER_MODEL
 
@@ -142,6 +160,9 @@ class StepStatus(BaseModel):
     status: str
     attempt: int
     model: str | None
+    model_choices: list[ModelChoice] = Field(
+        default_factory=list, description="where the step's calls went, and why"
+    )
     prompt_version: str | None
     input_tokens: int | None
     output_tokens: int | None
@@ -158,6 +179,7 @@ class RunStatus(BaseModel):
     pipeline: str
     document_id: str
     lane: str
+    priority: str
     batch_id: str | None
     status: str
     current_step: str | None
@@ -230,6 +252,9 @@ class BatchRequest(BaseModel):
         default=None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
         description="every run must finish within this many seconds of the request",
     )  # fmt: skip
+    priority: Priority | None = Field(
+        default=None, description="the runs' priority (see ExtractRequest); default: low"
+    )
 
 
 class BatchAccepted(BaseModel):

@@ -74,6 +74,7 @@ def plan_call(
         temperature=model.temperature,
         seed=model.seed,
         max_tokens_field=model.provider.max_tokens_field,
+        json_schema_style=model.provider.json_schema_style,
         provider=model.provider.name,
     )
     prompt = estimate_prompt_tokens(messages)

@@ -63,6 +63,7 @@ class ChatRequest:
     temperature: float = 0.0
     seed: int | None = None
     max_tokens_field: str = "max_tokens"
+    json_schema_style: str = "openai"  # see ProviderSpec.json_schema_style
     # Which of docpipe's providers it goes to (docpipe.providers.provider_clients); not sent.
     provider: str = ""
 
@@ -76,7 +77,10 @@ class ChatRequest:
             body[self.max_tokens_field] = self.max_tokens
         if self.seed is not None:
             body["seed"] = self.seed
-        if self.output_mode == OutputMode.JSON_SCHEMA:
+        if self.output_mode == OutputMode.JSON_SCHEMA and self.json_schema_style != "openai":
+            assert self.schema is not None, "json_schema mode sends a schema"
+            body["response_format"] = {"type": "json_object", "schema": self.schema}
+        elif self.output_mode == OutputMode.JSON_SCHEMA:
             assert self.schema is not None, "json_schema mode sends a schema"
             body["response_format"] = {
                 "type": "json_schema",

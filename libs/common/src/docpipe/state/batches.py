@@ -26,7 +26,7 @@ from docpipe.pipelines.model import Pipeline
 from docpipe.state.db import Database, Session
 from docpipe.state.documents import DOCUMENT_ID
 from docpipe.state.runs import request_hash
-from docpipe.statuses import BatchStatus, Lane
+from docpipe.statuses import BatchStatus, Lane, Priority
 
 __all__ = [
     "BatchDocument",
@@ -69,6 +69,7 @@ def create_batch(
     callback_url: str | None = None,
     deadline_at: datetime | None = None,
     traceparent: str | None = None,
+    priority: str = Priority.LOW,
 ) -> CreatedBatch:
     """Store the new documents and create the batch with one waiting run per document, all
     in the caller's transaction. The same idempotency key returns the existing batch."""
@@ -115,6 +116,7 @@ def create_batch(
         steps=pipeline.step_names,
         run_budget_usd=run_budget_usd,
         deadline_at=deadline_at,
+        priority=priority,
         document_ids=ids,
         traceparent=traceparent,
     )

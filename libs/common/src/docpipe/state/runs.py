@@ -28,7 +28,14 @@ from docpipe.pipelines.model import Pipeline
 from docpipe.pipelines.registry import get_pipeline
 from docpipe.state.db import Database, Session
 from docpipe.state.outbox import LANE_QUEUES_PARAM
-from docpipe.statuses import ENDED_RUN_STATUSES, BatchStatus, Lane, RunStatus, StepStatus
+from docpipe.statuses import (
+    ENDED_RUN_STATUSES,
+    BatchStatus,
+    Lane,
+    Priority,
+    RunStatus,
+    StepStatus,
+)
 
 __all__ = [
     "Claim",
@@ -79,6 +86,7 @@ def create_run(
     callback_url: str | None = None,
     start_at: datetime | None = None,
     traceparent: str | None = None,
+    priority: str | None = None,
 ) -> CreatedRun:
     """Create a run once per (tenant, idempotency key); the same key with another request
     is a ConflictError. Interactive runs get their first step enqueued in the same
@@ -92,6 +100,7 @@ def create_run(
         "pipeline": pipeline.key,
         "document_id": document_id,
         "lane": lane,
+        "priority": priority or Priority.default_for(lane),
         "batch_id": batch_id,
         "steps": pipeline.step_names,
         "budget_usd": budget_usd,
@@ -291,6 +300,7 @@ class StepRow:
     attempt: int
     generation: int
     model: str | None
+    model_choices: list[dict[str, Any]]  # [{model, reason, calls}] of this generation
     prompt_version: str | None
     input_tokens: int | None
     output_tokens: int | None
@@ -309,6 +319,7 @@ class Progress:
     pipeline: str
     document_id: str
     lane: str
+    priority: str
     batch_id: str | None
     status: str
     current_step: str | None  # while the run is active

@@ -16,6 +16,7 @@ from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.observability import metrics
 from docpipe.pipelines.registry import get_pipeline
 from docpipe.state import batches
+from docpipe.statuses import Lane, Priority
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
 from docpipe_api.deps import (
@@ -109,7 +110,8 @@ def _create(
             [d.id, hashlib.sha256(d.text.encode()).hexdigest() if d.text is not None else None]
             for d in documents
         ],
-        **batch.model_dump(mode="json", exclude={"documents", "pipeline"}),
+        **batch.model_dump(mode="json", exclude={"documents", "pipeline", "priority"}),
+        **({"priority": batch.priority} if batch.priority else {}),
     }
     deadline_at = (
         datetime.now(UTC) + timedelta(seconds=batch.deadline_s) if batch.deadline_s else None
@@ -124,6 +126,7 @@ def _create(
             request=fingerprint,
             budget_usd=batch.budget_usd,
             run_budget_usd=batch.run_budget_usd,
+            priority=batch.priority or Priority.default_for(Lane.BATCH),
             callback_url=str(batch.callback_url) if batch.callback_url else None,
             deadline_at=deadline_at,
         )

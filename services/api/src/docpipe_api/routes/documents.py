@@ -16,7 +16,7 @@ from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
 from docpipe.state.outbox import publish_outbox
-from docpipe.statuses import Lane
+from docpipe.statuses import Lane, Priority
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
@@ -156,6 +156,7 @@ def start_extraction(
             document_id=document_id,
             pipeline=pipeline,
             lane=options.lane,
+            priority=options.priority or Priority.default_for(options.lane),
             idempotency_key=key or uuid.uuid4().hex,
             request={"document_id": document_id, **options.fingerprint()},
             deadline_at=deadline_at,

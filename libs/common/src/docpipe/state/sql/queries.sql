@@ -26,11 +26,11 @@ WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 WITH new_run AS (
     INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id, current_step,
                               steps_total, budget_usd, deadline_at, admitted_at, callback_url,
-                              idempotency_key, request_hash, traceparent)
+                              idempotency_key, request_hash, traceparent, priority)
     VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(document_id)s, %(lane)s, %(batch_id)s,
             (%(steps)s::text[])[1], cardinality(%(steps)s::text[]), %(budget_usd)s,
             %(deadline_at)s, CASE WHEN %(admitted)s THEN now() END, %(callback_url)s,
-            %(idempotency_key)s, %(request_hash)s, %(traceparent)s)
+            %(idempotency_key)s, %(request_hash)s, %(traceparent)s, %(priority)s)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id, request_hash
 ), new_steps AS (
@@ -252,7 +252,8 @@ RETURNING s.step;
 
 -- name: run_status
 -- A run as its owner sees it, with its latest webhook delivery.
-SELECT r.id::text AS run_id, r.pipeline, r.document_id, r.lane, r.batch_id::text, r.status,
+SELECT r.id::text AS run_id, r.pipeline, r.document_id, r.lane, r.priority, r.batch_id::text,
+       r.status,
        CASE WHEN r.status IN ('queued', 'running') THEN r.current_step END AS current_step,
        r.steps_done, r.steps_total, r.cost_usd AS cost_so_far_usd, r.error, r.created_at,
        r.finished_at,
@@ -263,13 +264,23 @@ FROM pipeline_run r
 WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s;
 
 -- name: run_steps
--- Every step of a run in pipeline order, with what it cost.
-SELECT step, status, attempt, generation, model, prompt_version, input_tokens, output_tokens,
-       cost_usd, error, started_at, finished_at,
-       CASE WHEN %(with_output)s THEN output END AS output
-FROM pipeline_step_result
-WHERE run_id = %(run_id)s
-ORDER BY step_index;
+-- Every step of a run in pipeline order, with what it cost and where its calls went (model
+-- and routing reason, counted over the step's current generation).
+SELECT s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version, s.input_tokens,
+       s.output_tokens, s.cost_usd, s.error, s.started_at, s.finished_at,
+       CASE WHEN %(with_output)s THEN s.output END AS output,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('model', c.model, 'reason', c.reason,
+                                                     'calls', c.calls)
+                                  ORDER BY c.first_id)
+                 FROM (SELECT model, route_reason AS reason, count(*) AS calls,
+                              min(id) AS first_id
+                       FROM llm_call_log
+                       WHERE run_id = s.run_id AND step = s.step
+                         AND generation = s.generation AND route_reason IS NOT NULL
+                       GROUP BY model, route_reason) c), '[]'::jsonb) AS model_choices
+FROM pipeline_step_result s
+WHERE s.run_id = %(run_id)s
+ORDER BY s.step_index;
 
 -- name: check_and_start_call
 -- Before a call: its memoised answer if any, whether the run still runs and the step is
@@ -537,12 +548,12 @@ LIMIT 10;
 WITH new_runs AS (
     INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id,
                               current_step, steps_total, budget_usd, deadline_at,
-                              idempotency_key, request_hash, traceparent)
+                              idempotency_key, request_hash, traceparent, priority)
     SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, d.document_id, 'batch',
            %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
            %(run_budget_usd)s, %(deadline_at)s,
            'batch:' || %(batch_id)s::text || ':' || d.ordinality,
-           d.document_id, %(traceparent)s
+           d.document_id, %(traceparent)s, %(priority)s
     FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
     RETURNING id
 )
