@@ -284,7 +284,9 @@ def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more
     run = new_run(db, CONTRACTS[0].text)
 
     @contextmanager
-    def slow_gate_while_the_run_is_cancelled(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
+    def slow_gate_while_the_run_is_cancelled(
+        model: str, lane: str, tokens: int
+    ) -> Iterator[CallTicket]:
         assert runs.cancel_run(db, TENANT, run.run_id)
         time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
         yield CallTicket()

@@ -16,9 +16,9 @@ from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.observability import metrics
 from docpipe.pipelines.registry import get_pipeline
 from docpipe.state import batches
-from docpipe.statuses import Lane, Priority
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
+from docpipe.statuses import Lane, Priority
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
