@@ -41,7 +41,8 @@ class Bench:
 
     @property
     def fake_url(self) -> str:
-        return self.stack.env["DOCPIPE_LLM_BASE_URL"].removesuffix("/v1")
+        url = self.stack.env.get("DOCPIPE_LLM_BASE_URL") or os.environ["DOCPIPE_LLM_BASE_URL"]
+        return url.removesuffix("/v1")
 
     def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
         with psycopg.connect(self.database_url, autocommit=True, row_factory=dict_row) as conn:
@@ -71,7 +72,8 @@ def bench_stack(
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     for name in ("DOCPIPE_DATABASE_URL", "DOCPIPE_REDIS_URL", "DOCPIPE_LLM_BASE_URL"):
-        os.environ.pop(name, None)
+        if name not in env:  # a provider the benchmark started itself is kept
+            os.environ.pop(name, None)
     stack = LocalStack(
         StackOptions(
             state_dir=state,

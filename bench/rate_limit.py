@@ -8,20 +8,28 @@ back off to the new rate, and climb back once the provider allows R again.
 Writes docs/benchmarks/rate-limit.png.
 
     python -m bench.rate_limit [--rpm 600] [--seconds 120] [--burst-at 60] [--squeeze-s 15]
+    python -m bench.rate_limit --case tpm [--tpm 300000] [--seconds 120]
+    python -m bench.rate_limit --case two-models [--seconds 120]
+
+The ``tpm`` and ``two-models`` cases (bench.rate_limit_cases) write
+docs/benchmarks/rate-limit-tpm.md and rate-limit-two-models.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import httpx
 import redis
 
 from bench.harness import REPORTS, bench_stack, wait_for, write_report
+from bench.rate_limit_cases import run_tpm_case, run_two_model_case
 from docpipe_dev.samples import sample_contracts
 
-LIMITER_STATE = "docpipe:limiter:{provider}:state"
+# The one-provider shorthand's requests bucket (docpipe.providers.limiter).
+LIMITER_STATE = "docpipe:limiter:{default}:requests"
 
 
 def main() -> None:
@@ -31,7 +39,16 @@ def main() -> None:
     parser.add_argument("--burst-at", type=int, default=60)
     parser.add_argument("--squeeze-s", type=int, default=15)
     parser.add_argument("--docs", type=int, default=600)
+    parser.add_argument("--case", choices=["rpm", "tpm", "two-models"], default="rpm")
+    parser.add_argument("--tpm", type=int, default=300_000)
     args = parser.parse_args()
+    if args.case == "tpm":
+        report_tpm(run_tpm_case(args.tpm, args.seconds, args.docs), args)
+        return
+    if args.case == "two-models":
+        rpms = {"gpt-4o": 300, "gpt-4o-mini": 600}
+        report_two_models(run_two_model_case(rpms, args.seconds, args.docs // 2), args)
+        return
     env = {
         "DOCPIPE_PROVIDER_RPM": str(args.rpm),
         "DOCPIPE_PROVIDER_BURST": str(max(1, args.rpm // 120)),
@@ -109,6 +126,57 @@ with its own token bucket; docpipe's shared limiter configured with the same R.
 ![accepted requests per second and the limiter's allowed rate](rate-limit.png)
 """,
         {"utilisation": achieved / args.rpm, "share_429": share_429, "recovered_s": recovered},
+    )
+
+
+def report_tpm(result: dict[str, object], args: argparse.Namespace) -> None:
+    line = (f"TPM = {args.tpm}/min: achieved {result['achieved_tpm']:.0f}/min "
+            f"({result['utilisation']:.1%}) from 30 s to {args.seconds} s; 429s "
+            f"{result['429s']} of {result['answers']} ({result['share_429']:.2%})")  # fmt: skip
+    print(line)
+    write_report(
+        "rate-limit-tpm",
+        f"""# Provider limit on tokens per minute
+
+`python -m bench.rate_limit --case tpm --tpm {args.tpm} --seconds {args.seconds}`:
+{args.docs} documents in the batch lane, 12 batch worker processes, fake provider at
+50-150 ms per call limiting tokens per minute only (prompt + max_tokens reserved when a
+request is admitted, settled to its usage when answered; x-ratelimit-* headers sent);
+docpipe configured with the same limit (`DOCPIPE_PROVIDER_TPM`).
+
+| measure (from the provider's side, 30 s to {args.seconds} s) | value |
+|---|---|
+| tokens answered per minute | {result["achieved_tpm"]:.0f} = **{result["utilisation"]:.1%} of the limit** |
+| 429 answers | {result["429s"]} of {result["answers"]} = **{result["share_429"]:.2%}** |
+""",
+        result,
+    )
+
+
+def report_two_models(result: dict[str, Any], args: argparse.Namespace) -> None:
+    rows = "\n".join(
+        f"| {m} | {v['rpm']} | {v['achieved_rpm']:.0f} | **{v['utilisation']:.1%}** |"
+        for m, v in result["models"].items()
+    )
+    print(rows)
+    print(f"429s {result['429s']} of {result['answers']} ({result['share_429']:.2%})")
+    write_report(
+        "rate-limit-two-models",
+        f"""# Two models, each with its own limit
+
+`python -m bench.rate_limit --case two-models --seconds {args.seconds}`: the same
+{args.docs // 2} contracts as urgent interactive runs (routed to the fast model) and as a
+batch (low priority: routed to the cheap model), at once; the fake provider limits each
+model's requests per minute on its own (50-150 ms per call, x-ratelimit-* headers sent),
+docpipe's `DOCPIPE_PROVIDERS` states the same limits.
+
+| model | limit (req/min) | achieved, 30 s to {args.seconds} s | share of its limit |
+|---|---|---|---|
+{rows}
+
+429 answers: {result["429s"]} of {result["answers"]} = **{result["share_429"]:.2%}**.
+""",
+        result,
     )
 
 
