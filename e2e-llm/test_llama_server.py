@@ -20,14 +20,13 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from conftest import LlamaServer
 from psycopg.rows import dict_row
 
 from docpipe.cli.client import DocpipeClient
 from docpipe_dev.localstack import free_port
 from docpipe_dev.samples import sample_contracts
 from docpipe_dev.stack import LocalStack, StackOptions
-
-from conftest import LlamaServer
 
 SCHEMA = {
     "type": "object",
