@@ -389,12 +389,13 @@ def test_a_batch_lane_run_whose_admission_fails_is_stored_and_left_to_beat(
 # --- runs ---------------------------------------------------------------------------------
 
 RUN_FIELDS = {
-    "run_id", "pipeline", "document_id", "lane", "batch_id", "status", "current_step",
+    "run_id", "pipeline", "document_id", "lane", "priority", "batch_id", "status", "current_step",
     "steps_done", "steps_total", "cost_so_far_usd", "error", "created_at", "finished_at",
     "steps", "webhook", "result",
 }  # fmt: skip
 STEP_FIELDS = {
-    "step", "status", "attempt", "model", "prompt_version", "input_tokens", "output_tokens",
+    "step", "status", "attempt", "model", "model_choices", "prompt_version", "input_tokens",
+    "output_tokens",
     "cost_usd", "error", "started_at", "finished_at",
 }  # fmt: skip
 
@@ -406,12 +407,14 @@ def test_a_new_run_reports_its_status_and_steps(client: TestClient) -> None:
     body = response.json()
     assert set(body) == RUN_FIELDS
     assert {
-        k: body[k] for k in ("run_id", "pipeline", "document_id", "lane", "status", "current_step")
+        k: body[k]
+        for k in ("run_id", "pipeline", "document_id", "lane", "priority", "status", "current_step")
     } == {
         "run_id": run_id,
         "pipeline": "document_extract:v1",
         "document_id": "doc-1",
         "lane": "interactive",
+        "priority": "normal",
         "status": "queued",
         "current_step": STEP1,
     }
@@ -639,3 +642,19 @@ def test_a_crash_between_commit_and_publish_leaves_the_message_in_the_outbox(
     assert count(db, "pipeline_run") == 1
     assert scalar(db, "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 1
     assert broker_redis.llen(INTERACTIVE) == 0
+
+
+def test_a_run_and_a_batch_carry_the_priority_asked_for_or_their_lanes(
+    client: TestClient, db: Database
+) -> None:
+    client.put("/documents/doc-p", content=b"TITLE\n1. ONE\nText.\n",
+               headers={"Content-Type": "text/plain"})  # fmt: skip
+    urgent = client.post("/documents/doc-p/extract", json={"priority": "urgent"},
+                         headers={"Idempotency-Key": "p1"}).json()["run_id"]  # fmt: skip
+    assert client.get(f"/runs/{urgent}").json()["priority"] == "urgent"
+    refused = client.post("/documents/doc-p/extract", json={"priority": "asap"},
+                          headers={"Idempotency-Key": "p2"})  # fmt: skip
+    assert refused.status_code == 422 and "priority" in refused.text
+    batch = client.post("/batches", json={"documents": [{"id": "doc-p"}]},
+                        headers={"Idempotency-Key": "p3"}).json()["batch_id"]  # fmt: skip
+    assert scalar(db, "SELECT priority FROM pipeline_run WHERE batch_id = %s", batch) == "low"
