@@ -21,17 +21,20 @@ def test_optional_properties_become_required_and_nullable_and_objects_closed() -
             "age": {"type": "integer", "minimum": 0},
             "kind": {"enum": ["a", "b"]},
             "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "note": {"type": "string"},
         },
     }
     assert strict_schema(schema) == {
         "type": "object",
         "properties": {
             "name": {"type": "string"},  # minLength is checked by docpipe after the answer
-            "age": {"type": ["integer", "null"], "minimum": 0},
-            "kind": {"type": ["string", "null"], "enum": ["a", "b", None]},
-            "tags": {"type": ["array", "null"], "items": {"type": "string"}},
+            # A bare type gets null in its type list; anything more becomes anyOf [it, null].
+            "age": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]},
+            "kind": {"anyOf": [{"type": "string", "enum": ["a", "b"]}, {"type": "null"}]},
+            "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+            "note": {"type": ["string", "null"]},
         },
-        "required": ["name", "age", "kind", "tags"],
+        "required": ["name", "age", "kind", "tags", "note"],
         "additionalProperties": False,
     }
     assert schema["required"] == ["name"], "the step's own schema is left as it was"

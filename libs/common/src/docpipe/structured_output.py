@@ -196,18 +196,21 @@ def _copy(schema: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _nullable(node: dict[str, Any]) -> dict[str, Any]:
-    """``node`` that also accepts null (how strict mode spells an optional property)."""
-    if "$ref" in node or "const" in node:
-        return {"anyOf": [node, {"type": "null"}]}
+    """``node`` that also accepts null (how strict mode spells an optional property).
+
+    A bare type gets "null" added to its type list; anything with more to it (an object's
+    properties, a pattern, an enum, a reference) becomes ``anyOf: [node, null]``, because
+    some servers' grammars (llama-cpp-python's) drop the constraints of a type list."""
     if "anyOf" in node:
         if not any(b.get("type") == "null" for b in node["anyOf"]):
             node = {**node, "anyOf": [*node["anyOf"], {"type": "null"}]}
         return node
-    types = node["type"] if isinstance(node["type"], list) else [node["type"]]
-    out = {**node, "type": types if "null" in types else [*types, "null"]}
-    if "enum" in out and None not in out["enum"]:
-        out["enum"] = [*out["enum"], None]
-    return out
+    if set(node) <= {"type", "description"} and "type" in node:
+        types = node["type"] if isinstance(node["type"], list) else [node["type"]]
+        return {**node, "type": types if "null" in types else [*types, "null"]}
+    if node.get("type") == "null":
+        return node
+    return {"anyOf": [node, {"type": "null"}]}
 
 
 def drop_absent_optionals(value: Any, schema: Mapping[str, Any]) -> Any:

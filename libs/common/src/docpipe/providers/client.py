@@ -79,7 +79,10 @@ class ChatRequest:
             body["seed"] = self.seed
         if self.output_mode == OutputMode.JSON_SCHEMA and self.json_schema_style != "openai":
             assert self.schema is not None, "json_schema mode sends a schema"
-            body["response_format"] = {"type": "json_object", "schema": self.schema}
+            body["response_format"] = {
+                "type": "json_object",
+                "schema": _plain_patterns(self.schema),
+            }
         elif self.output_mode == OutputMode.JSON_SCHEMA:
             assert self.schema is not None, "json_schema mode sends a schema"
             body["response_format"] = {
@@ -104,6 +107,26 @@ class Completion:
     usage_estimated: bool = False
     # What the provider's rate-limit headers said (see docpipe.providers.rate_headers).
     rate_limits: Mapping[str, float] = field(default_factory=dict)
+
+
+# llama-cpp-python turns a pattern's \d, \w, \s into a grammar it cannot parse (and then
+# crashes): the same classes spelled out (a space for \s, narrower, is still valid).
+_CLASS_ESCAPES = {"\\d": "[0-9]", "\\w": "[A-Za-z0-9_]", "\\s": "[ ]"}
+
+
+def _plain_patterns(node: Any) -> Any:
+    """``node`` with the class escapes of every ``pattern`` spelled out as classes."""
+    if isinstance(node, list):
+        return [_plain_patterns(item) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {key: _plain_patterns(value) for key, value in node.items()}
+    if isinstance(node.get("pattern"), str):
+        pattern = node["pattern"]
+        for escape, spelled in _CLASS_ESCAPES.items():
+            pattern = pattern.replace(escape, spelled)
+        out["pattern"] = pattern
+    return out
 
 
 class ChatClient(Protocol):
@@ -235,6 +258,9 @@ def _error_message(response: httpx.Response) -> str:
         return response.text[:500]
 
 
+# Raw newlines and tabs inside strings: grammars of real servers (llama.cpp's) let a model
+# write them, and they change nothing about the answer's structure.
+_LENIENT_JSON = json.JSONDecoder(strict=False)
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
@@ -244,7 +270,8 @@ def parse_output(
     """The JSON object in ``content`` if it satisfies ``schema``, else InvalidOutputError.
 
     Allowed repairs, because models add them around otherwise good answers: a Markdown code
-    fence, and prose before the first ``{`` or after the last ``}``. ``strict``: the answer
+    fence, prose before the first ``{`` or after the last ``}``, and raw control characters
+    inside strings. ``strict``: the answer
     was given to ``strict_schema(schema)``, whose nulls stand for absent optional properties.
     """
     text = content.strip()
@@ -254,7 +281,7 @@ def parse_output(
     if start < 0 or end < start:
         raise InvalidOutputError(f"no JSON object in the answer: {content[:200]!r}")
     try:
-        value = json.loads(text[start : end + 1])
+        value = _LENIENT_JSON.decode(text[start : end + 1])
     except json.JSONDecodeError as exc:
         raise InvalidOutputError(f"answer is not valid JSON ({exc}): {content[:200]!r}") from None
     if strict:
