@@ -228,6 +228,12 @@ def test_parse_output_rejects_what_it_cannot_repair(content: str, reason: str) -
         parse_output(content, SCHEMA)
 
 
+def test_parse_output_accepts_raw_newlines_inside_strings() -> None:
+    """llama.cpp's JSON grammar lets a model write them; json.loads would refuse."""
+    schema = {"type": "object", "properties": {"note": {"type": "string"}}}
+    assert parse_output('{"note": "two\nlines"}', schema) == {"note": "two\nlines"}
+
+
 def test_parse_output_of_a_strict_answer_drops_the_nulls_of_absent_optionals() -> None:
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
     assert parse_output('{"x": null}', schema, strict=True) == {}
