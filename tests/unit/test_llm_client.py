@@ -206,7 +206,6 @@ def test_empty_input_is_refused_before_sending() -> None:
         '{"x": 1}',
         '```json\n{"x": 1}\n```',
         'Here you go: {"x": 1} Hope it helps!',
-        '{"x": 1, "note": "two\nlines"}',
     ],
 )
 def test_parse_output_repairs_what_models_wrap_around_json(content: str) -> None:
