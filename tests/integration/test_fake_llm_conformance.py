@@ -26,6 +26,11 @@ INVOICE = {
     "additionalProperties": False,
 }
 
+INVOICE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "invoice", "strict": True, "schema": INVOICE},
+}
+
 
 @pytest.fixture(scope="module")
 def fake_server() -> Iterator[FakeLLM]:
@@ -44,10 +49,7 @@ def test_a_json_schema_completion_parses_with_usage(client: openai.OpenAI) -> No
     completion = client.chat.completions.create(
         model="gpt-4o-mini",
         messages=[SYSTEM, USER],  # type: ignore[list-item]
-        response_format={
-            "type": "json_schema",
-            "json_schema": {"name": "invoice", "strict": True, "schema": INVOICE},
-        },
+        response_format=INVOICE_FORMAT,  # type: ignore[arg-type]
         max_tokens=200,
     )
     choice = completion.choices[0]
@@ -124,10 +126,7 @@ def test_streaming_yields_the_answer_in_chunks_then_the_usage(client: openai.Ope
     stream = client.chat.completions.create(
         model="gpt-4o-mini",
         messages=[SYSTEM, USER],  # type: ignore[list-item]
-        response_format={
-            "type": "json_schema",
-            "json_schema": {"name": "invoice", "strict": True, "schema": INVOICE},
-        },
+        response_format=INVOICE_FORMAT,  # type: ignore[arg-type]
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -145,10 +144,7 @@ def test_an_answer_past_max_tokens_is_cut_off_with_finish_reason_length(
     completion = client.chat.completions.create(
         model="gpt-4o-mini",
         messages=[SYSTEM, USER],  # type: ignore[list-item]
-        response_format={
-            "type": "json_schema",
-            "json_schema": {"name": "invoice", "strict": True, "schema": INVOICE},
-        },
+        response_format=INVOICE_FORMAT,  # type: ignore[arg-type]
         max_tokens=3,
     )
     assert completion.choices[0].finish_reason == "length"

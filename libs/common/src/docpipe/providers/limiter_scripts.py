@@ -11,11 +11,26 @@ from __future__ import annotations
 
 __all__ = ["ACQUIRE", "RELEASE"]
 
+# A bucket's capacity, allowed rate and tokens now, from its hash fields (rate, tokens, ts
+# first) and its limit per minute.
+_REFILL = """
+local function refill(b, limit, cap, kind, now)
+  local max_rate = limit / 60
+  if cap <= 0 then cap = kind == 'r' and math.max(1, max_rate) or limit end
+  local rate = math.min(tonumber(b[1]) or max_rate, max_rate)
+  local tokens = tonumber(b[2]) or cap
+  tokens = math.min(cap, tokens + math.max(0, now - (tonumber(b[3]) or now)) * rate)
+  return cap, rate, tokens
+end
+"""
+
 # ARGV: lane, slot id, slot ttl, max concurrency, interactive reserve, waiter ttl, breaker
 # failures, probe interval, n; then per bucket: limit per minute (0: the stated one, if any),
 # capacity (0: one second's worth of requests, one minute's worth of tokens), kind ('r'/'t'),
 # cost. Returns 'probe', '0' (granted) or the seconds to wait.
-ACQUIRE = """
+ACQUIRE = (
+    _REFILL
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local lane, slot = ARGV[1], ARGV[2]
@@ -56,11 +71,8 @@ else
     if now < bb then wait = math.max(wait, bb - now) end
     local limit = per_min > 0 and per_min or (tonumber(b[5]) or 0)
     if limit > 0 then
-      local max_rate = limit / 60
-      if cap <= 0 then cap = kind == 'r' and math.max(1, max_rate) or limit end
-      local rate = math.min(tonumber(b[1]) or max_rate, max_rate)
-      local tokens = tonumber(b[2]) or cap
-      tokens = math.min(cap, tokens + math.max(0, now - (tonumber(b[3]) or now)) * rate)
+      local rate, tokens
+      cap, rate, tokens = refill(b, limit, cap, kind, now)
       -- A request larger than the bucket waits for a full one rather than forever; batch
       -- calls leave the interactive reserve in every bucket.
       cost = math.min(cost, cap)
@@ -85,12 +97,15 @@ redis.call('ZREM', wait_key, slot)
 redis.call('ZADD', KEYS[2], now + slot_ttl, slot)
 return '0'
 """
+)
 
 # ARGV: slot id, outcome ('ok', 'rate_limited', 'unavailable', 'error'), retry-after seconds,
 # breaker failures, probe interval, decrease factor, recovery share per second, n; then per
 # bucket: limit per minute, capacity, kind, correction (tokens given back: estimate - used),
 # remaining, reset seconds and stated limit per minute from the headers (-1: not said).
-RELEASE = """
+RELEASE = (
+    _REFILL
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local slot, outcome, retry_after = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -133,10 +148,8 @@ for i = 1, n do
   end
   if limit > 0 then
     local max_rate = limit / 60
-    if cap <= 0 then cap = kind == 'r' and math.max(1, max_rate) or limit end
-    local rate = math.min(tonumber(b[1]) or max_rate, max_rate)
-    local tokens = tonumber(b[2]) or cap
-    tokens = math.min(cap, tokens + math.max(0, now - (tonumber(b[3]) or now)) * rate)
+    local rate, tokens
+    cap, rate, tokens = refill(b, limit, cap, kind, now)
     tokens = math.min(cap, tokens + correction)
     if outcome == 'ok' then
       -- Additive increase in time, not per call: a throttled-down rate sends few calls and
@@ -160,3 +173,4 @@ for i = 1, n do
 end
 return 'ok'
 """
+)
