@@ -12,7 +12,8 @@ Per provider (an endpoint and its key):
   provider says is left (before a 429 happens), ``x-ratelimit-limit-*`` give a model whose
   limits are not configured the limits the provider states, and a ``remaining`` of 0 under
   no known limit pauses that bucket until ``x-ratelimit-reset-*``;
-- priority: while an interactive call waits, batch calls wait too, and batch calls always
+- priority: while an interactive call waits for a model, batch calls to that model wait too
+  (those to another model, whose limits have room, go on), and batch calls always
   leave ``limiter_interactive_reserve`` of the concurrency and of every bucket to
   interactive ones (the reserve costs batch no throughput: the buckets refill at the same
   rate);
@@ -107,10 +108,13 @@ class ProviderLimiter:
         # One hash tag per provider: every key a script touches is in one cluster slot.
         return f"docpipe:limiter:{{{provider}}}"
 
-    def _keys(self, provider: str) -> list[str]:
+    def _keys(self, provider: str, model: str) -> list[str]:
+        # Waiters per model: an interactive call waiting for one model's limit holds back
+        # batch calls to that model, not to another model whose limit has room.
         prefix = self._prefix(provider)
-        return [f"{prefix}:state", f"{prefix}:inflight", f"{prefix}:waiting:interactive",
-                f"{prefix}:waiting:batch"]  # fmt: skip
+        return [f"{prefix}:state", f"{prefix}:inflight",
+                f"{prefix}:model:{model}:waiting:interactive",
+                f"{prefix}:model:{model}:waiting:batch"]  # fmt: skip
 
     def _buckets(self, model: ResolvedModel) -> list[_Bucket]:
         p, prefix = model.provider, self._prefix(model.provider.name)
@@ -130,7 +134,7 @@ class ProviderLimiter:
         slot_id = uuid.uuid4().hex
         asked = time.monotonic()
         try:
-            granted = self._wait_for_slot(spec.provider, buckets, slot_id, lane, tokens)
+            granted = self._wait_for_slot(spec, buckets, slot_id, lane, tokens)
         finally:
             metrics.observe_limiter_wait(lane, time.monotonic() - asked)
         ticket = CallTicket()
@@ -162,14 +166,14 @@ class ProviderLimiter:
                              correction=tokens - used, said=said)  # fmt: skip
 
     def _wait_for_slot(
-        self, provider: ResolvedProvider, buckets: list[_Bucket], slot_id: str, lane: str,
-        tokens: int,
-    ) -> str:  # fmt: skip
+        self, model: ResolvedModel, buckets: list[_Bucket], slot_id: str, lane: str, tokens: int
+    ) -> str:
         """'slot' or 'probe' when granted, '' when Redis is unreachable (no limit applies);
         raises TransientLLMError(kind="throttled") after limiter_max_wait_s."""
         deadline = time.monotonic() + self._settings.limiter_max_wait_s
         s = self._settings
-        keys = self._keys(provider.name)
+        provider = model.provider
+        keys = self._keys(provider.name, model.name)
         args: list[str | int | float] = [
             lane, slot_id, self._slot_ttl, provider.max_concurrency,
             s.limiter_interactive_reserve, _WAITER_TTL_S, s.limiter_breaker_failures,
@@ -226,7 +230,7 @@ class ProviderLimiter:
                 heard.get(f"remaining_{kind}", -1), heard.get(f"reset_{kind}_s", -1),
                 heard.get(f"limit_{kind}", -1),
             ]  # fmt: skip
-        keys = self._keys(provider.name)[:2] + [b.key for b in buckets]
+        keys = self._keys(provider.name, "")[:2] + [b.key for b in buckets]
         try:
             self._release(keys=keys, args=args)
         except redis.RedisError:
@@ -236,14 +240,16 @@ class ProviderLimiter:
         """What the limiter allows ``provider`` (default: the first) now and who waits, for
         metrics and status pages; the rates are those of its key's requests bucket."""
         spec = self._providers[provider] if provider else next(iter(self._providers.values()))
-        keys = self._keys(spec.name)
+        models = [m for m in self._models.values() if m.provider.name == spec.name]
         now = time.time()
         with self._redis.pipeline(transaction=False) as pipe:
             pipe.hget(f"{self._prefix(spec.name)}:requests", "rate")
-            pipe.zcount(keys[1], now, "+inf")
-            pipe.zcount(keys[2], now, "+inf")
-            pipe.zcount(keys[3], now, "+inf")
-            rate, in_flight, waiting_i, waiting_b = pipe.execute()
+            pipe.zcount(self._keys(spec.name, "")[1], now, "+inf")
+            for model in models:
+                for key in self._keys(spec.name, model.name)[2:]:
+                    pipe.zcount(key, now, "+inf")
+            rate, in_flight, *waiting = pipe.execute()
+        waiting_i, waiting_b = sum(waiting[0::2]), sum(waiting[1::2])
         allowed = float(rate) if rate is not None else spec.rpm / 60
         return LimiterState(
             allowed_rpm=allowed * 60,
