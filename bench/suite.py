@@ -167,6 +167,31 @@ BENCHMARKS = [
         ],
     ),
     Benchmark(
+        "rate-limit-tpm",
+        "bench.rate_limit",
+        ("--case", "tpm"),
+        ("--case", "tpm", "--seconds", "50", "--docs", "200"),
+        lambda f: [
+            (
+                "tokens-per-minute limit: utilisation / 429 share",
+                f"{f['utilisation']:.1%} / {f['share_429']:.2%}",
+            )
+        ],
+    ),
+    Benchmark(
+        "rate-limit-two-models",
+        "bench.rate_limit",
+        ("--case", "two-models"),
+        ("--case", "two-models", "--seconds", "50", "--docs", "200"),
+        lambda f: [
+            (
+                "two models' own limits: utilisation each / 429 share",
+                " / ".join(f"{v['utilisation']:.1%}" for v in f["models"].values())
+                + f" / {f['share_429']:.2%}",
+            )
+        ],
+    ),
+    Benchmark(
         "batch-progress",
         "bench.batch_progress",
         ("--runs", "10000"),
