@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
-from docpipe.state import runs
+from docpipe.state import call_log, runs
+from docpipe.state.call_log import CallKey
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
 from tests.factories import TENANT, new_run, scalar
@@ -138,32 +140,16 @@ def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
     run = new_run(db)
     claim = runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
     assert claim is not None
+    request = {"provider": "default", "route_reason": "only_candidate", "seed": None,
+               "output_mode": "json_schema", "max_tokens": 100, "temperature": 0}  # fmt: skip
     for tokens, cost in ((100, "0.001000"), (50, "0.000500")):
-        call = db.one(
-            "start_call",
-            run_id=run.run_id,
-            step=STEP1,
-            generation=0,
-            call_key=f"k{tokens}",
-            step_attempt=1,
-            tenant_id=TENANT,
-            model="gpt-4o-mini",
-            prompt_version="v",
-        )
-        assert call is not None
-        db.execute(
-            "finish_call",
-            id=call["id"],
-            status="ok",
-            http_status=200,
-            error_kind=None,
-            error=None,
-            input_tokens=tokens,
-            output_tokens=tokens // 10,
-            cost_usd=cost,
-            latency_ms=5,
-            response=None,
-        )
+        key = CallKey(run_id=run.run_id, step=STEP1, generation=0, call_key=f"k{tokens}",
+                      step_attempt=1, tenant_id=TENANT, model="gpt-4o-mini",
+                      prompt_version="v")  # fmt: skip
+        call_id = call_log.start_call(db, key, request=request)
+        call_log.finish_call(db, call_id, status="ok", http_status=200, error_kind=None,
+                             error=None, input_tokens=tokens, output_tokens=tokens // 10,
+                             cost_usd=Decimal(cost), latency_ms=5, response=None)  # fmt: skip
     assert str(runs.run_progress(db, TENANT, run.run_id).cost_so_far_usd) == "0.001500"
     runs.record_step_result(
         db, claim, owner="w", output={}, model="gpt-4o-mini", prompt_version="v", next_step=STEP2
