@@ -566,6 +566,8 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("get", "/batches/{batch_id}"): {"200", "404"},
         ("get", "/batches/{batch_id}/runs"): {"200", "404", "422"},
         ("post", "/batches/{batch_id}/cancel"): {"200", "404", "409"},
+        ("get", "/pipelines"): {"200"},
+        ("get", "/pipelines/{key}"): {"200", "404"},
         ("get", "/healthz"): {"200"},
         ("get", "/readyz"): {"200", "503"},
     }

@@ -17,6 +17,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from docpipe.broker.queues import RUN_ID_HEADER, sub_lists
+from docpipe.pipelines.catalog import catalog
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.settings import Settings
 from docpipe.state.admission import admit_batch_runs
@@ -467,10 +468,10 @@ def test_a_run_of_a_cancelled_batch_cannot_be_retried_but_one_of_a_done_batch_re
                        (run_ids[0],))  # fmt: skip
     stop_batch(db, "a", batch_id, status="cancelled", reason="test")
     with pytest.raises(ConflictError, match="cancelled; its runs stay stopped"):
-        runs.restart_run(db, "a", run_ids[1], None)
+        runs.restart_run(db, "a", run_ids[1], None, pipelines=catalog())
 
     with db.session() as s:  # the same with a batch that simply finished
         s.conn.execute(b"UPDATE batch SET status = 'done'")
-    runs.restart_run(db, "a", run_ids[0], "summarize")
+    runs.restart_run(db, "a", run_ids[0], "summarize", pipelines=catalog())
     assert scalar(db, "SELECT status FROM batch") == "running"
     assert scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", run_ids[0]) == "queued"

@@ -36,7 +36,8 @@ def test_samples_are_written_as_text_files(tmp_path: Path) -> None:
 
 def test_migrate_is_idempotent_from_the_command_line(database_url: str) -> None:
     env = {"DOCPIPE_DATABASE_URL": database_url}
-    assert docpipe("migrate", env=env).stdout.strip() == "schema is up to date"
+    output = docpipe("migrate", env=env).stdout.strip().splitlines()
+    assert output == ["schema is up to date", "pipelines: document_extract:v1, nda_review:v1"]
 
 
 def test_submit_watch_and_status_over_the_api(

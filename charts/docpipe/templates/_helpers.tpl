@@ -239,6 +239,9 @@ the chart owns it).
 */}}
 {{- define "docpipe.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- if .Values.pipelines }}
+checksum/pipelines: {{ include (print .Template.BasePath "/pipelines-configmap.yaml") . | sha256sum }}
+{{- end }}
 {{- if not .Values.secrets.existingSecret }}
 checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
 {{- end }}
@@ -294,6 +297,46 @@ exec:
 - name: scripts
   configMap:
     name: {{ include "docpipe.componentName" (dict "root" . "component" "scripts") }}
+{{- if .Values.pipelines }}
+- name: pipelines
+  configMap:
+    name: {{ include "docpipe.componentName" (dict "root" . "component" "pipelines") }}
+{{- end }}
+{{- end }}
+
+{{/* Where the pipeline files of .Values.pipelines are mounted (DOCPIPE_PIPELINES_DIR). */}}
+{{- define "docpipe.pipelinesDir" -}}/etc/docpipe/pipelines{{- end }}
+
+{{/* The mount of the pipeline files, for every container that loads pipelines. */}}
+{{- define "docpipe.pipelinesMount" -}}
+{{- if .Values.pipelines }}
+- name: pipelines
+  mountPath: {{ include "docpipe.pipelinesDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+What Helm can check of a pipeline file while rendering: YAML that parses, with a name, a
+version and steps. Everything else (the published schema, templates, references, prices,
+definitions active runs use) is checked by `docpipe migrate` in the migrations Job, which
+fails the release.
+*/}}
+{{- define "docpipe.checkPipelines" -}}
+{{- range $file, $text := .Values.pipelines }}
+{{- $parsed := fromYaml $text }}
+{{- if hasKey $parsed "Error" }}
+{{- fail (printf "pipelines.%s: not valid YAML: %s" $file (get $parsed "Error")) }}
+{{- end }}
+{{- range $required := list "name" "version" "steps" }}
+{{- if not (hasKey $parsed $required) }}
+{{- fail (printf "pipelines.%s: a pipeline file needs %s (see docpipe's pipeline-file.schema.json)" $file $required) }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "slice" $parsed.steps) }}
+{{- fail (printf "pipelines.%s: steps must be a list" $file) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "docpipe.imagePullSecrets" -}}

@@ -12,8 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["ModelPrice", "Settings", "get_settings"]
 
@@ -71,6 +71,12 @@ class Settings(BaseSettings):
     retry_backoff_cap_s: Seconds = 60.0
     # Retries due later than this are parked in PostgreSQL instead of as a broker countdown.
     park_delays_over_s: Seconds = 60.0
+
+    # Pipelines besides the built-in ones (README, "Write your own pipeline"): a folder of
+    # pipeline files, and Python modules, comma-separated ("pkg.flows" for its PIPELINES,
+    # "pkg.flows:INVOICE"), besides installed packages' docpipe.pipelines entry points.
+    pipelines_dir: Path | None = None
+    pipeline_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     max_document_bytes: int = Field(default=1_000_000, ge=1)
     # Independent calls of one step (a section each) in flight at once, per step.
@@ -141,6 +147,13 @@ class Settings(BaseSettings):
     # the API serves /metrics on its own port.
     metrics_port: int = Field(default=9808, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104  (scraped from other pods)
+
+    @field_validator("pipeline_modules", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _limits_are_coherent(self) -> Settings:

@@ -29,8 +29,12 @@ __all__ = [
     "ExtractAccepted",
     "ExtractRequest",
     "Health",
+    "PipelineDetail",
+    "PipelineList",
+    "PipelineSummary",
     "Readiness",
     "RunStatus",
+    "StepDetail",
     "StepStatus",
     "WebhookStatus",
     "request_body_schema",
@@ -274,6 +278,38 @@ class BatchRun(BaseModel):
 class BatchRunsPage(BaseModel):
     runs: list[BatchRun]
     next_after: str | None = Field(description="pass as ?after= for the next page")
+
+
+class PipelineSummary(BaseModel):
+    key: str = Field(description="name:vN, what runs name in their 'pipeline'")
+    name: str
+    version: int
+    source: str = Field(description="where the definition was loaded from")
+    definition_hash: str = Field(description="SHA-256 of the definition a new run starts with")
+    steps: list[str]
+
+
+class PipelineList(BaseModel):
+    pipelines: list[PipelineSummary]
+
+
+class StepDetail(BaseModel):
+    name: str
+    kind: str = Field(description="ask, map or reduce (pipeline files), or python")
+    models: list[str] = Field(description="tried in this order; empty: the step asks no model")
+    prompt_version: str
+    max_attempts: int | None = Field(description="null: DOCPIPE_MAX_STEP_ATTEMPTS")
+    budget_usd: Decimal | None
+    output_schema: dict[str, Any]
+
+
+class PipelineDetail(BaseModel):
+    key: str
+    name: str
+    version: int
+    source: str
+    definition_hash: str
+    steps: list[StepDetail]
 
 
 class Health(BaseModel):

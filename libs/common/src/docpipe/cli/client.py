@@ -7,7 +7,9 @@ from typing import Any
 
 import httpx
 
-__all__ = ["ApiError", "DocpipeClient"]
+__all__ = ["DEFAULT_PIPELINE", "ApiError", "DocpipeClient"]
+
+DEFAULT_PIPELINE = "document_extract:v1"
 
 
 class ApiError(RuntimeError):
@@ -98,3 +100,9 @@ class DocpipeClient:
 
     def cancel_batch(self, batch_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/batches/{batch_id}/cancel"))
+
+    def pipelines(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/pipelines")["pipelines"])
+
+    def pipeline(self, key: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/pipelines/{key}"))

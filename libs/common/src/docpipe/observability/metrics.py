@@ -41,7 +41,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from docpipe.observability import multiprocess
-from docpipe.pipelines.registry import pipelines
+from docpipe.pipelines.catalog import pipelines
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
 __all__ = [

@@ -27,6 +27,7 @@ from docpipe.broker.messages import DELIVER_WEBHOOK, RUN_STEP
 from docpipe.broker.queues import PERIODIC_QUEUE
 from docpipe.broker.transport import CeleryPublisher, app, bind_work
 from docpipe.observability import metrics, tracing
+from docpipe.pipelines.catalog import catalog
 from docpipe.providers.client import LLMClient
 from docpipe.providers.limiter import ProviderLimiter
 from docpipe.settings import Settings, get_settings
@@ -81,7 +82,12 @@ def _resources_for(pid: int) -> Resources:
     broker_redis = redis.Redis.from_url(settings.redis_url)
     limiter = ProviderLimiter(broker_redis, settings)
     executor = StepExecutor(
-        db, llm, settings, gate=limiter.slot, interruptions=(SoftTimeLimitExceeded,)
+        db,
+        llm,
+        settings,
+        gate=limiter.slot,
+        interruptions=(SoftTimeLimitExceeded,),
+        pipelines=catalog(),
     )
     return Resources(
         settings=settings,

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from docpipe import statuses
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.observability import metrics
-from docpipe.pipelines.registry import get_pipeline
+from docpipe.pipelines.model import Pipeline
 from docpipe.state import batches
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
@@ -22,6 +22,7 @@ from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
     IdempotencyKeyDep,
+    PipelinesDep,
     RedisDep,
     SettingsDep,
     TenantDep,
@@ -62,6 +63,7 @@ async def submit_batch(
     settings: SettingsDep,
     db: DatabaseDep,
     broker: BrokerDep,
+    pipelines: PipelinesDep,
     tenant: TenantDep,
     response: Response,
 ) -> BatchAccepted:
@@ -79,11 +81,11 @@ async def submit_batch(
             f"{len(batch.documents)} documents in one batch; the limit is "
             f"{settings.max_batch_documents} (split it into several batches)",
         )
+    pipeline = pipelines.get(batch.pipeline)
     # Creating thousands of runs blocks for a while: keep it off the event loop.
-    created = await run_sync(_create, db, tenant, batch, key)
+    created = await run_sync(_create, db, tenant, pipeline, batch, key)
     if created.created:
-        pipeline_key = get_pipeline(batch.pipeline).key
-        metrics.metrics().runs_created.labels(pipeline_key, "batch").inc(created.runs_total)
+        metrics.metrics().runs_created.labels(pipeline.key, "batch").inc(created.runs_total)
         await run_sync(admit_after_commit, db, broker, settings)
     response.headers["Location"] = f"/batches/{created.batch_id}"
     return BatchAccepted(
@@ -95,9 +97,8 @@ async def submit_batch(
 
 
 def _create(
-    db: Database, tenant: str, batch: BatchRequest, key: str | None
+    db: Database, tenant: str, pipeline: Pipeline, batch: BatchRequest, key: str | None
 ) -> batches.CreatedBatch:
-    pipeline = get_pipeline(batch.pipeline)
     documents = [
         batches.BatchDocument(id=d.id or uuid.uuid4().hex, text=d.text) for d in batch.documents
     ]

@@ -11,7 +11,6 @@ from fastapi import APIRouter, Path, Response
 from docpipe.errors import InvalidRequestError
 from docpipe.faults import crash_point
 from docpipe.observability import metrics, tracing
-from docpipe.pipelines.registry import get_pipeline
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
@@ -23,6 +22,7 @@ from docpipe_api.deps import (
     DocumentTextDep,
     ExtractRequestDep,
     IdempotencyKeyDep,
+    PipelinesDep,
     SettingsDep,
     TenantDep,
 )
@@ -136,11 +136,12 @@ def start_extraction(
     db: DatabaseDep,
     broker: BrokerDep,
     settings: SettingsDep,
+    pipelines: PipelinesDep,
     tenant: TenantDep,
     response: Response,
 ) -> ExtractAccepted:
     """The same Idempotency-Key returns the same run; with other options it is a 409."""
-    pipeline = get_pipeline(options.pipeline)
+    pipeline = pipelines.get(options.pipeline)
     now = datetime.now(UTC)
     deadline_at = now + timedelta(seconds=options.deadline_s) if options.deadline_s else None
     if options.start_at is not None:

@@ -24,11 +24,11 @@ WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.
 WITH new_run AS (
-    INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id, current_step,
-                              steps_total, budget_usd, deadline_at, admitted_at, callback_url,
-                              idempotency_key, request_hash, traceparent)
-    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(document_id)s, %(lane)s, %(batch_id)s,
-            (%(steps)s::text[])[1], cardinality(%(steps)s::text[]), %(budget_usd)s,
+    INSERT INTO pipeline_run (id, tenant_id, pipeline, pipeline_hash, document_id, lane, batch_id,
+                              current_step, steps_total, budget_usd, deadline_at, admitted_at,
+                              callback_url, idempotency_key, request_hash, traceparent)
+    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, %(document_id)s, %(lane)s,
+            %(batch_id)s, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]), %(budget_usd)s,
             %(deadline_at)s, CASE WHEN %(admitted)s THEN now() END, %(callback_url)s,
             %(idempotency_key)s, %(request_hash)s, %(traceparent)s)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
@@ -81,8 +81,8 @@ WITH claimed AS (
     FROM claimed
     WHERE r.id = claimed.run_id AND r.status = 'queued'
 )
-SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline, r.document_id,
-       r.lane, r.batch_id::text, d.content AS document,
+SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline,
+       r.pipeline_hash, r.document_id, r.lane, r.batch_id::text, d.content AS document,
        coalesce((SELECT jsonb_object_agg(s.step, s.output)
                  FROM pipeline_step_result s
                  WHERE s.run_id = c.run_id AND s.status = 'done'), '{}'::jsonb) AS outputs
@@ -226,7 +226,8 @@ SELECT id FROM expired;
 WITH reopened AS (
     UPDATE pipeline_run r
     SET status = 'queued', current_step = %(step)s, steps_done = %(step_index)s, error = NULL,
-        finished_at = NULL, deadline_at = NULL, notified_at = NULL, updated_at = now()
+        finished_at = NULL, deadline_at = NULL, notified_at = NULL, updated_at = now(),
+        pipeline_hash = %(pipeline_hash)s
     WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s
       AND r.status IN ('done', 'failed', 'needs_review', 'cancelled', 'expired',
                        'budget_exceeded')
@@ -273,7 +274,8 @@ ORDER BY step_index;
 
 -- name: check_and_start_call
 -- Before a call: its memoised answer if any, whether the run still runs and the step is
--- still leased to this worker, and the spending of the run and its batch against budgets;
+-- still leased to this worker, and the spending of the run, its batch and (when it has a
+-- budget) the step against budgets;
 -- when all allow the call, its llm_call_log row (for the step's first model) is written in
 -- the same statement, still before the request is sent.
 WITH checked AS (
@@ -286,7 +288,12 @@ WITH checked AS (
            (SELECT lease_owner FROM pipeline_step_result
             WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
            r.id AS run_id, r.status, r.cost_usd, r.budget_usd, b.cost_usd AS batch_cost_usd,
-           b.budget_usd AS batch_budget_usd
+           b.budget_usd AS batch_budget_usd,
+           -- A step's spending is summed only for a step that has a budget of its own.
+           CASE WHEN %(step_budget_usd)s::numeric IS NOT NULL THEN
+               (SELECT coalesce(sum(cost_usd), 0) FROM llm_call_log
+                WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s)
+           END AS step_cost_usd
     FROM pipeline_run r
     LEFT JOIN batch b ON b.id = r.batch_id
     WHERE r.id = %(run_id)s
@@ -300,10 +307,11 @@ WITH checked AS (
       AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s)
       AND (budget_usd IS NULL OR cost_usd < budget_usd)
       AND (batch_budget_usd IS NULL OR batch_cost_usd < batch_budget_usd)
+      AND (step_cost_usd IS NULL OR step_cost_usd < %(step_budget_usd)s)
     RETURNING id
 )
 SELECT memo, lease_owner, status, cost_usd, budget_usd, batch_cost_usd, batch_budget_usd,
-       (SELECT id FROM started) AS call_id
+       step_cost_usd, (SELECT id FROM started) AS call_id
 FROM checked;
 
 -- name: start_call
@@ -519,10 +527,11 @@ LIMIT 10;
 -- name: create_batch_runs
 -- One waiting run (and its pending steps) per document of a new batch.
 WITH new_runs AS (
-    INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id,
+    INSERT INTO pipeline_run (id, tenant_id, pipeline, pipeline_hash, document_id, lane, batch_id,
                               current_step, steps_total, budget_usd, deadline_at,
                               idempotency_key, request_hash, traceparent)
-    SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, d.document_id, 'batch',
+    SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, d.document_id,
+           'batch',
            %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
            %(run_budget_usd)s, %(deadline_at)s,
            'batch:' || %(batch_id)s::text || ':' || d.ordinality,
@@ -832,3 +841,12 @@ WHERE id IN (
 -- name: batch_status
 -- Whether a batch still runs (for error messages).
 SELECT status FROM batch WHERE id = %(batch_id)s;
+
+-- name: active_run_definitions
+-- The pipeline definitions that runs not yet ended started with, and a few of their ids.
+SELECT pipeline, pipeline_hash, count(*) AS runs,
+       (array_agg(id::text ORDER BY created_at))[1:3] AS examples
+FROM pipeline_run
+WHERE status IN ('queued', 'running')
+GROUP BY pipeline, pipeline_hash
+ORDER BY pipeline;

@@ -60,6 +60,7 @@ CREATE TABLE pipeline_run (
     updated_at      timestamptz   NOT NULL DEFAULT now(),
     finished_at     timestamptz,
     notified_at     timestamptz,                         -- its webhook was queued
+    pipeline_hash   text,                                -- of the definition it started with
     UNIQUE (tenant_id, idempotency_key),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id)
 );
