@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal
 
@@ -57,6 +57,7 @@ class StepOutcome:
     outbox_ids: tuple[int, ...] = ()
     calls_sent: int = 0
     error: str | None = None
+    lane: str | None = None  # of the claimed run
 
 
 def worker_identity() -> str:
@@ -96,7 +97,7 @@ class StepExecutor:
         if claim is None:
             return self._not_claimed(run_id, step)
         started = time.monotonic()
-        outcome = self._run_claimed(claim)
+        outcome = replace(self._run_claimed(claim), lane=claim.lane)
         metrics.observe_step(claim.pipeline, step, claim.lane, outcome.kind, outcome.run_status,
                              time.monotonic() - started)  # fmt: skip
         return outcome

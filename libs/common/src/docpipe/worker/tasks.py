@@ -40,7 +40,7 @@ from docpipe.state.periodic import run_once_per_interval
 from docpipe.state.recovery import recover_stalled_work
 from docpipe.state.retention import prune_retention
 from docpipe.state.webhooks import queue_webhooks
-from docpipe.statuses import ENDED_RUN_STATUSES
+from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 from docpipe.worker.executor import StepExecutor
 from docpipe.worker.webhook_delivery import deliver_webhook
 
@@ -130,8 +130,8 @@ def run_step(self: Task, run_id: str, step: str) -> None:
         raise self.retry(countdown=delay) from exc
     if outcome.outbox_ids:
         publish_outbox(r.db, r.broker, outcome.outbox_ids)
-    if outcome.run_status in ENDED_RUN_STATUSES:
-        # A run ended: if it was a batch run, its slot in the admission window is free now.
+    if outcome.lane == Lane.BATCH and outcome.run_status in ENDED_RUN_STATUSES:
+        # A batch run ended: its slot in the admission window is free now.
         admit_and_publish(r.db, r.broker, r.settings)
     if outcome.kind == "retry":
         assert outcome.retry_in_s is not None
