@@ -23,7 +23,7 @@ from docpipe.state.definitions import check_running_definitions
 from docpipe_api.deps import Resources, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability
-from docpipe_api.routes import batches, documents, health, pipelines, runs
+from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
 from docpipe_api.routes.health import CHECK_TIMEOUT_S
 
 __all__ = ["app", "create_app"]
@@ -70,7 +70,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_observability(app)
     # Every route but the probes (and /docs, /openapi.json) needs a tenant's API key; the
     # check runs before the route reads its body.
-    for router in (documents.router, runs.router, batches.router, pipelines.router):
+    for router in (
+        documents.router,
+        runs.router,
+        batches.router,
+        pipelines.router,
+        webhook_secrets.router,
+    ):
         app.include_router(
             router, dependencies=[Depends(current_tenant)], responses=error_responses(401, 429)
         )

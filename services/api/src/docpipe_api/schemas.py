@@ -36,6 +36,9 @@ __all__ = [
     "RunStatus",
     "StepDetail",
     "StepStatus",
+    "WebhookSecret",
+    "WebhookSecretCreated",
+    "WebhookSecrets",
     "WebhookStatus",
     "request_body_schema",
 ]
@@ -186,8 +189,44 @@ class WebhookStatus(BaseModel):
     status: DeliveryStatus
     attempts: int
     last_status: int | None = Field(description="the receiver's last HTTP status")
-    last_error: str | None
+    last_error: str | None = Field(
+        description="what went wrong, in general terms only: 'refused: destination not "
+        "allowed', 'timeout', 'connection failed', 'HTTP <status>', 'interrupted', "
+        "'no signing secret'"
+    )
     delivered_at: datetime | None
+    next_attempt_at: datetime | None = Field(
+        default=None, description="while pending: when the next attempt is due"
+    )
+
+
+class WebhookSecret(BaseModel):
+    """A webhook signing secret as it may be shown: never the secret itself."""
+
+    model_config = ANSWER_MODEL
+
+    id: str
+    created_at: datetime
+    expires_at: datetime | None = Field(
+        description="null for the current secret; a rotated-out one signs until then"
+    )
+
+
+class WebhookSecrets(BaseModel):
+    """The tenant's signing secrets: every webhook is signed with each of them."""
+
+    current: WebhookSecret
+    previous: WebhookSecret | None = Field(
+        description="the secret a rotation replaced, still signing beside the current one "
+        "until its expires_at, so receivers can switch over"
+    )
+
+
+class WebhookSecretCreated(WebhookSecrets):
+    secret: str = Field(
+        description="whsec_...: shown only in this answer; receivers verify webhooks with it "
+        "(Standard Webhooks, e.g. standardwebhooks.Webhook(secret).verify(body, headers))"
+    )
 
 
 class BatchDocumentIn(BaseModel):

@@ -106,3 +106,14 @@ class DocpipeClient:
 
     def pipeline(self, key: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/pipelines/{key}"))
+
+    def rotate_webhook_secret(self, previous_valid_for_s: float | None = None) -> dict[str, Any]:
+        """Create the tenant's webhook signing secret, or rotate it; the answer carries the
+        secret, the only time it is shown."""
+        params = (
+            {} if previous_valid_for_s is None else {"previous_valid_for_s": previous_valid_for_s}
+        )
+        return dict(self._call("POST", "/webhook-secret", params=params))
+
+    def webhook_secret(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/webhook-secret"))

@@ -18,6 +18,7 @@ from docpipe.pipelines.model import Pipeline
 from docpipe.state import batches
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
+from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
@@ -82,8 +83,9 @@ async def submit_batch(
             f"{settings.max_batch_documents} (split it into several batches)",
         )
     pipeline = pipelines.get(batch.pipeline)
+    callback_url = await run_sync(accepted_callback_url, db, settings, tenant, batch.callback_url)
     # Creating thousands of runs blocks for a while: keep it off the event loop.
-    created = await run_sync(_create, db, tenant, pipeline, batch, key)
+    created = await run_sync(_create, db, tenant, pipeline, batch, key, callback_url)
     if created.created:
         metrics.metrics().runs_created.labels(pipeline.key, "batch").inc(created.runs_total)
         await run_sync(admit_after_commit, db, broker, settings)
@@ -97,7 +99,12 @@ async def submit_batch(
 
 
 def _create(
-    db: Database, tenant: str, pipeline: Pipeline, batch: BatchRequest, key: str | None
+    db: Database,
+    tenant: str,
+    pipeline: Pipeline,
+    batch: BatchRequest,
+    key: str | None,
+    callback_url: str | None,
 ) -> batches.CreatedBatch:
     documents = [
         batches.BatchDocument(id=d.id or uuid.uuid4().hex, text=d.text) for d in batch.documents
@@ -125,7 +132,7 @@ def _create(
             request=fingerprint,
             budget_usd=batch.budget_usd,
             run_budget_usd=batch.run_budget_usd,
-            callback_url=str(batch.callback_url) if batch.callback_url else None,
+            callback_url=callback_url,
             deadline_at=deadline_at,
         )
 

@@ -16,6 +16,7 @@ from docpipe.state.admission import admit_after_commit
 from docpipe.state.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
 from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane
+from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
@@ -149,6 +150,7 @@ def start_extraction(
             raise InvalidRequestError("start_at applies to the interactive lane only")
         if deadline_at is not None and options.start_at >= deadline_at:
             raise InvalidRequestError("start_at must be before the deadline (now + deadline_s)")
+    callback_url = accepted_callback_url(db, settings, tenant, options.callback_url)
     with db.transaction() as tx:
         get_document(tx, tenant, document_id)  # 404 before the foreign key can object
         created = runs.create_run(
@@ -161,7 +163,7 @@ def start_extraction(
             request={"document_id": document_id, **options.fingerprint()},
             deadline_at=deadline_at,
             budget_usd=options.budget_usd,
-            callback_url=str(options.callback_url) if options.callback_url else None,
+            callback_url=callback_url,
             start_at=options.start_at,
             # The run's steps join this request's trace (see docpipe.observability.tracing).
             traceparent=tracing.current_traceparent(),
