@@ -100,7 +100,9 @@ def _embedded_ipv4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
 
 def forbidden_reason(ip: IPAddress) -> str | None:
     """Why docpipe must not connect to ``ip`` (None: a public unicast address)."""
-    for candidate in (ip, *_embedded_ipv4(ip)):
+    # The IPv4 address an IPv6 one carries first: its range is the one that says where the
+    # connection would go (::ffff:10.0.0.1 is "private", not merely "reserved").
+    for candidate in (*_embedded_ipv4(ip), ip):
         if candidate in METADATA_ADDRESSES:
             return f"{ip} is a cloud metadata address"
         checks = (

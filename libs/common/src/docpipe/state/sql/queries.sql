@@ -810,13 +810,14 @@ SELECT 'webhook', %(queue)s, jsonb_build_object('delivery_id', id), next_attempt
 RETURNING id;
 
 -- name: redrive_lost_webhooks
--- Re-enqueue pending deliveries whose message is gone: due for a while, no attempt in
--- flight, no message waiting in the outbox, and last sent before the oldest message still
+-- Re-enqueue pending deliveries whose message is gone: due and sent a while ago, no attempt
+-- in flight, no message waiting in the outbox, and sent before the oldest message still
 -- waiting in the webhook queue (so it was consumed, or lost with Redis).
 WITH lost AS (
     UPDATE webhook_delivery d SET enqueued_at = now()
     WHERE d.status = 'pending' AND d.attempt_expires_at IS NULL
-      AND d.next_attempt_at < now() - make_interval(secs => %(grace_s)s)
+      AND greatest(d.next_attempt_at, coalesce(d.enqueued_at, d.created_at))
+          < now() - make_interval(secs => %(grace_s)s)
       AND coalesce(d.enqueued_at, d.created_at) < %(cutoff)s::timestamptz
       AND NOT EXISTS (SELECT 1 FROM outbox o
                       WHERE o.published_at IS NULL AND o.topic = 'webhook'
