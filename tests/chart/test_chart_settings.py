@@ -16,7 +16,7 @@ from tests.chart.helm import chart, named, render, value_sets
 # Settings that are not plain ConfigMap entries: credentials (the Secret), the liveness file
 # (set per container), prices and the provider URL (their own config keys).
 NOT_IN_CONFIGMAP = {
-    "database_url", "redis_url", "llm_api_key", "webhook_secret", "liveness_file",
+    "database_url", "redis_url", "llm_api_key", "secrets_key", "liveness_file",
     "model_prices", "llm_base_url", "pipeline_modules", "pipelines_dir",
 }  # fmt: skip
 
@@ -32,7 +32,7 @@ def test_every_library_setting_is_exposed_by_the_chart() -> None:
     # config.pipelineModules, the pipelines folder from `pipelines` (each rendered when set);
     # the metrics server listens on every interface by default, as a pod's must.
     exposed = {field_of(env) for env in data} | {
-        "database_url", "redis_url", "llm_api_key", "webhook_secret", "liveness_file",
+        "database_url", "redis_url", "llm_api_key", "secrets_key", "liveness_file",
         "metrics_port", "model_prices", "metrics_host", "pipeline_modules", "pipelines_dir",
     }  # fmt: skip
     missing = set(Settings.model_fields) - exposed
@@ -53,6 +53,8 @@ def test_chart_defaults_are_the_library_defaults() -> None:
         default = getattr(defaults, name)
         if isinstance(default, str):
             same = text == default
+        elif isinstance(default, tuple):
+            same = text == ",".join(default)
         elif isinstance(default, bool):
             same = text == str(default).lower()
         else:
