@@ -28,6 +28,7 @@ TABLES = (
     "batch",
     "document",
     "api_key",
+    "webhook_secret",
 )
 
 
@@ -70,6 +71,7 @@ def settings(database_url: str) -> Settings:
         task_soft_time_limit_s=10.0,
         task_time_limit_s=15.0,
         limiter_max_wait_s=5.0,
+        webhook_timeout_s=2.0,
     )
 
 

@@ -1,12 +1,11 @@
 """A one-step pipeline whose step may go to three models, for the routing tests: imported by
-the test and by its workers (``celery worker --include tests.routing_pipeline``)."""
+the test, and loaded by its workers (DOCPIPE_PIPELINE_MODULES=tests.routing_pipeline)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from docpipe.pipelines.model import Pipeline, Step, StepInput
-from docpipe.pipelines.registry import pipelines, register
+from docpipe.pipelines import Pipeline, Step, StepInput
 
 ANSWER = {
     "type": "object",
@@ -42,5 +41,4 @@ CLASSIFY = Pipeline(
     ),
 )
 
-if CLASSIFY.key not in pipelines():
-    register(CLASSIFY)
+PIPELINES = (CLASSIFY,)

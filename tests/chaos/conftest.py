@@ -20,7 +20,7 @@ import pytest
 from docpipe.cli.client import DocpipeClient
 from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.stack import LocalStack, StackOptions
-from tests.chaos.invariants import REPORT, ChaosStack
+from tests.chaos.invariants import REPORT, WEBHOOK_ENV, ChaosStack
 from tests.processes import FAST_TIMINGS
 
 
@@ -38,6 +38,7 @@ def chaos() -> Iterator[ChaosStack]:
         "DOCPIPE_LEASE_TTL_S": "6",
         "DOCPIPE_REDIS_URL": broker.url,
         "DOCPIPE_API_KEY_RPM": "0",
+        **WEBHOOK_ENV,
     }
     saved = {k: os.environ.get(k) for k in (*env, "DOCPIPE_DATABASE_URL", "DOCPIPE_LLM_BASE_URL")}
     os.environ.update(env)

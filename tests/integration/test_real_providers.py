@@ -141,9 +141,10 @@ def test_the_same_document_goes_to_three_models_by_priority_and_budget(
     providers = [{"name": "fake", "base_url": fake_llm.url + "/v1", "models": models}]
     start_process(
         "worker-interactive",
-        [*worker_argv("interactive", concurrency=2), "--include", "tests.routing_pipeline"],
+        worker_argv("interactive", concurrency=2),
         r"\bready\.",
         DOCPIPE_PROVIDERS=json.dumps(providers),
+        DOCPIPE_PIPELINE_MODULES="tests.routing_pipeline",
     )
     text = "Server room flooded on Monday; the backup generator fails at 4 pm. Call Dana."
     cases = [  # (priority, budget): fast costs ~$0.09 a call, balanced ~$0.009, cheap ~$0.0009

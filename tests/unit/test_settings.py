@@ -1,8 +1,10 @@
+import base64
 import json
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet
 from pydantic import ValidationError
 
 from docpipe.settings import Settings, get_settings
@@ -128,3 +130,46 @@ def test_bad_provider_settings_stop_start_up_naming_the_setting(
 def test_a_provider_tpm_below_the_default_output_budget_names_both_settings() -> None:
     with pytest.raises(ValidationError, match=r"DOCPIPE_PROVIDER_TPM.*DOCPIPE_DEFAULT_MAX_TOKENS"):
         Settings(provider_tpm=1000, default_max_tokens=2000)
+
+
+def test_the_removed_global_webhook_secret_is_refused_with_what_replaced_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DOCPIPE_WEBHOOK_SECRET", "shared-by-everyone")
+    with pytest.raises(ValidationError, match=r"no longer read: .*POST /webhook-secret"):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("", "DOCPIPE_WEBHOOKS_ENABLED=true needs DOCPIPE_SECRETS_KEY"),
+        ("changeme", "must be a Fernet key"),
+        ("A" * 43 + "=", "looks like a placeholder"),
+        (base64.urlsafe_b64encode(b"password" * 4).decode(), "looks like a placeholder"),
+    ],
+)
+def test_webhooks_refuse_to_start_without_a_real_secrets_key(key: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Settings(webhooks_enabled=True, secrets_key=key)  # type: ignore[arg-type]
+
+
+def test_a_generated_secrets_key_is_accepted_and_webhooks_are_off_without_one() -> None:
+    key = Fernet.generate_key().decode()
+    assert Settings(webhooks_enabled=True, secrets_key=key).webhooks_enabled  # type: ignore[arg-type]
+    assert not Settings().webhooks_enabled
+
+
+def test_a_webhook_attempt_must_end_before_the_soft_time_limit() -> None:
+    with pytest.raises(ValidationError, match="DOCPIPE_WEBHOOK_TIMEOUT_S=60 must be below"):
+        Settings(webhook_timeout_s=60)
+
+
+def test_the_webhook_allowlist_is_read_from_a_comma_separated_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS", "127.0.0.1, fd00::/8,Hooks.Internal")
+    assert Settings().webhook_allowed_destinations == ("127.0.0.1/32", "fd00::/8", "hooks.internal")
+    monkeypatch.setenv("DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS", "10.0.0.0/8,not a host!")
+    with pytest.raises(ValidationError, match="DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS"):
+        Settings()

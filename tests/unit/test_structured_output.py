@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from docpipe.pipelines.catalog import check_answer_schemas
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.model import Pipeline, Step
-from docpipe.pipelines.registry import check_answer_schemas
 from docpipe.structured_output import StrictSchemaError, drop_absent_optionals, strict_schema
 
 

@@ -1,8 +1,11 @@
 """Provider calls made by a step: memoised, logged before they are sent, validated after.
 
-``StepContext.ask`` is the only way a step talks to a model. A call whose answer was already
-accepted for this run, step and generation returns the stored answer without a request, so
-a step that is retried after a crash re-sends only the calls that had not finished.
+:class:`StepCalls` holds what one claimed step needs to call models (the database, the
+client, the limiter, its lease); the step's own code sees only :meth:`StepCalls.input`, a
+:class:`~docpipe.pipelines.StepInput` with the document, the earlier outputs and ``ask``.
+A call whose answer was already accepted for this run, step and generation returns the
+stored answer without a request, so a step that is retried after a crash re-sends only the
+calls that had not finished.
 """
 
 from __future__ import annotations
@@ -15,11 +18,18 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
+from types import MappingProxyType
 from typing import Any, TypeVar
 
-from docpipe.errors import BudgetExceededError, InvalidOutputError, LLMError, RunStoppedError
+from docpipe.errors import (
+    BudgetExceededError,
+    InvalidOutputError,
+    LLMError,
+    PermanentLLMError,
+    RunStoppedError,
+)
 from docpipe.observability import metrics
-from docpipe.pipelines.model import Step
+from docpipe.pipelines.model import Step, StepInput
 from docpipe.providers.call_plan import PlannedCall, candidates_of, plan_call, read_answer
 from docpipe.providers.client import ChatClient, Completion
 from docpipe.providers.gate import CallGate
@@ -31,14 +41,14 @@ from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
 from docpipe.statuses import ACTIVE_RUN_STATUSES, Priority
 
-__all__ = ["CallGate", "StepContext"]
+__all__ = ["CallGate", "StepCalls"]
 
 _T = TypeVar("_T")
 
 
 @dataclass
-class StepContext:
-    """What a step may read (the document, earlier outputs) and do (ask a model)."""
+class StepCalls:
+    """The provider calls of one claimed step, and the bookkeeping that keeps them safe."""
 
     db: Database
     llm: ChatClient
@@ -49,8 +59,6 @@ class StepContext:
     lane: str
     attempt: int
     generation: int
-    document: str
-    outputs: Mapping[str, Any]
     gate: CallGate = _no_gate
     pipeline: str = "unknown"  # the run's pipeline key, for metrics
     # The worker holding the step's lease; no call is sent once another worker took it over.
@@ -61,13 +69,22 @@ class StepContext:
     _stopping: bool = field(default=False, init=False)
     _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
 
+    def input(self, document: str, outputs: Mapping[str, Any]) -> StepInput:
+        """What the step's code gets: the document, earlier outputs, ``ask`` and ``ask_all``."""
+        return _Input(self, document, MappingProxyType(dict(outputs)))
+
     def ask_all(
-        self, requests: Sequence[tuple[str, str, Mapping[str, Any]]]
+        self,
+        requests: Sequence[tuple[str, str, Mapping[str, Any]]],
+        *,
+        concurrency: int | None = None,
     ) -> list[dict[str, Any]]:
-        """``ask`` for each (call_key, user, schema), up to ``step_call_concurrency`` at once;
-        answers in request order. Every call finishes (and is memoised) before the first
-        error is raised, so a retry re-sends only what failed."""
-        parallel = min(self.settings.step_call_concurrency, len(requests))
+        """``ask`` for each (call_key, user, schema), at most ``concurrency`` (and never
+        more than ``step_call_concurrency``) at once; answers in request order. Every call
+        finishes (and is memoised) before the first error is raised, so a retry re-sends
+        only what failed."""
+        parallel = min(concurrency or self.settings.step_call_concurrency,
+                       self.settings.step_call_concurrency, len(requests))  # fmt: skip
         if parallel <= 1:
             return [self.ask(*r) for r in requests]
         pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="step-call")
@@ -112,6 +129,8 @@ class StepContext:
         both fail, BudgetExceededError when the budget left pays for no candidate, or the
         provider's Transient/PermanentLLMError.
         """
+        if self.step.model is None:
+            raise PermanentLLMError(f"step {self.step.name} names no model to ask", kind="no_model")
         messages = [
             {"role": "system", "content": self.step.system_prompt},
             {"role": "user", "content": user},
@@ -126,6 +145,7 @@ class StepContext:
             owner=self.owner,
             request=first.log_params(),
             estimated_cost_usd=first.estimated_cost,
+            step_budget_usd=self.step.budget_usd,
         )
         if check is None or check.status not in ACTIVE_RUN_STATUSES:
             raise RunStoppedError(f"run {self.run_id} is no longer running")
@@ -165,7 +185,7 @@ class StepContext:
     ) -> PlannedCall:
         """The candidate the run's priority and budget left choose, or BudgetExceededError
         before anything is sent when the budget left pays for none."""
-        left, scope = call_log.budget_left(check)
+        left, scope = call_log.budget_left(check, self.step.budget_usd)
         asked = self.step.max_tokens or self.settings.default_max_tokens
         options = candidates_of(self.settings.provider_table, candidates, messages, asked)
         route = choose_model(options, Priority(check.priority), left)
@@ -263,6 +283,28 @@ def _first_reason(candidates: tuple[str, ...]) -> str:
     """What routing says about the first candidate when the budget allows it at normal
     priority (the row is corrected before sending when routing says otherwise)."""
     return RouteReason.ONLY_CANDIDATE if len(candidates) == 1 else RouteReason.PREFERRED
+
+
+class _Input:
+    """A step's view of its run (docpipe.pipelines.StepInput), and nothing else of it."""
+
+    __slots__ = ("_calls", "document", "outputs")
+
+    def __init__(self, calls: StepCalls, document: str, outputs: Mapping[str, Any]) -> None:
+        self._calls = calls
+        self.document = document
+        self.outputs = outputs
+
+    def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        return self._calls.ask(call_key, user, schema)
+
+    def ask_all(
+        self,
+        requests: Sequence[tuple[str, str, Mapping[str, Any]]],
+        *,
+        concurrency: int | None = None,
+    ) -> list[dict[str, Any]]:
+        return self._calls.ask_all(requests, concurrency=concurrency)
 
 
 def _in_context_copy(call: Callable[[], _T]) -> Callable[[], _T]:

@@ -52,17 +52,20 @@ class CallCheck:
     budget_usd: Decimal | None
     batch_cost_usd: Decimal | None
     batch_budget_usd: Decimal | None
+    step_cost_usd: Decimal | None  # when the step has a budget of its own
     call_id: int | None
 
 
-def budget_left(check: CallCheck) -> tuple[Decimal | None, str]:
-    """What the run and its batch may still spend (None: no budget), and which budget that
-    is ("run" or "batch")."""
+def budget_left(check: CallCheck, step_budget_usd: Decimal | None) -> tuple[Decimal | None, str]:
+    """What the run, its batch and the step may still spend (None: no budget), and which
+    budget binds ("run", "batch" or "step")."""
     left: list[tuple[Decimal, str]] = []
     if check.budget_usd is not None:
         left.append((check.budget_usd - check.cost_usd, "run"))
     if check.batch_budget_usd is not None and check.batch_cost_usd is not None:
         left.append((check.batch_budget_usd - check.batch_cost_usd, "batch"))
+    if step_budget_usd is not None:
+        left.append((step_budget_usd - (check.step_cost_usd or Decimal(0)), "step"))
     if not left:
         return None, "run"
     return min(left)
@@ -75,15 +78,17 @@ def check_and_start_call(
     owner: str | None,
     request: Mapping[str, Any],
     estimated_cost_usd: Decimal,
+    step_budget_usd: Decimal | None,
 ) -> CallCheck | None:
     """The checks before a call and, if they pass (the call's estimated cost within the
-    budgets), its row recording ``request`` (see PlannedCall.log_params): one round trip.
-    None when the run does not exist."""
+    budgets of the run, its batch and the step), its row recording ``request`` (see
+    PlannedCall.log_params): one round trip. None when the run does not exist."""
     return db.one_as(
         CallCheck,
         "check_and_start_call",
         owner=owner,
         estimated_cost_usd=estimated_cost_usd,
+        step_budget_usd=step_budget_usd,
         **asdict(call),
         **request,
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from docpipe.broker.queues import PERIODIC_QUEUE
 from docpipe.broker.transport import app
+from docpipe.pipelines.catalog import catalog
 from docpipe.settings import Settings, get_settings
 from docpipe.worker import (
     signals,  # noqa: F401  (importing connects the metrics/tracing handlers)
@@ -63,3 +64,5 @@ def worker_config(settings: Settings) -> dict[str, Any]:
 
 app.conf.update(worker_config(get_settings()))
 app.steps["worker"].add(LivenessFile)
+# A broken pipeline definition stops the worker (and beat) before it takes any message.
+catalog()
