@@ -329,7 +329,7 @@ def test_a_model_without_a_price_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(
         PipelineError,
-        match=r"step 'lines' of invoice_check:v2 asks model 'gpt-9', which has no price",
+        match=r"step 'lines' of invoice_check:v2 asks model 'gpt-9', which is on no provider",
     ):
         load_catalog(Settings(pipelines_dir=tmp_path / "p"))
 

@@ -8,7 +8,7 @@ import pytest
 
 from docpipe.pipelines.catalog import check_answer_schemas
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
-from docpipe.pipelines.model import Pipeline, Step
+from docpipe.pipelines.model import Pipeline, PipelineError, Step
 from docpipe.structured_output import StrictSchemaError, drop_absent_optionals, strict_schema
 
 
@@ -110,5 +110,5 @@ def test_a_pipeline_with_a_schema_strict_mode_refuses_is_refused_naming_the_step
         name="tag", prompt_version="tag@v1", model="gpt-4o-mini", instructions="Tag.",
         output_schema=open_map, execute=lambda ctx: {}, answer_schemas=(open_map,),
     )  # fmt: skip
-    with pytest.raises(ValueError, match=r"pipeline tags:v1, step tag: .*additionalProperties"):
+    with pytest.raises(PipelineError, match=r"step 'tag' of tags:v1: .*additionalProperties"):
         check_answer_schemas(Pipeline(name="tags", version=1, steps=(step,)))
