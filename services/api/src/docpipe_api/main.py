@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis
 from fastapi import Depends, FastAPI
 
+from docpipe.broker.connection import redis_client
 from docpipe.broker.transport import CeleryPublisher
 from docpipe.observability import tracing
 from docpipe.settings import Settings, get_settings
@@ -20,7 +20,6 @@ from docpipe_api.deps import Resources, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability
 from docpipe_api.routes import batches, documents, health, runs
-from docpipe_api.routes.health import CHECK_TIMEOUT_S
 
 __all__ = ["app", "create_app"]
 
@@ -31,12 +30,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resolved = settings or get_settings()
-        database = Database(resolved.database_url, max_size=resolved.database_pool_size)
-        broker_redis = redis.Redis.from_url(
-            resolved.redis_url,
-            socket_connect_timeout=CHECK_TIMEOUT_S,
-            socket_timeout=CHECK_TIMEOUT_S,
-        )
+        database = Database.from_settings(resolved)
+        broker_redis = redis_client(resolved)
         app.state.docpipe = Resources(
             settings=resolved, database=database, broker=CeleryPublisher(), redis=broker_redis
         )

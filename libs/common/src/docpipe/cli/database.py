@@ -51,9 +51,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def _database() -> Iterator[Database]:
     """The database of DOCPIPE_DATABASE_URL (API keys are managed there directly)."""
     from docpipe.settings import get_settings
-    from docpipe.state.db import Database
+    from docpipe.state.db import Database, Timeouts
 
-    db = Database(get_settings().database_url, max_size=1)
+    db = Database(get_settings().database_url, max_size=1, timeouts=Timeouts.of(get_settings()))
     try:
         yield db
     finally:

@@ -7,10 +7,14 @@
 - runs past their deadline are ended as 'expired'.
 
 Everything is re-enqueued through the outbox, so a publish failure is swept later too.
+While Redis does not answer (its client gives up after DOCPIPE_REDIS_SOCKET_TIMEOUT_S), a
+pending step cannot be told lost from waiting: that part of the pass waits for the next
+one, the rest (expired leases, deadlines) goes on from PostgreSQL alone.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +26,8 @@ from docpipe.state.db import Database
 from docpipe.state.outbox import LANE_QUEUES_PARAM
 
 __all__ = ["Recovered", "recover_stalled_work"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,14 @@ def recover_stalled_work(
     with db.transaction() as tx:
         leases = tx.all("reap_expired_leases", lease_s=lease_s, queues=LANE_QUEUES_PARAM)
         tx.execute("abandon_orphaned_steps")
-    lost = db.all("redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM,
-                  **_cutoffs(broker_redis, grace_s))  # fmt: skip
+    try:
+        cutoffs = _cutoffs(broker_redis, grace_s)
+    except redis.RedisError as exc:
+        log.warning("reaper: Redis did not answer, lost messages are looked for next pass "
+                    "(%s: %s)", type(exc).__name__, exc)  # fmt: skip
+        lost = []
+    else:
+        lost = db.all("redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM, **cutoffs)
     expired = db.all("expire_overdue_runs")
     return Recovered(
         expired_leases=len(leases),
