@@ -72,6 +72,7 @@ def client(
     monkeypatch.setenv("DOCPIPE_REDIS_URL", redis_server.url)
     monkeypatch.setenv("DOCPIPE_MAX_DOCUMENT_BYTES", str(MAX_DOCUMENT_BYTES))
     monkeypatch.setenv("DOCPIPE_AUTH", "none")  # tenant "default"; keys: test_tenants.py
+    monkeypatch.setenv("DOCPIPE_METRICS_PORT", "0")
     get_settings.cache_clear()
     previous_broker = celery_app.conf.broker_url
     use_celery_broker(redis_server.url)

@@ -18,7 +18,7 @@ from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
 from docpipe_api.deps import Resources, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
-from docpipe_api.observability import install_observability
+from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.routes import batches, documents, health, runs
 
 __all__ = ["app", "create_app"]
@@ -36,7 +36,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings=resolved, database=database, broker=CeleryPublisher(), redis=broker_redis
         )
         try:
-            yield
+            with serving_metrics(resolved):
+                yield
         finally:
             broker_redis.close()
             database.close()
