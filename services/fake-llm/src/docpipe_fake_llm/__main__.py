@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import uvicorn
 
@@ -24,7 +25,11 @@ def main(argv: list[str] | None = None) -> None:
     """Parse flags (environment variables give their defaults) and serve until SIGTERM."""
     args = _parser().parse_args(argv)
     config = FakeLLMConfig(
-        latency_ms=args.latency_ms, rpm=args.rpm, burst=args.burst, api_key=args.api_key or None
+        latency_ms=args.latency_ms,
+        rpm=args.rpm,
+        burst=args.burst,
+        api_key=args.api_key or None,
+        request_log=args.request_log,
     )
     uvicorn.run(
         create_app(config),
@@ -64,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
         "--api-key",
         default=env("FAKE_LLM_API_KEY"),
         help="if set, require 'Authorization: Bearer <key>'",
+    )
+    parser.add_argument(
+        "--request-log",
+        type=Path,
+        default=env("FAKE_LLM_REQUEST_LOG") or None,
+        help="append each completion request's X-Client-Request-Id (or '-') to this file",
     )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]

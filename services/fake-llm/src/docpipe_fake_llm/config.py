@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = ["FakeLLMConfig", "parse_latency"]
 
 
 @dataclass(frozen=True)
 class FakeLLMConfig:
-    """Start-up settings; ``rpm`` 0 means no rate limit, ``burst`` 0 one second's worth."""
+    """Start-up settings; ``rpm`` 0 means no rate limit, ``burst`` 0 one second's worth;
+    ``request_log`` None: no request log (see stats.RequestLog)."""
 
     latency_ms: tuple[int, int] = (0, 0)
     rpm: int = 0
     burst: int = 0
     api_key: str | None = None
+    request_log: Path | None = None
 
     def __post_init__(self) -> None:
         low, high = self.latency_ms

@@ -28,7 +28,7 @@ from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
 from docpipe.statuses import ACTIVE_RUN_STATUSES
 
-__all__ = ["CallGate", "StepContext"]
+__all__ = ["CallGate", "StepContext", "call_request_id"]
 
 _T = TypeVar("_T")
 
@@ -172,7 +172,9 @@ class StepContext:
             with self.gate(model, self.lane):
                 self._request_starts()
                 try:
-                    completion = self.llm.chat(model=model, messages=messages)
+                    completion = self.llm.chat(
+                        model=model, messages=messages, request_id=call_request_id(call_id)
+                    )
                 except BaseException:
                     self._request_ends()  # a failed call is no memo: nothing to wait for
                     raise
@@ -193,6 +195,11 @@ class StepContext:
         finally:
             self._request_ends()
         return output
+
+
+def call_request_id(call_id: int) -> str:
+    """The request id a call is sent with: its llm_call_log row, readable at the provider."""
+    return f"docpipe-call-{call_id}"
 
 
 def _in_context_copy(call: Callable[[], _T]) -> Callable[[], _T]:

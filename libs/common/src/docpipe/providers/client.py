@@ -32,6 +32,7 @@ from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMEr
 __all__ = ["Completion", "LLMClient", "parse_output", "validate_json"]
 
 Message = Mapping[str, str]
+_REQUEST_ID_HEADER = "X-Client-Request-Id"
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,13 @@ class LLMClient:
     def close(self) -> None:
         self._http.close()
 
-    def chat(self, *, model: str, messages: Sequence[Message]) -> Completion:
-        """One completion in JSON mode, or a TransientLLMError / PermanentLLMError."""
+    def chat(
+        self, *, model: str, messages: Sequence[Message], request_id: str | None = None
+    ) -> Completion:
+        """One completion in JSON mode, or a TransientLLMError / PermanentLLMError.
+
+        ``request_id`` goes out as ``X-Client-Request-Id``, so that a provider's own logs
+        (and the fake provider's request log) can be matched with docpipe's call log."""
         if not any(m.get("content", "").strip() for m in messages if m.get("role") == "user"):
             raise PermanentLLMError(
                 "nothing to send: the user message is empty", kind="empty_input"
@@ -80,7 +86,8 @@ class LLMClient:
         }
         started = time.monotonic()
         try:
-            response = self._http.post("/chat/completions", json=body)
+            headers = {_REQUEST_ID_HEADER: request_id} if request_id else None
+            response = self._http.post("/chat/completions", json=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise TransientLLMError(f"provider timed out: {exc!r}", kind="timeout") from exc
         except httpx.TransportError as exc:
