@@ -54,6 +54,11 @@ def worker_config(settings: Settings) -> dict[str, Any]:
         # through PostgreSQL and the outbox, and their message, should it be handed out
         # again, finds the step done or leased (a no-op). Celery 6 turns this on by default.
         "worker_cancel_long_running_tasks_on_connection_loss": False,
+        # A full Redis (maxmemory, noeviction) refuses the consumer's bookkeeping writes with
+        # OOM, a ResponseError that kombu counts as a channel error; Celery would call it
+        # unrecoverable and stop the worker. Reconnect instead, and carry on once memory
+        # frees (tests/chaos: "Redis at maxmemory").
+        "broker_channel_error_retry": True,
         "worker_max_tasks_per_child": settings.worker_max_tasks_per_child,
         "worker_max_memory_per_child": settings.worker_max_memory_per_child_mb * 1024,
         "worker_send_task_events": settings.celery_task_events,
