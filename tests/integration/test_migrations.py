@@ -63,25 +63,30 @@ def test_migrate_is_idempotent(postgres_admin_url: str) -> None:
     assert apply_migrations(url) == []
 
 
-def test_concurrent_migrations_apply_each_file_once(postgres_admin_url: str) -> None:
-    url = create_database(postgres_admin_url, "docpipe_race")
+def migrate_concurrently(url: str, migrators: int, folder: Path | None = None) -> list[str]:
+    """Run ``docpipe migrate`` ``migrators`` times at once; the names they applied, sorted
+    (each once if all went well). Fails on any migrator's error."""
     results: list[list[str]] = []
     errors: list[BaseException] = []
 
     def migrate() -> None:
         try:
-            results.append(apply_migrations(url))
+            results.append(apply_migrations(url, folder=folder))
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=migrate) for _ in range(6)]
+    threads = [threading.Thread(target=migrate) for _ in range(migrators)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert errors == []
-    applied = sorted(name for result in results for name in result)
-    assert applied == sorted(m.name for m in migrations())
+    return sorted(name for result in results for name in result)
+
+
+def test_concurrent_migrations_apply_each_file_once(postgres_admin_url: str) -> None:
+    url = create_database(postgres_admin_url, "docpipe_race")
+    assert migrate_concurrently(url, 6) == sorted(m.name for m in migrations())
 
 
 # --- lock timeouts and indexes built CONCURRENTLY -----------------------------------------
@@ -177,23 +182,9 @@ def test_concurrent_migrators_build_a_concurrent_index_once_without_deadlock(
     url = create_database(postgres_admin_url, "docpipe_concurrent_race")
     folder = write_migrations(tmp_path / "m", **{"0001_t": TABLE + FILL,
                                                   "0002_index": CONCURRENT_INDEX})  # fmt: skip
-    results: list[list[str]] = []
-    errors: list[BaseException] = []
-
-    def migrate() -> None:
-        try:
-            results.append(apply_migrations(url, folder=folder))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=migrate) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    assert sorted(name for result in results for name in result) == ["0001_t.sql",
-                                                                     "0002_index.sql"]  # fmt: skip
+    # Waiting inside pg_advisory_lock, the others would hold a snapshot that the index build
+    # waits for: PostgreSQL would detect a deadlock and abort one of them.
+    assert migrate_concurrently(url, 4, folder) == ["0001_t.sql", "0002_index.sql"]
     assert index_validity(url, "t_x_idx") is True
 
 
