@@ -208,8 +208,10 @@ class ProviderLimiter:
                     s.provider_max_concurrency, s.limiter_interactive_reserve, _WAITER_TTL_S,
                     s.limiter_breaker_failures, s.limiter_breaker_probe_s,
                 ])  # fmt: skip
-            except redis.RedisError:
-                log.warning("provider limiter unavailable; calling without it", exc_info=True)
+            except redis.RedisError as exc:
+                # One line per call: during an outage every call says it.
+                log.warning("provider limiter unavailable; calling without it (%s: %s)",
+                            type(exc).__name__, exc)  # fmt: skip
                 return ""
             if answer in (b"probe", "probe"):
                 return "probe"
