@@ -9,11 +9,9 @@ on its own timeouts.
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -38,6 +36,7 @@ from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.partition import NetworkNamespace, postgres_in
 from tests.processes import use_celery_broker, wait_until
+from tests.servers import service_dir
 
 STEP1 = DOCUMENT_EXTRACT.step_names[0]
 CONTRACTS = sample_contracts(6)
@@ -115,8 +114,7 @@ def test_with_redis_down_writes_are_accepted_and_run_once_it_is_back(
 @pytest.fixture
 def persistent_redis() -> Iterator[LocalRedis]:
     """A Redis that keeps its messages across a stop (append-only file)."""
-    state = Path(tempfile.mkdtemp(prefix="docpipe-persistent-redis-"))
-    with LocalRedis(state / "data", persist=True) as server:
+    with service_dir("persistent-redis") as state, LocalRedis(state, persist=True) as server:
         yield server
 
 
@@ -172,8 +170,8 @@ def test_a_redis_failure_inside_a_route_answers_503_with_retry_after(
 @pytest.fixture
 def silent_redis() -> Iterator[tuple[NetworkNamespace, Settings]]:
     """A Redis in a namespace of its own (not yet partitioned) and settings that use it."""
-    logs = Path(tempfile.mkdtemp(prefix="docpipe-silent-redis-"))
-    with NetworkNamespace() as ns:
+    with service_dir("silent-redis") as logs, NetworkNamespace() as ns:
+        logs.mkdir()
         ns.start("redis", ["redis-server", "--bind", ns.address, "--port", "6379", "--save", "",
                            "--appendonly", "no", "--protected-mode", "no"],
                  logs / "redis.log")  # fmt: skip
@@ -268,10 +266,8 @@ def test_a_silent_redis_does_not_hang_publishing(
 
 
 def test_a_silent_postgresql_costs_a_statement_its_socket_timeout_not_a_hang() -> None:
-    data = Path(tempfile.mkdtemp(prefix="docpipe-silent-pg-"))
-    data.chmod(0o711)
-    with NetworkNamespace() as ns:
-        url = postgres_in(ns, data / "pg")
+    with service_dir("silent-pg") as data, NetworkNamespace() as ns:
+        url = postgres_in(ns, data)
         timeouts = Timeouts(connect_s=2, socket_s=2.0, statement_s=5.0, lock_s=1.0, pool_s=3.0)
         wait_until(lambda: _pg_answers(url), timeout_s=30)
         db = Database(url, max_size=1, timeouts=timeouts)
