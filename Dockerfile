@@ -82,13 +82,13 @@ ENTRYPOINT ["celery", "-A", "docpipe.worker.app"]
 FROM celery AS worker-interactive
 LABEL org.opencontainers.image.title="docpipe-worker-interactive" \
       org.opencontainers.image.description="docpipe Celery worker for the interactive lane"
-CMD ["worker", "--queues", "llm_interactive,docpipe_periodic", "--hostname", "interactive@%h", \
+CMD ["worker", "--queues", "llm_interactive,docpipe_periodic,docpipe_webhooks", "--hostname", "interactive@%h", \
      "--concurrency", "4", "--pool", "prefork", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
 
 FROM celery AS worker-batch
 LABEL org.opencontainers.image.title="docpipe-worker-batch" \
       org.opencontainers.image.description="docpipe Celery worker for the batch lane"
-CMD ["worker", "--queues", "llm_batch,docpipe_periodic", "--hostname", "batch@%h", \
+CMD ["worker", "--queues", "llm_batch,docpipe_periodic,docpipe_webhooks", "--hostname", "batch@%h", \
      "--concurrency", "4", "--pool", "prefork", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
 
 # Run exactly one (the chart uses replicas: 1 with strategy Recreate; periodic jobs are also

@@ -15,7 +15,7 @@ import argparse
 import time
 
 from bench.harness import bench_stack, percentile, write_report
-from docpipe.pipelines.registry import get_pipeline
+from docpipe.pipelines.catalog import get_pipeline
 from docpipe.settings import get_settings
 from docpipe.state.admission import admit_batch_runs
 from docpipe.state.batches import BatchDocument, create_batch

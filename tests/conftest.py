@@ -28,6 +28,7 @@ TABLES = (
     "batch",
     "document",
     "api_key",
+    "webhook_secret",
 )
 
 
@@ -73,6 +74,7 @@ def settings(database_url: str) -> Settings:
         database_statement_timeout_s=5.0,
         database_socket_timeout_s=5.0,
         database_pool_timeout_s=5.0,
+        webhook_timeout_s=2.0,
     )
 
 

@@ -4,7 +4,7 @@ The peers run the very step functions of ``docpipe.pipelines.document_extract`` 
 user messages, same answer schemas, same fallback model, same post-processing) through a
 context that only talks to the provider: no call log, no memo, no budget check, no lease.
 Each step's independent calls go out ``STEP_CALL_CONCURRENCY`` at a time, as in docpipe
-(one thread pool per step, like docpipe's ``StepContext.ask_all``), and each step's output
+(one thread pool per step, like docpipe's ``StepCalls.ask_all``), and each step's output
 is validated against its schema, as docpipe's executor does. The provider client
 (``docpipe.providers.client.LLMClient``) and answer parsing (``parse_output``) are docpipe's own, so
 whatever differs in a comparison is orchestration only.
@@ -16,12 +16,11 @@ import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from docpipe.errors import InvalidOutputError
+from docpipe.pipelines import Step
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
-from docpipe.pipelines.model import Step
-from docpipe.providers.calls import StepContext
 from docpipe.providers.client import LLMClient, parse_output, validate_json
 
 __all__ = ["PIPELINE", "STEP_CALL_CONCURRENCY", "llm_client", "run_document", "run_step"]
@@ -41,7 +40,7 @@ def llm_client(pid: int | None = None) -> LLMClient:
 
 
 class PlainContext:
-    """What docpipe's step functions use of a StepContext: the inputs and ``ask``."""
+    """A docpipe.pipelines.StepInput that only talks to the provider."""
 
     def __init__(self, step: Step, document: str, outputs: Mapping[str, Any]) -> None:
         self.step = step
@@ -64,9 +63,12 @@ class PlainContext:
         raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
 
     def ask_all(
-        self, requests: Sequence[tuple[str, str, Mapping[str, Any]]]
+        self,
+        requests: Sequence[tuple[str, str, Mapping[str, Any]]],
+        *,
+        concurrency: int | None = None,
     ) -> list[dict[str, Any]]:
-        parallel = min(STEP_CALL_CONCURRENCY, len(requests))
+        parallel = min(concurrency or STEP_CALL_CONCURRENCY, STEP_CALL_CONCURRENCY, len(requests))
         if parallel <= 1:
             return [self.ask(*r) for r in requests]
         with ThreadPoolExecutor(max_workers=parallel) as pool:
@@ -76,7 +78,7 @@ class PlainContext:
 def run_step(name: str, document: str, outputs: Mapping[str, Any]) -> dict[str, Any]:
     """One step of the pipeline, from the document and the earlier steps' outputs."""
     step = PIPELINE.step(name)
-    output = step.execute(cast(StepContext, PlainContext(step, document, outputs)))
+    output = step.execute(PlainContext(step, document, outputs))
     validate_json(output, step.output_schema)
     return output
 

@@ -29,7 +29,7 @@ from docpipe.cli.client import DocpipeClient
 from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.processes import fake_llm_argv
 from docpipe_dev.stack import LocalStack, StackOptions
-from tests.chaos.invariants import REPORT, ChaosStack
+from tests.chaos.invariants import REPORT, WEBHOOK_ENV, ChaosStack
 from tests.partition import NetworkNamespace
 from tests.processes import FAST_TIMINGS
 
@@ -59,6 +59,7 @@ def chaos(request: pytest.FixtureRequest) -> Iterator[ChaosStack]:
         "DOCPIPE_API_KEY_RPM": "0",
         # Every request the fake provider receives, by call id, across its restarts.
         "FAKE_LLM_REQUEST_LOG": str(request_log),
+        **WEBHOOK_ENV,
     }
     saved = {k: os.environ.get(k) for k in (*env, "DOCPIPE_DATABASE_URL", "DOCPIPE_LLM_BASE_URL")}
     os.environ.update(env)

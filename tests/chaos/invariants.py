@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from cryptography.fernet import Fernet
 from psycopg.rows import dict_row
 
 from docpipe.cli.client import DocpipeClient
@@ -25,6 +26,17 @@ from tests.partition import NetworkNamespace
 CONTRACTS = sample_contracts(200)
 # What docpipe sends as X-Client-Request-Id (docpipe.providers.calls.call_request_id).
 _CALL_ID = re.compile(r"docpipe-call-(\d+)")
+# Webhooks on, to receivers on 127.0.0.1, with a short deadline and few, quick retries; at
+# most two attempts in flight, so hanging receivers leave the other processes to the steps.
+WEBHOOK_ENV = {
+    "DOCPIPE_WEBHOOKS_ENABLED": "true",
+    "DOCPIPE_SECRETS_KEY": Fernet.generate_key().decode(),
+    "DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS": "127.0.0.1/32",
+    "DOCPIPE_WEBHOOK_TIMEOUT_S": "2",
+    "DOCPIPE_WEBHOOK_RETRY_BASE_S": "0.5",
+    "DOCPIPE_WEBHOOK_MAX_ATTEMPTS": "3",
+    "DOCPIPE_WEBHOOK_CONCURRENCY": "2",
+}
 
 
 @dataclass
@@ -52,9 +64,9 @@ class ChaosStack:
         rows = self.sql(query, *params)
         return next(iter(rows[0].values())) if rows else None
 
-    def submit_batch(self, count: int, prefix: str = "doc") -> str:
+    def submit_batch(self, count: int, prefix: str = "doc", **options: Any) -> str:
         documents = [{"id": f"{prefix}-{i}", "text": CONTRACTS[i].text} for i in range(count)]
-        return str(self.client.submit_batch(documents)["batch_id"])
+        return str(self.client.submit_batch(documents, **options)["batch_id"])
 
     def steps_done(self) -> int:
         return int(self.scalar("SELECT count(*) FROM pipeline_step_result WHERE status = 'done'"))

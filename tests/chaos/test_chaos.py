@@ -18,6 +18,7 @@ import redis
 from docpipe_dev.localstack import free_port
 from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv
 from tests.chaos.invariants import CONTRACTS, ChaosStack, check_invariants
+from tests.receivers import RawReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -35,16 +36,19 @@ def assert_clean(chaos: ChaosStack, name: str) -> None:
 
 
 # The SIGKILL scenario's waits, and its own timeout above their sum (the suite's default of
-# 300 s is shorter than its drain alone).
-_KILLS, _WARMUP_S, _READY_S, _PAUSE_MAX_S, _DRAIN_S = 24, 240, 60, 2, 300
+# 300 s is shorter than its drain alone); the webhooks' end is waited for after the drain.
+_KILLS, _WARMUP_S, _READY_S, _PAUSE_MAX_S, _DRAIN_S, _WEBHOOKS_S = 24, 240, 60, 2, 300, 210
 
 
-@pytest.mark.timeout(_WARMUP_S + _KILLS * (_READY_S + _PAUSE_MAX_S) + _DRAIN_S + 120)
+@pytest.mark.timeout(_WARMUP_S + _KILLS * (_READY_S + _PAUSE_MAX_S) + _DRAIN_S + _WEBHOOKS_S + 120)
 def test_random_sigkills_of_workers_during_a_200_document_batch(chaos: ChaosStack) -> None:
-    chaos.submit_batch(200)
+    # Webhooks go to a receiver that accepts connections and never answers, all along.
+    hanging = RawReceiver("hang").start()
+    chaos.client.rotate_webhook_secret()
+    chaos.submit_batch(200, callback_url=hanging.url)
     for i in range(10):  # interactive work is hit too
         chaos.client.put_document(f"solo-{i}", CONTRACTS[i].text)
-        chaos.client.extract(f"solo-{i}")
+        chaos.client.extract(f"solo-{i}", callback_url=hanging.url)
     rng = random.Random(7)
     chaos.wait_until(lambda: chaos.steps_done() >= 20, timeout_s=_WARMUP_S)
     while chaos.faults < _KILLS:
@@ -62,7 +66,38 @@ def test_random_sigkills_of_workers_during_a_200_document_batch(chaos: ChaosStac
         chaos.faults += 1
         time.sleep(rng.uniform(0.5, _PAUSE_MAX_S))
     chaos.wait_for_all_runs(timeout_s=_DRAIN_S)
-    assert_clean(chaos, "20+ SIGKILLs of workers (parents and children)")
+    assert_clean(chaos, "20+ SIGKILLs of workers (parents and children), a hanging receiver")
+    try:
+        assert_webhooks_cut_off_and_retried(chaos, hanging, deliveries=11)
+    finally:
+        hanging.stop()
+
+
+def assert_webhooks_cut_off_and_retried(
+    chaos: ChaosStack, receiver: RawReceiver, deliveries: int
+) -> None:
+    """Every delivery to a receiver that never answers ends 'failed' with each of its
+    attempts recorded (killed ones included); no connection outlived the deadline by much."""
+    attempts = int(os.environ["DOCPIPE_WEBHOOK_MAX_ATTEMPTS"])
+    chaos.wait_until(
+        lambda: (
+            chaos.scalar("SELECT count(*) FROM webhook_delivery WHERE status = 'failed'")
+            == deliveries
+        ),
+        timeout_s=180,
+    )
+    rows = chaos.sql("SELECT attempts, last_error FROM webhook_delivery")
+    assert len(rows) == deliveries
+    assert {(r["attempts"], r["last_error"]) for r in rows} <= {
+        (attempts, "timeout"), (attempts, "interrupted"),
+    }  # fmt: skip
+    assert len(receiver.connections) >= deliveries * (attempts - 1), "retried"
+    deadline_s = float(os.environ["DOCPIPE_WEBHOOK_TIMEOUT_S"])
+    chaos.wait_until(lambda: len(receiver.closed()) == len(receiver.connections), timeout_s=30)
+    longest = max(c.closed_at - c.opened_at for c in receiver.closed() if c.closed_at)
+    # The receiver never answers: only docpipe's deadline (or a killed worker) ends a
+    # connection; five deadlines leave room for a machine this loaded.
+    assert longest < 5 * deadline_s, f"a connection stayed open {longest:.1f}s"
 
 
 def test_redis_killed_and_restarted_empty_mid_batch(chaos: ChaosStack) -> None:

@@ -141,6 +141,23 @@ SCALED = {
 }  # fmt: skip
 
 
+# A user's pipeline file, as the `pipelines` value carries it.
+INVOICE_PIPELINE = """\
+name: invoice_check
+version: 1
+defaults: {model: gpt-4o-mini}
+steps:
+  - name: total
+    kind: ask
+    prompt: "{{ document }}"
+    output_schema: {type: object, required: [total], properties: {total: {type: number}}}
+"""
+WITH_PIPELINES = {
+    "pipelines": {"invoice.yaml": INVOICE_PIPELINE},
+    "config": {"pipelineModules": ["acme_flows", "acme_flows.claims:CLAIMS"]},
+}
+
+
 def value_sets() -> dict[str, tuple[dict[str, Any], tuple[str, ...]]]:
     """name -> (values, API versions the cluster serves)."""
     return {
@@ -149,4 +166,5 @@ def value_sets() -> dict[str, tuple[dict[str, Any], tuple[str, ...]]]:
         "external-secret": (EXTERNAL_SECRET, ()),
         "external-urls": (EXTERNAL_URLS, ()),
         "keda-hpa-monitoring": (SCALED, (MONITORING_API, KEDA_API)),
+        "pipelines": (WITH_PIPELINES, ()),
     }

@@ -42,6 +42,10 @@ from tests.chart.helm import KEDA_API, render
         ({"config": {"databaseLockTimeoutSeconds": 20}},
          "config.databaseLockTimeoutSeconds=20 must not exceed "
          "config.databaseStatementTimeoutSeconds=15"),
+        ({"config": {"llmTimeoutSeconds": 10, "limiterMaxWaitSeconds": 5,
+                     "webhookTimeoutSeconds": 15},
+          "workers": {"batch": {"taskSoftTimeLimitSeconds": 12, "taskTimeLimitSeconds": 30}}},
+         "config.webhookTimeoutSeconds=15 must be below workers.batch.taskSoftTimeLimitSeconds=12"),
         ({"postgresql": {"enabled": False}}, "no database: set secrets.databaseUrl"),
         ({"redis": {"enabled": False}}, "no broker: set secrets.redisUrl"),
         ({"secrets": {"existingSecret": "creds"}}, "secrets.existingSecret is for external"),

@@ -16,8 +16,8 @@ from tests.chart.helm import chart, named, render, value_sets
 # Settings that are not plain ConfigMap entries: credentials (the Secret), the liveness file
 # (set per container), prices and the provider URL (their own config keys).
 NOT_IN_CONFIGMAP = {
-    "database_url", "redis_url", "llm_api_key", "webhook_secret", "liveness_file",
-    "model_prices", "llm_base_url",
+    "database_url", "redis_url", "llm_api_key", "secrets_key", "liveness_file",
+    "model_prices", "llm_base_url", "pipeline_modules", "pipelines_dir",
 }  # fmt: skip
 
 
@@ -28,11 +28,12 @@ def field_of(env: str) -> str:
 def test_every_library_setting_is_exposed_by_the_chart() -> None:
     data = named(render(), "ConfigMap", "docpipe")["data"]
     # Credentials come from the Secret; the liveness file and the metrics port are set per
-    # container (workers and beat); prices from config.modelPrices (rendered when set); the
-    # metrics server listens on every interface by default, as a pod's must.
+    # container (workers and beat); prices from config.modelPrices, pipeline modules from
+    # config.pipelineModules, the pipelines folder from `pipelines` (each rendered when set);
+    # the metrics server listens on every interface by default, as a pod's must.
     exposed = {field_of(env) for env in data} | {
-        "database_url", "redis_url", "llm_api_key", "webhook_secret", "liveness_file",
-        "metrics_port", "model_prices", "metrics_host",
+        "database_url", "redis_url", "llm_api_key", "secrets_key", "liveness_file",
+        "metrics_port", "model_prices", "metrics_host", "pipeline_modules", "pipelines_dir",
     }  # fmt: skip
     missing = set(Settings.model_fields) - exposed
     assert missing == set(), f"add to the chart's config (values, schema, helpers): {missing}"
@@ -52,6 +53,8 @@ def test_chart_defaults_are_the_library_defaults() -> None:
         default = getattr(defaults, name)
         if isinstance(default, str):
             same = text == default
+        elif isinstance(default, tuple):
+            same = text == ",".join(default)
         elif isinstance(default, bool):
             same = text == str(default).lower()
         else:
@@ -81,6 +84,8 @@ def test_rendered_configuration_is_accepted_by_the_library(
 
 
 def test_chart_config_keys_match_the_values_file() -> None:
-    values_config = set(chart().values["config"]) - {"llmBaseUrl", "modelPrices", "extraEnv"}
+    values_config = set(chart().values["config"]) - {
+        "llmBaseUrl", "modelPrices", "pipelineModules", "extraEnv"
+    }  # fmt: skip
     data = named(render(), "ConfigMap", "docpipe")["data"]
     assert len(values_config) == len(data) - 1  # DOCPIPE_LLM_BASE_URL has its own key

@@ -22,6 +22,7 @@ import httpx
 import psycopg
 import pytest
 import redis
+from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
 from docpipe.broker.transport import app as celery_app
@@ -73,6 +74,8 @@ def client(
     monkeypatch.setenv("DOCPIPE_MAX_DOCUMENT_BYTES", str(MAX_DOCUMENT_BYTES))
     monkeypatch.setenv("DOCPIPE_AUTH", "none")  # tenant "default"; keys: test_tenants.py
     monkeypatch.setenv("DOCPIPE_METRICS_PORT", "0")
+    monkeypatch.setenv("DOCPIPE_WEBHOOKS_ENABLED", "true")
+    monkeypatch.setenv("DOCPIPE_SECRETS_KEY", Fernet.generate_key().decode())
     get_settings.cache_clear()
     previous_broker = celery_app.conf.broker_url
     use_celery_broker(redis_server.url)
@@ -333,6 +336,7 @@ def test_options_must_be_json(client: TestClient) -> None:
 
 
 def test_options_are_stored_with_the_run(client: TestClient, db: Database) -> None:
+    assert client.post("/webhook-secret").status_code == 201  # callback_url wants one
     run_id = started_run(
         client, deadline_s=3600, budget_usd=0.25, callback_url="https://example.org/hook"
     )
@@ -557,6 +561,10 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("get", "/batches/{batch_id}"): {"200", "404"},
         ("get", "/batches/{batch_id}/runs"): {"200", "404", "422"},
         ("post", "/batches/{batch_id}/cancel"): {"200", "404", "409"},
+        ("get", "/pipelines"): {"200"},
+        ("get", "/pipelines/{key}"): {"200", "404"},
+        ("post", "/webhook-secret"): {"201", "409", "422"},
+        ("get", "/webhook-secret"): {"200", "404"},
         ("get", "/healthz"): {"200"},
         ("get", "/readyz"): {"200", "503"},
     }

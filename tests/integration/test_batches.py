@@ -3,20 +3,19 @@ PostgreSQL, Redis, workers and beat."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
+from standardwebhooks import Webhook
 
 from docpipe.broker.queues import RUN_ID_HEADER, sub_lists
+from docpipe.pipelines.catalog import catalog
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.settings import Settings
 from docpipe.state.admission import admit_batch_runs
@@ -27,9 +26,10 @@ from docpipe_dev.samples import sample_contracts
 from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
+from tests.receivers import recording_receiver
 
 CONTRACTS = sample_contracts(120)
-SECRET = "whsec-test"
+SECRETS_KEY = Fernet.generate_key().decode()
 
 
 def batch_body(count: int, prefix: str = "c", **options: Any) -> dict[str, Any]:
@@ -378,52 +378,28 @@ def test_a_batch_budget_stops_the_batch_when_reached(
     assert status["cost_so_far_usd"] <= 0.004 + 2 * float(biggest_call)
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    answers: list[int]
-    received: list[tuple[dict[str, str], bytes]]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.received.append((dict(self.headers), body))
-        self.send_response(self.answers.pop(0) if self.answers else 200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[str, type[_Receiver]]]:
-    handler = type("Receiver", (_Receiver,), {"answers": [500], "received": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", handler
-    server.shutdown()
-    server.server_close()
-
-
 def test_a_finished_run_and_batch_call_their_webhooks_signed_with_retries(
     make_api_client: Callable[..., TestClient],
     db: Database,
     broker: redis.Redis,
     fake_llm: FakeLLM,
     batch_stack: Callable[..., None],
-    receiver: tuple[str, type[_Receiver]],
 ) -> None:
-    url, handler = receiver
-    client = make_api_client()
-    batch_id = submit(client, batch_body(2, callback_url=url))["batch_id"]
-    batch_stack(DOCPIPE_WEBHOOK_SECRET=SECRET, DOCPIPE_WEBHOOK_RETRY_BASE_S="0.2")
-    wait_until(lambda: (client.get(f"/batches/{batch_id}").json()["webhook"] or {})
-               .get("status") == "delivered", timeout_s=60)  # fmt: skip
+    webhooks = {"webhooks_enabled": "true", "secrets_key": SECRETS_KEY,
+                "webhook_allowed_destinations": "127.0.0.1/32"}  # fmt: skip
+    client = make_api_client(**webhooks)
+    secret = client.post("/webhook-secret").json()["secret"]
+    with recording_receiver(500) as (url, handler):
+        batch_id = submit(client, batch_body(2, callback_url=url))["batch_id"]
+        batch_stack(DOCPIPE_WEBHOOK_RETRY_BASE_S="0.2",
+                    **{f"DOCPIPE_{k.upper()}": v for k, v in webhooks.items()})  # fmt: skip
+        wait_until(lambda: (client.get(f"/batches/{batch_id}").json()["webhook"] or {})
+                   .get("status") == "delivered", timeout_s=60)  # fmt: skip
     webhook = client.get(f"/batches/{batch_id}").json()["webhook"]
     assert (webhook["attempts"], webhook["last_status"]) == (2, 200), "the 500 was retried"
-    headers, body = handler.received[-1]
-    timestamp, signature = (p.split("=", 1)[1] for p in headers["Docpipe-Signature"].split(","))
-    expected = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    assert hmac.compare_digest(signature, expected.hexdigest())
-    event = json.loads(body)
+    failed, delivered = handler.received
+    assert failed.headers["webhook-id"] == delivered.headers["webhook-id"], "one message id"
+    event = Webhook(secret).verify(delivered.body, delivered.headers)
     assert (event["event"], event["batch_id"], event["status"]) == (
         "batch.ended", batch_id, "done",
     )  # fmt: skip
@@ -467,10 +443,10 @@ def test_a_run_of_a_cancelled_batch_cannot_be_retried_but_one_of_a_done_batch_re
                        (run_ids[0],))  # fmt: skip
     stop_batch(db, "a", batch_id, status="cancelled", reason="test")
     with pytest.raises(ConflictError, match="cancelled; its runs stay stopped"):
-        runs.restart_run(db, "a", run_ids[1], None)
+        runs.restart_run(db, "a", run_ids[1], None, pipelines=catalog())
 
     with db.session() as s:  # the same with a batch that simply finished
         s.conn.execute(b"UPDATE batch SET status = 'done'")
-    runs.restart_run(db, "a", run_ids[0], "summarize")
+    runs.restart_run(db, "a", run_ids[0], "summarize", pipelines=catalog())
     assert scalar(db, "SELECT status FROM batch") == "running"
     assert scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", run_ids[0]) == "queued"

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from cryptography.fernet import Fernet
+
 from docpipe.state.db import Database
 from docpipe_dev.processes import ManagedProcess
 from tests.factories import scalar
@@ -36,7 +38,8 @@ def test_samples_are_written_as_text_files(tmp_path: Path) -> None:
 
 def test_migrate_is_idempotent_from_the_command_line(database_url: str) -> None:
     env = {"DOCPIPE_DATABASE_URL": database_url}
-    assert docpipe("migrate", env=env).stdout.strip() == "schema is up to date"
+    output = docpipe("migrate", env=env).stdout.strip().splitlines()
+    assert output == ["schema is up to date", "pipelines: document_extract:v1, nda_review:v1"]
 
 
 def test_submit_watch_and_status_over_the_api(
@@ -87,3 +90,20 @@ def test_batch_submit_watch_and_cancel(
     again = docpipe("batch", "cancel", batch_id, "--api", api)
     assert again.returncode == 2
     assert "409" in again.stdout
+
+
+def test_webhook_secret_rotate_prints_the_secret_once_and_show_never(
+    db: Database, broker: object, start_api: Callable[..., str]
+) -> None:
+    api = start_api(DOCPIPE_WEBHOOKS_ENABLED="true",
+                    DOCPIPE_SECRETS_KEY=Fernet.generate_key().decode())  # fmt: skip
+    first = docpipe("webhook-secret", "rotate", "--api", api)
+    assert first.returncode == 0, first.stderr
+    secret = first.stdout.strip()
+    assert secret.startswith("whsec_") and "shown only now" in first.stderr
+    second = docpipe("webhook-secret", "rotate", "--previous-valid-for", "600", "--api", api)
+    assert second.stdout.strip() != secret
+    shown = docpipe("webhook-secret", "show", "--api", api)
+    assert shown.returncode == 0, shown.stderr
+    assert "previous secret whs_" in shown.stdout and "signs too until" in shown.stdout
+    assert secret not in shown.stdout + shown.stderr

@@ -129,8 +129,9 @@ def test_a_run_whose_webhook_is_still_owed_is_kept(db: Database) -> None:
     pending = aged_run(db, "pending", callback_url="https://x.test/h")
     delivered = aged_run(db, "delivered", callback_url="https://x.test/h")
     for run_id, status in ((pending, "pending"), (delivered, "delivered")):
-        execute(db, "INSERT INTO webhook_delivery (run_id, url, payload, status)"
-                    " VALUES (%s, 'https://x.test/h', '{}', %s)", run_id, status)  # fmt: skip
+        execute(db, "INSERT INTO webhook_delivery (run_id, tenant_id, url, payload, status)"
+                    " VALUES (%s, 'acme', 'https://x.test/h', '{}', %s)",
+                    run_id, status)  # fmt: skip
     prune(db)
     assert runs_left(db) == {unnotified, pending}
     assert scalar(db, "SELECT count(*) FROM webhook_delivery") == 1

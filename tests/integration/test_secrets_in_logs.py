@@ -11,6 +11,7 @@ import httpx
 import psycopg
 import pytest
 import redis
+from cryptography.fernet import Fernet
 
 from docpipe.cli.client import ApiError, DocpipeClient
 from docpipe.state.db import Database
@@ -24,9 +25,8 @@ from tests.processes import ProcessFactory, wait_until
 from tests.servers import service_dir
 
 SECRETS = {
-    name: f"{name}-{uuid.uuid4().hex}"
-    for name in ("pg-password", "redis-password", "llm-key", "webhook-secret")
-}
+    name: f"{name}-{uuid.uuid4().hex}" for name in ("pg-password", "redis-password", "llm-key")
+} | {"secrets-key": Fernet.generate_key().decode()}
 
 
 @pytest.fixture
@@ -60,7 +60,9 @@ def test_no_secret_appears_in_the_logs_of_the_api_worker_and_beat(
         "DOCPIPE_REDIS_URL": f"redis://:{SECRETS['redis-password']}@127.0.0.1:"
         f"{redis_with_password.port}/0",
         "DOCPIPE_LLM_API_KEY": SECRETS["llm-key"],
-        "DOCPIPE_WEBHOOK_SECRET": SECRETS["webhook-secret"],
+        "DOCPIPE_WEBHOOKS_ENABLED": "true",
+        "DOCPIPE_SECRETS_KEY": SECRETS["secrets-key"],
+        "DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS": "127.0.0.1/32",
         "DOCPIPE_WEBHOOK_RETRY_BASE_S": "0.2",
         "DOCPIPE_AUTH": "keys",
     }
@@ -76,6 +78,7 @@ def test_no_secret_appears_in_the_logs_of_the_api_worker_and_beat(
     dead_receiver = f"http://127.0.0.1:{free_port()}/hook"  # every delivery attempt fails
 
     with DocpipeClient(api, api_key=api_key) as client:
+        webhook_secret = client.rotate_webhook_secret()["secret"]
         contract = sample_contracts(1)[0]
         client.put_document("contract", contract.text)
         run_id = client.extract("contract", callback_url=dead_receiver)["run_id"]
@@ -95,5 +98,6 @@ def test_no_secret_appears_in_the_logs_of_the_api_worker_and_beat(
     # Celery prints its broker URL at start-up, with the password masked.
     assert f"redis://:**@127.0.0.1:{redis_with_password.port}" in logs["worker-interactive"]
     for name, text in logs.items():
-        for secret_name, secret in {**SECRETS, "api-key": api_key, "forged": forged}.items():
+        shown_once = {"api-key": api_key, "forged": forged, "webhook-secret": webhook_secret}
+        for secret_name, secret in {**SECRETS, **shown_once}.items():
             assert secret not in text, f"{secret_name} appears in the {name} log"

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.pipelines.catalog import catalog
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.state import runs
 from docpipe.state.db import Database
@@ -228,7 +229,7 @@ def test_restart_from_a_step_keeps_earlier_results_and_bumps_the_generation(db: 
             prompt_version="v",
             next_step=nxt,
         )
-    restarted = runs.restart_run(db, TENANT, run.run_id, STEP2)
+    restarted = runs.restart_run(db, TENANT, run.run_id, STEP2, pipelines=catalog())
     assert len(restarted.outbox_ids) == 1
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
     assert (progress.status, progress.current_step, progress.steps_done) == ("queued", STEP2, 1)
@@ -243,12 +244,12 @@ def test_restart_from_a_step_keeps_earlier_results_and_bumps_the_generation(db: 
 def test_restart_refuses_active_runs_and_unknown_steps(db: Database) -> None:
     run = new_run(db)
     with pytest.raises(ConflictError, match="only ended runs restart"):
-        runs.restart_run(db, TENANT, run.run_id, STEP1)
+        runs.restart_run(db, TENANT, run.run_id, STEP1, pipelines=catalog())
     runs.cancel_run(db, TENANT, run.run_id)
     with pytest.raises(ConflictError, match="an earlier step is not done"):
-        runs.restart_run(db, TENANT, run.run_id, STEP3)
+        runs.restart_run(db, TENANT, run.run_id, STEP3, pipelines=catalog())
     with pytest.raises(InvalidRequestError, match="has no step"):
-        runs.restart_run(db, TENANT, run.run_id, "nope")
+        runs.restart_run(db, TENANT, run.run_id, "nope", pipelines=catalog())
 
 
 def test_unknown_runs_and_other_tenants_runs_are_not_found(db: Database) -> None:

@@ -1,8 +1,8 @@
 import pytest
 
 from docpipe.errors import InvalidRequestError
+from docpipe.pipelines.catalog import get_pipeline, pipelines
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, locate_sections
-from docpipe.pipelines.registry import get_pipeline, pipelines
 
 DOC = "SUPPLY AGREEMENT\nParties here.\n1. DEFINITIONS\nWords.\n2. PRICE\nMoney.\n"
 
@@ -53,3 +53,58 @@ def test_a_heading_mentioned_inside_a_sentence_is_not_a_section_start() -> None:
     doc = "Intro refers to 2. PRICE below.\n1. A\nx\n2. PRICE\ny\n"
     sections = locate_sections(doc, [{"number": "2", "title": "Price", "heading": "2. PRICE"}])
     assert doc[sections[1]["start"] :].startswith("2. PRICE\ny")
+
+
+def test_the_authoring_api_is_one_small_module() -> None:
+    import docpipe.pipelines as authoring
+
+    assert sorted(authoring.__all__) == [
+        "JSONSchema",
+        "Pipeline",
+        "PipelineError",
+        "Step",
+        "StepInput",
+    ]
+
+
+def test_a_step_sees_the_document_earlier_outputs_and_ask_and_nothing_else() -> None:
+    from docpipe.providers.calls import StepCalls
+    from docpipe.settings import Settings
+
+    calls = StepCalls(
+        db=None,  # type: ignore[arg-type]  (never reached: nothing is asked here)
+        llm=None,  # type: ignore[arg-type]
+        settings=Settings(),
+        step=DOCUMENT_EXTRACT.steps[1],
+        run_id="r",
+        tenant_id="t",
+        lane="interactive",
+        attempt=1,
+        generation=0,
+    )
+    seen = calls.input("the text", {"extract_sections": {"sections": []}})
+    assert {name for name in dir(seen) if not name.startswith("_")} == {
+        "ask",
+        "ask_all",
+        "document",
+        "outputs",
+    }
+    assert seen.document == "the text"
+    with pytest.raises(TypeError):  # earlier outputs are read-only
+        seen.outputs["extract_sections"] = {}  # type: ignore[index]
+
+
+def test_a_step_name_and_bounds_are_checked_when_it_is_defined() -> None:
+    from docpipe.pipelines import PipelineError, Step
+
+    def nothing(step: object) -> dict[str, object]:
+        return {}
+
+    with pytest.raises(PipelineError, match="a step name is 1-63 characters"):
+        Step("Bad Name", nothing, {"type": "object"})
+    with pytest.raises(PipelineError, match="max_attempts must be 1-50"):
+        Step("a", nothing, {"type": "object"}, max_attempts=0)
+    with pytest.raises(PipelineError, match="must describe a JSON object"):
+        Step("a", nothing, {"type": "array"})
+    with pytest.raises(PipelineError, match="a fallback_model needs a model"):
+        Step("a", nothing, {"type": "object"}, fallback_model="gpt-4o")

@@ -1,6 +1,8 @@
+import base64
 from decimal import Decimal
 
 import pytest
+from cryptography.fernet import Fernet
 from pydantic import ValidationError
 
 from docpipe.settings import Settings, get_settings
@@ -54,3 +56,46 @@ def test_price_table_is_read_from_json(monkeypatch: pytest.MonkeyPatch) -> None:
         "DOCPIPE_MODEL_PRICES", '{"m1": {"input_per_mtok": 1, "output_per_mtok": 2}}'
     )
     assert Settings().price_of("m1").cost(500_000, 500_000) == Decimal("1.5")
+
+
+def test_the_removed_global_webhook_secret_is_refused_with_what_replaced_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DOCPIPE_WEBHOOK_SECRET", "shared-by-everyone")
+    with pytest.raises(ValidationError, match=r"no longer read: .*POST /webhook-secret"):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("", "DOCPIPE_WEBHOOKS_ENABLED=true needs DOCPIPE_SECRETS_KEY"),
+        ("changeme", "must be a Fernet key"),
+        ("A" * 43 + "=", "looks like a placeholder"),
+        (base64.urlsafe_b64encode(b"password" * 4).decode(), "looks like a placeholder"),
+    ],
+)
+def test_webhooks_refuse_to_start_without_a_real_secrets_key(key: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Settings(webhooks_enabled=True, secrets_key=key)  # type: ignore[arg-type]
+
+
+def test_a_generated_secrets_key_is_accepted_and_webhooks_are_off_without_one() -> None:
+    key = Fernet.generate_key().decode()
+    assert Settings(webhooks_enabled=True, secrets_key=key).webhooks_enabled  # type: ignore[arg-type]
+    assert not Settings().webhooks_enabled
+
+
+def test_a_webhook_attempt_must_end_before_the_soft_time_limit() -> None:
+    with pytest.raises(ValidationError, match="DOCPIPE_WEBHOOK_TIMEOUT_S=60 must be below"):
+        Settings(webhook_timeout_s=60)
+
+
+def test_the_webhook_allowlist_is_read_from_a_comma_separated_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS", "127.0.0.1, fd00::/8,Hooks.Internal")
+    assert Settings().webhook_allowed_destinations == ("127.0.0.1/32", "fd00::/8", "hooks.internal")
+    monkeypatch.setenv("DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS", "10.0.0.0/8,not a host!")
+    with pytest.raises(ValidationError, match="DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS"):
+        Settings()

@@ -102,6 +102,9 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- if not (lt (addf .soft $c.llmTimeoutSeconds) (float64 .hard)) }}
 {{- fail (printf "%s=%v must exceed %s + config.llmTimeoutSeconds=%v: calls in flight at the soft limit are answered and recorded before the hard limit kills the process" .hardName .hard .softName (addf .soft $c.llmTimeoutSeconds)) }}
 {{- end }}
+{{- if not (lt (float64 $c.webhookTimeoutSeconds) (float64 .soft)) }}
+{{- fail (printf "config.webhookTimeoutSeconds=%v must be below %s=%v: a webhook delivery attempt ends at its own deadline, before the soft limit interrupts it" $c.webhookTimeoutSeconds .softName .soft) }}
+{{- end }}
 {{- if not (lt (float64 $c.limiterMaxWaitSeconds) (float64 .soft)) }}
 {{- fail (printf "config.limiterMaxWaitSeconds=%v must be below %s=%v: a call waiting for the provider limiter hands its step back before the soft limit interrupts it" $c.limiterMaxWaitSeconds .softName .soft) }}
 {{- end }}
@@ -201,8 +204,12 @@ retryBackoffCapSeconds: DOCPIPE_RETRY_BACKOFF_CAP_S
 stepCallConcurrency: DOCPIPE_STEP_CALL_CONCURRENCY
 taskSoftTimeLimitSeconds: DOCPIPE_TASK_SOFT_TIME_LIMIT_S
 taskTimeLimitSeconds: DOCPIPE_TASK_TIME_LIMIT_S
+webhookConcurrency: DOCPIPE_WEBHOOK_CONCURRENCY
 webhookMaxAttempts: DOCPIPE_WEBHOOK_MAX_ATTEMPTS
+webhookMaxResponseBytes: DOCPIPE_WEBHOOK_MAX_RESPONSE_BYTES
 webhookRetryBaseSeconds: DOCPIPE_WEBHOOK_RETRY_BASE_S
+webhookSecretRotationWindowSeconds: DOCPIPE_WEBHOOK_SECRET_ROTATION_WINDOW_S
+webhookTenantConcurrency: DOCPIPE_WEBHOOK_TENANT_CONCURRENCY
 webhookTimeoutSeconds: DOCPIPE_WEBHOOK_TIMEOUT_S
 workerMaxMemoryPerChildMb: DOCPIPE_WORKER_MAX_MEMORY_PER_CHILD_MB
 workerMaxTasksPerChild: DOCPIPE_WORKER_MAX_TASKS_PER_CHILD
@@ -237,12 +244,12 @@ workerSoftShutdownSeconds: DOCPIPE_WORKER_SOFT_SHUTDOWN_S
       name: {{ include "docpipe.secretName" . }}
       key: DOCPIPE_LLM_API_KEY
       optional: true
-- name: DOCPIPE_WEBHOOK_SECRET
+- name: DOCPIPE_SECRETS_KEY
   valueFrom:
     secretKeyRef:
       name: {{ include "docpipe.secretName" . }}
-      key: DOCPIPE_WEBHOOK_SECRET
-      optional: true
+      key: DOCPIPE_SECRETS_KEY
+      optional: {{ not .Values.config.webhooksEnabled }}
 {{- with .Values.config.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -254,6 +261,9 @@ the chart owns it).
 */}}
 {{- define "docpipe.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- if .Values.pipelines }}
+checksum/pipelines: {{ include (print .Template.BasePath "/pipelines-configmap.yaml") . | sha256sum }}
+{{- end }}
 {{- if not .Values.secrets.existingSecret }}
 checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
 {{- end }}
@@ -309,6 +319,46 @@ exec:
 - name: scripts
   configMap:
     name: {{ include "docpipe.componentName" (dict "root" . "component" "scripts") }}
+{{- if .Values.pipelines }}
+- name: pipelines
+  configMap:
+    name: {{ include "docpipe.componentName" (dict "root" . "component" "pipelines") }}
+{{- end }}
+{{- end }}
+
+{{/* Where the pipeline files of .Values.pipelines are mounted (DOCPIPE_PIPELINES_DIR). */}}
+{{- define "docpipe.pipelinesDir" -}}/etc/docpipe/pipelines{{- end }}
+
+{{/* The mount of the pipeline files, for every container that loads pipelines. */}}
+{{- define "docpipe.pipelinesMount" -}}
+{{- if .Values.pipelines }}
+- name: pipelines
+  mountPath: {{ include "docpipe.pipelinesDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+What Helm can check of a pipeline file while rendering: YAML that parses, with a name, a
+version and steps. Everything else (the published schema, templates, references, prices,
+definitions active runs use) is checked by `docpipe migrate` in the migrations Job, which
+fails the release.
+*/}}
+{{- define "docpipe.checkPipelines" -}}
+{{- range $file, $text := .Values.pipelines }}
+{{- $parsed := fromYaml $text }}
+{{- if hasKey $parsed "Error" }}
+{{- fail (printf "pipelines.%s: not valid YAML: %s" $file (get $parsed "Error")) }}
+{{- end }}
+{{- range $required := list "name" "version" "steps" }}
+{{- if not (hasKey $parsed $required) }}
+{{- fail (printf "pipelines.%s: a pipeline file needs %s (see docpipe's pipeline-file.schema.json)" $file $required) }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "slice" $parsed.steps) }}
+{{- fail (printf "pipelines.%s: steps must be a list" $file) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "docpipe.imagePullSecrets" -}}
@@ -344,4 +394,54 @@ networkPolicy.metricsIngressFrom when set.
         {{- toYaml . | nindent 8 }}
       {{- end }}
     {{- end }}
+{{- end }}
+
+{{/*
+NetworkPolicy peers for "public addresses only": each of workerEgress.publicCidrs minus the
+workerEgress.blockedCidrs of its address family. Takes .Values.networkPolicy.workerEgress.
+*/}}
+{{- define "docpipe.publicPeers" -}}
+{{- $blocked := .blockedCidrs }}
+{{- range $cidr := .publicCidrs }}
+{{- $v6 := contains ":" $cidr }}
+{{- $except := list }}
+{{- range $blocked }}
+{{- if eq (contains ":" .) $v6 }}
+{{- $except = append $except . }}
+{{- end }}
+{{- end }}
+- ipBlock:
+    cidr: {{ $cidr | quote }}
+    {{- with $except }}
+    except:
+      {{- range . }}
+      - {{ . | quote }}
+      {{- end }}
+    {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Egress rule to a store: the bundled one's pods, or an external one (its peers, or any peer,
+on its port). Takes (dict "root" $ "component" "redis" "bundled" true "port" 6379 "to" [...]
+"externalPort" 6379).
+*/}}
+{{- define "docpipe.storeEgress" -}}
+{{- if .bundled }}
+- to:
+    - podSelector:
+        matchLabels:
+          {{- include "docpipe.selectorLabels" (dict "root" .root "component" .component) | nindent 10 }}
+  ports:
+    - port: {{ .port }}
+      protocol: TCP
+{{- else }}
+- ports:
+    - port: {{ .externalPort }}
+      protocol: TCP
+  {{- with .to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
 {{- end }}

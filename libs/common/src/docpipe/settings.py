@@ -6,18 +6,33 @@ workers can set the environment first and call ``get_settings.cache_clear()`` to
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
+import os
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["ModelPrice", "Settings", "get_settings"]
+from docpipe.destinations import parse_allowlist_entry
+
+__all__ = ["REMOVED_SETTINGS", "ModelPrice", "Settings", "get_settings"]
 
 Seconds = Annotated[float, Field(gt=0)]
+
+# Variables docpipe no longer reads, and what replaced them: a process refuses to start while
+# one is set, rather than silently ignoring what its operator meant.
+REMOVED_SETTINGS = {
+    "DOCPIPE_WEBHOOK_SECRET": "webhooks are signed with each tenant's own secret now "
+    "(POST /webhook-secret creates or rotates it), stored encrypted with DOCPIPE_SECRETS_KEY; "
+    "remove DOCPIPE_WEBHOOK_SECRET",
+}
+# A Fernet key is 32 random bytes; a key with this few distinct bytes was typed, not drawn.
+_MIN_DISTINCT_KEY_BYTES = 16
 
 
 class ModelPrice(BaseModel):
@@ -88,6 +103,12 @@ class Settings(BaseSettings):
     # Retries due later than this are parked in PostgreSQL instead of as a broker countdown.
     park_delays_over_s: Seconds = 60.0
 
+    # Pipelines besides the built-in ones (README, "Write your own pipeline"): a folder of
+    # pipeline files, and Python modules, comma-separated ("pkg.flows" for its PIPELINES,
+    # "pkg.flows:INVOICE"), besides installed packages' docpipe.pipelines entry points.
+    pipelines_dir: Path | None = None
+    pipeline_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     max_document_bytes: int = Field(default=1_000_000, ge=1)
     # Independent calls of one step (a section each) in flight at once, per step.
     step_call_concurrency: int = Field(default=4, ge=1, le=64)
@@ -121,10 +142,28 @@ class Settings(BaseSettings):
     limiter_breaker_failures: int = Field(default=3, ge=1)
     limiter_breaker_probe_s: Seconds = 2.0
 
-    webhook_secret: SecretStr = SecretStr("")
+    # Completion webhooks (README, "Security" > "Webhooks"). Off unless turned on, and then
+    # only with DOCPIPE_SECRETS_KEY: each tenant signs with its own secret, stored encrypted.
+    webhooks_enabled: bool = False
+    # Fernet key (32 url-safe base64 bytes) encrypting the tenants' signing secrets at rest;
+    # from the environment (a Kubernetes Secret) only.
+    secrets_key: SecretStr = SecretStr("")
+    # The whole of one delivery attempt: resolving, connecting, sending and reading.
     webhook_timeout_s: Seconds = 10.0
-    webhook_max_attempts: int = Field(default=8, ge=1)
+    webhook_max_attempts: int = Field(default=8, ge=1, le=50)
     webhook_retry_base_s: Seconds = 5.0
+    # At most this much of a receiver's answer is read; the rest is never downloaded.
+    webhook_max_response_bytes: int = Field(default=4096, ge=0, le=1_048_576)
+    # After a rotation the previous secret signs too, for this long (receivers switch over).
+    webhook_secret_rotation_window_s: float = Field(default=86_400.0, ge=0, le=30 * 86_400)
+    # Deliveries in flight at once, across every worker: one tenant's, and everyone's. Keep
+    # the total below the workers' total concurrency, so steps and recovery always find a
+    # free process however slow the receivers are.
+    webhook_tenant_concurrency: int = Field(default=2, ge=1, le=100)
+    webhook_concurrency: int = Field(default=4, ge=1, le=1000)
+    # Private destinations webhooks may reach anyway (local development, in-cluster
+    # receivers): comma-separated CIDRs and host names (".example" allows names under it).
+    webhook_allowed_destinations: Annotated[tuple[str, ...], NoDecode] = ()
 
     # The API: "keys" wants a tenant's API key (docpipe api-key create) on every request;
     # "none" serves every request as tenant "default" (local development only).
@@ -157,6 +196,58 @@ class Settings(BaseSettings):
     # the API serves /metrics on its own port.
     metrics_port: int = Field(default=9808, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104  (scraped from other pods)
+
+    @field_validator("pipeline_modules", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_removed_settings(cls, data: Any) -> Any:
+        for name, replacement in REMOVED_SETTINGS.items():
+            if name in os.environ:
+                raise ValueError(f"{name} is no longer read: {replacement}")
+        return data
+
+    @field_validator("webhook_allowed_destinations", mode="before")
+    @classmethod
+    def _allowlist_entries(cls, value: Any) -> Any:
+        entries = value.split(",") if isinstance(value, str) else value
+        try:
+            return tuple(str(parse_allowlist_entry(e)) for e in entries if str(e).strip())
+        except ValueError as exc:
+            raise ValueError(f"DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS: {exc}") from None
+
+    @model_validator(mode="after")
+    def _secrets_key_is_usable(self) -> Settings:
+        key = self.secrets_key.get_secret_value()
+        if not key:
+            if self.webhooks_enabled:
+                raise ValueError(
+                    "DOCPIPE_WEBHOOKS_ENABLED=true needs DOCPIPE_SECRETS_KEY (it encrypts the "
+                    "tenants' webhook signing secrets): generate one with `python -c 'from "
+                    "cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'` "
+                    "and pass it from a Secret"
+                )
+            return self
+        try:
+            raw = base64.urlsafe_b64decode(key.encode())
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            raise ValueError(
+                "DOCPIPE_SECRETS_KEY must be a Fernet key: 32 bytes in url-safe base64 "
+                "(44 characters)"
+            )
+        if len(set(raw)) < _MIN_DISTINCT_KEY_BYTES:
+            raise ValueError(
+                "DOCPIPE_SECRETS_KEY looks like a placeholder, not 32 random bytes: generate "
+                "a key (Fernet.generate_key()) and keep it in a Secret"
+            )
+        return self
 
     @model_validator(mode="after")
     def _limits_are_coherent(self) -> Settings:
@@ -192,6 +283,12 @@ class Settings(BaseSettings):
                 f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}"
             )
         self._client_timeouts_are_coherent()
+        if self.webhook_timeout_s >= self.task_soft_time_limit_s:
+            raise ValueError(
+                f"DOCPIPE_WEBHOOK_TIMEOUT_S={self.webhook_timeout_s:g} must be below "
+                f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}: a delivery "
+                f"attempt ends at its own deadline, not by the soft limit's interruption"
+            )
         if self.retry_backoff_base_s > self.retry_backoff_cap_s:
             raise ValueError(
                 "DOCPIPE_RETRY_BACKOFF_BASE_S must not exceed DOCPIPE_RETRY_BACKOFF_CAP_S"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from docpipe.broker.queues import LANE_QUEUES, PERIODIC_QUEUE
+from docpipe.broker.queues import LANE_QUEUES, PERIODIC_QUEUE, WEBHOOK_QUEUE
 
 __all__ = [
     "ManagedProcess",
@@ -28,14 +28,16 @@ __all__ = [
     "worker_argv",
 ]
 
-# Each pool serves its lane's queue and the periodic maintenance queue.
+# Each pool serves its lane's queue, the periodic maintenance queue and the webhook queue:
+# deliveries in flight are capped (DOCPIPE_WEBHOOK_CONCURRENCY), so slow receivers never take
+# every process of a pool.
 WORKER_QUEUES: dict[str, str] = {
-    lane: f"{queue},{PERIODIC_QUEUE}" for lane, queue in LANE_QUEUES.items()
+    lane: f"{queue},{PERIODIC_QUEUE},{WEBHOOK_QUEUE}" for lane, queue in LANE_QUEUES.items()
 }
 
 
 def worker_argv(lane: str, *, concurrency: int, name: str | None = None) -> list[str]:
-    """A worker pool serving one lane (and the periodic maintenance queue)."""
+    """A worker pool serving one lane (and the periodic and webhook queues)."""
     return [
         sys.executable, "-m", "celery", "-A", "docpipe.worker.app", "worker",
         "--queues", WORKER_QUEUES[lane],

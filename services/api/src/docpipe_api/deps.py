@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from docpipe.broker.messages import Broker
 from docpipe.errors import InvalidRequestError
+from docpipe.pipelines.catalog import Catalog
 from docpipe.settings import Settings
 from docpipe.state.db import Database
 from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
@@ -28,6 +29,7 @@ __all__ = [
     "DocumentTextDep",
     "ExtractRequestDep",
     "IdempotencyKeyDep",
+    "PipelinesDep",
     "RedisDep",
     "Resources",
     "SettingsDep",
@@ -51,6 +53,7 @@ class Resources:
     database: Database
     broker: Broker
     redis: redis.Redis
+    pipelines: Catalog
 
 
 def _resources(request: Request) -> Resources:
@@ -73,6 +76,10 @@ def _broker(request: Request) -> Broker:
 
 def _redis(request: Request) -> redis.Redis:
     return _resources(request).redis
+
+
+def _pipelines(request: Request) -> Catalog:
+    return _resources(request).pipelines
 
 
 _bearer = HTTPBearer(
@@ -116,6 +123,7 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 DatabaseDep = Annotated[Database, Depends(_database)]
 BrokerDep = Annotated[Broker, Depends(_broker)]
 RedisDep = Annotated[redis.Redis, Depends(_redis)]
+PipelinesDep = Annotated[Catalog, Depends(_pipelines)]
 TenantDep = Annotated[str, Depends(current_tenant)]
 
 

@@ -6,22 +6,28 @@ its lifespan, so ``uvicorn docpipe_api.main:app`` is configured by DOCPIPE_* var
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psycopg
 from fastapi import Depends, FastAPI
 
 from docpipe.broker.connection import redis_client
 from docpipe.broker.transport import CeleryPublisher
 from docpipe.observability import tracing
+from docpipe.pipelines.catalog import Catalog, load_catalog
 from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
+from docpipe.state.definitions import check_running_definitions
 from docpipe_api.deps import Resources, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
-from docpipe_api.routes import batches, documents, health, runs
+from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
 
 __all__ = ["app", "create_app"]
+
+log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -30,10 +36,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resolved = settings or get_settings()
+        # A broken pipeline definition stops the API before it serves anything.
+        catalog = load_catalog(resolved)
         database = Database.from_settings(resolved)
+        _check_definitions(database, catalog)
         broker_redis = redis_client(resolved)
         app.state.docpipe = Resources(
-            settings=resolved, database=database, broker=CeleryPublisher(), redis=broker_redis
+            settings=resolved,
+            database=database,
+            broker=CeleryPublisher(),
+            redis=broker_redis,
+            pipelines=catalog,
         )
         try:
             with serving_metrics(resolved):
@@ -53,12 +66,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_observability(app)
     # Every route but the probes (and /docs, /openapi.json) needs a tenant's API key; the
     # check runs before the route reads its body.
-    for router in (documents.router, runs.router, batches.router):
+    for router in (
+        documents.router,
+        runs.router,
+        batches.router,
+        pipelines.router,
+        webhook_secrets.router,
+    ):
         app.include_router(
             router, dependencies=[Depends(current_tenant)], responses=error_responses(401, 429)
         )
     app.include_router(health.router)
     return app
+
+
+def _check_definitions(database: Database, pipelines: Catalog) -> None:
+    """Refuse to start on a definition that differs from the one active runs started with.
+    An unreachable database is not a reason to refuse: ``docpipe migrate`` checks the same
+    before a deploy, and a worker sends a run it cannot run as started to review."""
+    try:
+        check_running_definitions(database, pipelines)
+    except psycopg.OperationalError as exc:
+        log.warning("pipeline definitions not checked against active runs: %s", exc)
 
 
 app = create_app()

@@ -29,9 +29,16 @@ __all__ = [
     "ExtractAccepted",
     "ExtractRequest",
     "Health",
+    "PipelineDetail",
+    "PipelineList",
+    "PipelineSummary",
     "Readiness",
     "RunStatus",
+    "StepDetail",
     "StepStatus",
+    "WebhookSecret",
+    "WebhookSecretCreated",
+    "WebhookSecrets",
     "WebhookStatus",
     "request_body_schema",
 ]
@@ -182,8 +189,44 @@ class WebhookStatus(BaseModel):
     status: DeliveryStatus
     attempts: int
     last_status: int | None = Field(description="the receiver's last HTTP status")
-    last_error: str | None
+    last_error: str | None = Field(
+        description="what went wrong, in general terms only: 'refused: destination not "
+        "allowed', 'timeout', 'connection failed', 'HTTP <status>', 'interrupted', "
+        "'no signing secret'"
+    )
     delivered_at: datetime | None
+    next_attempt_at: datetime | None = Field(
+        default=None, description="while pending: when the next attempt is due"
+    )
+
+
+class WebhookSecret(BaseModel):
+    """A webhook signing secret as it may be shown: never the secret itself."""
+
+    model_config = ANSWER_MODEL
+
+    id: str
+    created_at: datetime
+    expires_at: datetime | None = Field(
+        description="null for the current secret; a rotated-out one signs until then"
+    )
+
+
+class WebhookSecrets(BaseModel):
+    """The tenant's signing secrets: every webhook is signed with each of them."""
+
+    current: WebhookSecret
+    previous: WebhookSecret | None = Field(
+        description="the secret a rotation replaced, still signing beside the current one "
+        "until its expires_at, so receivers can switch over"
+    )
+
+
+class WebhookSecretCreated(WebhookSecrets):
+    secret: str = Field(
+        description="whsec_...: shown only in this answer; receivers verify webhooks with it "
+        "(Standard Webhooks, e.g. standardwebhooks.Webhook(secret).verify(body, headers))"
+    )
 
 
 class BatchDocumentIn(BaseModel):
@@ -274,6 +317,38 @@ class BatchRun(BaseModel):
 class BatchRunsPage(BaseModel):
     runs: list[BatchRun]
     next_after: str | None = Field(description="pass as ?after= for the next page")
+
+
+class PipelineSummary(BaseModel):
+    key: str = Field(description="name:vN, what runs name in their 'pipeline'")
+    name: str
+    version: int
+    source: str = Field(description="where the definition was loaded from")
+    definition_hash: str = Field(description="SHA-256 of the definition a new run starts with")
+    steps: list[str]
+
+
+class PipelineList(BaseModel):
+    pipelines: list[PipelineSummary]
+
+
+class StepDetail(BaseModel):
+    name: str
+    kind: str = Field(description="ask, map or reduce (pipeline files), or python")
+    models: list[str] = Field(description="tried in this order; empty: the step asks no model")
+    prompt_version: str
+    max_attempts: int | None = Field(description="null: DOCPIPE_MAX_STEP_ATTEMPTS")
+    budget_usd: Decimal | None
+    output_schema: dict[str, Any]
+
+
+class PipelineDetail(BaseModel):
+    key: str
+    name: str
+    version: int
+    source: str
+    definition_hash: str
+    steps: list[StepDetail]
 
 
 class Health(BaseModel):

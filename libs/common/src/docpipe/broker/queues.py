@@ -22,6 +22,7 @@ __all__ = [
     "PERIODIC_QUEUE",
     "QUEUES",
     "RUN_ID_HEADER",
+    "WEBHOOK_QUEUE",
     "QueueState",
     "purge_runs",
     "queue_state",
@@ -33,7 +34,10 @@ LANE_QUEUES = {Lane.INTERACTIVE: "llm_interactive", Lane.BATCH: "llm_batch"}
 # Periodic maintenance has its own queue, served by every worker pool, so it never waits
 # behind a long batch queue.
 PERIODIC_QUEUE = "docpipe_periodic"
-QUEUES = (*LANE_QUEUES.values(), PERIODIC_QUEUE)
+# Webhook deliveries have their own queue, served by every worker pool: a receiver that is
+# slow to answer never holds the reaper or the outbox sweep back in the periodic queue.
+WEBHOOK_QUEUE = "docpipe_webhooks"
+QUEUES = (*LANE_QUEUES.values(), PERIODIC_QUEUE, WEBHOOK_QUEUE)
 
 ENQUEUED_AT_HEADER = "docpipe_enqueued_at"
 RUN_ID_HEADER = "docpipe_run_id"

@@ -1,4 +1,5 @@
-"""The ``docpipe`` command: migrate, submit and watch documents and batches, manage API keys.
+"""The ``docpipe`` command: migrate, submit and watch documents and batches, manage API keys
+and the tenant's webhook signing secret, list and validate pipelines.
 Each command group lives in its own module; installed packages add groups through the
 ``docpipe.cli`` entry point (docpipe-dev adds ``stack up``, ``demo`` and ``samples``)."""
 
@@ -10,7 +11,7 @@ import os
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from docpipe.cli import batches, database, runs
+from docpipe.cli import batches, database, pipelines, runs, webhooks
 from docpipe.cli.client import ApiError
 from docpipe.cli.common import console
 
@@ -20,7 +21,7 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, runs, batches):
+    for group in (database, runs, batches, pipelines, webhooks):
         group.register(sub)
     for plugin in entry_points(group="docpipe.cli"):
         plugin.load().register(sub)

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn
 
-from docpipe.cli.client import DocpipeClient
+from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
 
 __all__ = ["register"]
@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     batch_sub = batch.add_subparsers(dest="batch_command", required=True)
     submit = batch_sub.add_parser("submit", help="submit a folder of .txt files or files")
     submit.add_argument("paths", nargs="+", metavar="DIR|FILE")
+    submit.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a key of docpipe pipelines")
     submit.add_argument("--budget-usd", help="stop the batch once it cost this much")
     submit.add_argument("--callback-url", help="POSTed (signed) when the batch ends")
     submit.add_argument("--watch", action="store_true")
@@ -49,7 +50,7 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
         console.print("[red]no .txt files to submit[/red]")
         return 2
     documents = [{"id": f.stem, "text": f.read_text(encoding="utf-8")} for f in files]
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"pipeline": args.pipeline}
     if args.budget_usd:
         options["budget_usd"] = args.budget_usd
     if args.callback_url:

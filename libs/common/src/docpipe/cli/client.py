@@ -7,7 +7,9 @@ from typing import Any
 
 import httpx
 
-__all__ = ["ApiError", "DocpipeClient"]
+__all__ = ["DEFAULT_PIPELINE", "ApiError", "DocpipeClient"]
+
+DEFAULT_PIPELINE = "document_extract:v1"
 
 
 class ApiError(RuntimeError):
@@ -98,3 +100,20 @@ class DocpipeClient:
 
     def cancel_batch(self, batch_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/batches/{batch_id}/cancel"))
+
+    def pipelines(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/pipelines")["pipelines"])
+
+    def pipeline(self, key: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/pipelines/{key}"))
+
+    def rotate_webhook_secret(self, previous_valid_for_s: float | None = None) -> dict[str, Any]:
+        """Create the tenant's webhook signing secret, or rotate it; the answer carries the
+        secret, the only time it is shown."""
+        params = (
+            {} if previous_valid_for_s is None else {"previous_valid_for_s": previous_valid_for_s}
+        )
+        return dict(self._call("POST", "/webhook-secret", params=params))
+
+    def webhook_secret(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/webhook-secret"))

@@ -44,17 +44,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply the migrations, then check the pipelines this deployment would load: a broken
+    definition, or one that changes what active runs started with, fails the command (and
+    so the chart's migration Job, and with it the release)."""
+    from docpipe.pipelines.catalog import load_catalog
+    from docpipe.pipelines.model import PipelineError
     from docpipe.settings import get_settings
+    from docpipe.state.definitions import check_running_definitions
     from docpipe.state.migrate import MigrationLockTimeout, apply_migrations
 
+    settings = get_settings()
     try:
         applied = apply_migrations(
-            get_settings().database_url, lock_timeout_s=args.lock_timeout, attempts=args.attempts
+            settings.database_url, lock_timeout_s=args.lock_timeout, attempts=args.attempts
         )
     except MigrationLockTimeout as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
     console.print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
+    try:
+        pipelines = load_catalog(settings)
+        with _database() as db:
+            check_running_definitions(db, pipelines)
+    except PipelineError as exc:
+        console.print(f"[red]pipelines refused:[/red] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    console.print(f"pipelines: {', '.join(p.key for p in pipelines)}")
     return 0
 
 

@@ -12,9 +12,9 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from docpipe.cli.client import DocpipeClient
+from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
-from docpipe.statuses import ENDED_RUN_STATUSES
+from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
 __all__ = ["register", "results_table", "submit_files", "watch_runs"]
 
@@ -22,7 +22,8 @@ __all__ = ["register", "results_table", "submit_files", "watch_runs"]
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     submit = sub.add_parser("submit", help="upload files and start a run for each")
     submit.add_argument("files", nargs="+")
-    submit.add_argument("--lane", choices=["interactive", "batch"], default="interactive")
+    submit.add_argument("--lane", choices=list(Lane), default=Lane.INTERACTIVE)
+    submit.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a key of docpipe pipelines")
     submit.add_argument("--watch", action="store_true")
     submit.set_defaults(handler=cmd_submit)
     watch = sub.add_parser("watch", help="live progress bars of runs")
@@ -35,20 +36,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         add_api_flags(parser)
 
 
-def submit_files(client: DocpipeClient, files: Sequence[Path], lane: str) -> list[tuple[str, str]]:
-    """Upload each file as a document named after it and start a run; (document, run_id)."""
+def submit_files(
+    client: DocpipeClient, files: Sequence[Path], lane: str, pipeline: str = DEFAULT_PIPELINE
+) -> list[tuple[str, str]]:
+    """Upload each file as a document named after it and start a run of ``pipeline``;
+    (document, run_id)."""
     started = []
     for path in files:
         doc_id = path.stem
         client.put_document(doc_id, path.read_text(encoding="utf-8"))
-        run = client.extract(doc_id, idempotency_key=f"cli:{doc_id}:{lane}", lane=lane)
+        key = f"cli:{doc_id}:{lane}:{pipeline}"
+        run = client.extract(doc_id, idempotency_key=key, lane=lane, pipeline=pipeline)
         started.append((doc_id, run["run_id"]))
     return started
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     with api_client(args) as client:
-        started = submit_files(client, [Path(f) for f in args.files], args.lane)
+        started = submit_files(client, [Path(f) for f in args.files], args.lane, args.pipeline)
         for doc_id, run_id in started:
             console.print(f"{run_id}  {doc_id}")
         if args.watch:

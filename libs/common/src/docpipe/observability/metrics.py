@@ -42,7 +42,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from docpipe.observability import multiprocess
-from docpipe.pipelines.registry import pipelines
+from docpipe.pipelines.catalog import pipelines
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
 __all__ = [
@@ -99,7 +99,13 @@ LIMITER_WAITING = "docpipe_limiter_waiting_calls"
 PERIODIC_LAST_FINISHED = "docpipe_periodic_job_last_finished_timestamp_seconds"
 STATE_COLLECTOR_UP = "docpipe_state_collector_up"
 
-RECOVERY_KINDS = ("expired_leases", "lost_messages", "expired_runs")
+RECOVERY_KINDS = (
+    "expired_leases",
+    "lost_messages",
+    "expired_runs",
+    "interrupted_webhooks",
+    "lost_webhooks",
+)
 
 _TASK_LABELS = ("name", "hostname", "queue_name")
 # Seconds, from a fast local call to the hour a message may wait in a batch backlog.

@@ -201,6 +201,7 @@ def summarize(ctx: StepInput) -> dict[str, Any]:
 DOCUMENT_EXTRACT = Pipeline(
     name="document_extract",
     version=1,
+    source="builtin (docpipe.pipelines.document_extract)",
     steps=(
         Step(
             name="extract_sections",

@@ -1,25 +1,43 @@
 """Pipelines as data: ordered steps, each with its prompt version, models and output schema.
 
-A pipeline is known by its key ``<name>:v<version>``; a run stores that key, so a running
-document keeps the definition it started with while a new version is rolled out.
+A pipeline is known by its key ``<name>:v<version>``; a run stores that key and the hash of
+the definition it started with (:attr:`Pipeline.definition_hash`), so a running document
+keeps the definition it started with while a new version is rolled out.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import cached_property
 from typing import Any, Protocol
 
-from docpipe.errors import InvalidRequestError
+import jsonschema
 
-__all__ = ["Pipeline", "Step", "StepInput"]
+from docpipe.errors import DocpipeError, InvalidRequestError
+
+__all__ = ["JSONSchema", "Pipeline", "PipelineError", "Step", "StepInput"]
 
 JSONSchema = Mapping[str, Any]
 
+# Names end up in keys, call logs, metrics labels and file names: keep them plain.
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}\Z")
+MAX_STEP_ATTEMPTS = 50
+
+
+class PipelineError(DocpipeError):
+    """A pipeline definition is wrong; the message says where and what."""
+
 
 class StepInput(Protocol):
-    """What a step may read (the document, earlier steps' outputs) and do (ask a model,
-    memoised: a retried step is answered from the log for calls that already finished)."""
+    """What a step may read (the document, earlier steps' outputs) and do (ask the step's
+    model, memoised: a retried step gets the answers of calls that already finished from the
+    log, and only the others are sent again)."""
 
     @property
     def document(self) -> str: ...
@@ -27,25 +45,56 @@ class StepInput(Protocol):
     @property
     def outputs(self) -> Mapping[str, Any]: ...
 
-    def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]: ...
+    def ask(self, call_key: str, user: str, schema: JSONSchema) -> dict[str, Any]:
+        """The answer to ``user`` under the step's instructions, valid against ``schema``;
+        ``call_key`` names the call within the step (the memo is per key)."""
+        ...
 
     def ask_all(
-        self, requests: Sequence[tuple[str, str, Mapping[str, Any]]]
-    ) -> list[dict[str, Any]]: ...
+        self, requests: Sequence[tuple[str, str, JSONSchema]], *, concurrency: int | None = None
+    ) -> list[dict[str, Any]]:
+        """``ask`` for each ``(call_key, user, schema)``, several at once (at most
+        ``concurrency``, and never more than the worker allows); answers in request order."""
+        ...
 
 
 @dataclass(frozen=True)
 class Step:
-    """One unit of work that may fail alone: its calls are memoised, its output is saved."""
+    """One unit of work that may fail alone: its calls are memoised, its output is saved.
+
+    ``execute`` gets a :class:`StepInput` and returns the step's output, which must satisfy
+    ``output_schema``. A step that asks a model names it (``model``, and a ``fallback_model``
+    tried when the answer stays outside its schema); ``instructions`` are its system prompt.
+    ``max_attempts`` and ``budget_usd`` bound what the step may retry and spend.
+    """
 
     name: str
-    prompt_version: str
-    model: str
-    instructions: str
-    output_schema: JSONSchema
     execute: Callable[[StepInput], dict[str, Any]]
-    # Tried when the primary model's answer stays outside its schema (seed 004).
+    output_schema: JSONSchema
+    instructions: str = ""
+    prompt_version: str = ""  # default: "<name>@v1"
+    model: str | None = None
     fallback_model: str | None = None
+    max_attempts: int | None = None  # default: DOCPIPE_MAX_STEP_ATTEMPTS
+    budget_usd: Decimal | None = None
+    # What defines the step besides the above, for the definition hash and for display (a
+    # step from a pipeline file: its kind, prompt template, ...). None: the execute
+    # function's source code stands for it.
+    spec: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"step {self.name!r}"
+        if not _NAME.match(self.name):
+            raise PipelineError(f"{where}: a step name is 1-63 characters of a-z, 0-9 and _")
+        if not self.prompt_version:
+            object.__setattr__(self, "prompt_version", f"{self.name}@v1")
+        if self.fallback_model is not None and self.model is None:
+            raise PipelineError(f"{where}: a fallback_model needs a model")
+        if self.max_attempts is not None and not 1 <= self.max_attempts <= MAX_STEP_ATTEMPTS:
+            raise PipelineError(f"{where}: max_attempts must be 1-{MAX_STEP_ATTEMPTS}")
+        if self.budget_usd is not None and self.budget_usd <= 0:
+            raise PipelineError(f"{where}: budget_usd must be positive")
+        check_json_schema(self.output_schema, where=f"{where}: output_schema")
 
     @property
     def system_prompt(self) -> str:
@@ -58,20 +107,66 @@ class Step:
 
     @property
     def models(self) -> tuple[str, ...]:
-        return (self.model,) if self.fallback_model is None else (self.model, self.fallback_model)
+        """The models the step may ask, in the order they are tried."""
+        return tuple(m for m in (self.model, self.fallback_model) if m is not None)
+
+    def definition(self) -> dict[str, Any]:
+        """Everything that defines the step, as JSON."""
+        return {
+            "name": self.name,
+            "prompt_version": self.prompt_version,
+            "instructions": self.instructions,
+            "model": self.model,
+            "fallback_model": self.fallback_model,
+            "max_attempts": self.max_attempts,
+            "budget_usd": None if self.budget_usd is None else str(self.budget_usd),
+            "output_schema": self.output_schema,
+            "spec": dict(self.spec) if self.spec is not None else {"code": _code_of(self)},
+        }
+
+
+def _code_of(step: Step) -> str:
+    try:
+        return inspect.getsource(step.execute)
+    except (OSError, TypeError):  # no source at hand (a builtin, a lambda made at runtime)
+        return getattr(step.execute, "__qualname__", repr(step.execute))
+
+
+def check_json_schema(schema: JSONSchema, *, where: str) -> None:
+    """Raise PipelineError unless ``schema`` is a valid JSON Schema for an object."""
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(dict(schema))
+    except jsonschema.SchemaError as exc:
+        path = "/".join(str(p) for p in exc.absolute_path)
+        raise PipelineError(
+            f"{where}: not a valid JSON Schema ({path or '/'}: {exc.message})"
+        ) from None
+    if schema.get("type") != "object":
+        raise PipelineError(f'{where}: must describe a JSON object ("type": "object")')
 
 
 @dataclass(frozen=True)
 class Pipeline:
+    """Named, versioned, ordered steps; ``source`` says where the definition came from."""
+
     name: str
     version: int
     steps: tuple[Step, ...]
+    source: str = field(default="python", compare=False)
     _by_name: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise PipelineError(
+                f"pipeline {self.name!r}: a name is 1-63 characters of a-z, 0-9 and _"
+            )
+        if not 1 <= self.version <= 10_000:
+            raise PipelineError(f"pipeline {self.name}: version must be 1-10000")
         names = [s.name for s in self.steps]
-        if not names or len(set(names)) != len(names):
-            raise ValueError(f"pipeline {self.name}: step names must be unique and non-empty")
+        if not names:
+            raise PipelineError(f"pipeline {self.key}: it has no steps")
+        if duplicate := next((n for n in names if names.count(n) > 1), None):
+            raise PipelineError(f"pipeline {self.key}: two steps are named {duplicate!r}")
         object.__setattr__(self, "_by_name", {n: i for i, n in enumerate(names)})
 
     @property
@@ -81,6 +176,14 @@ class Pipeline:
     @property
     def step_names(self) -> list[str]:
         return [s.name for s in self.steps]
+
+    @cached_property
+    def definition_hash(self) -> str:
+        """SHA-256 of everything that defines the pipeline: a run keeps the one it started
+        with, and the same key with another hash is another definition."""
+        definition = {"key": self.key, "steps": [s.definition() for s in self.steps]}
+        canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
     def step(self, name: str) -> Step:
         try:

@@ -1,8 +1,11 @@
 """Provider calls made by a step: memoised, logged before they are sent, validated after.
 
-``StepContext.ask`` is the only way a step talks to a model. A call whose answer was already
-accepted for this run, step and generation returns the stored answer without a request, so
-a step that is retried after a crash re-sends only the calls that had not finished.
+:class:`StepCalls` holds what one claimed step needs to call models (the database, the
+client, the limiter, its lease); the step's own code sees only :meth:`StepCalls.input`, a
+:class:`~docpipe.pipelines.StepInput` with the document, the earlier outputs and ``ask``.
+A call whose answer was already accepted for this run, step and generation returns the
+stored answer without a request, so a step that is retried after a crash re-sends only the
+calls that had not finished.
 """
 
 from __future__ import annotations
@@ -16,11 +19,18 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
+from types import MappingProxyType
 from typing import Any, TypeVar
 
-from docpipe.errors import BudgetExceededError, InvalidOutputError, LLMError, RunStoppedError
+from docpipe.errors import (
+    BudgetExceededError,
+    InvalidOutputError,
+    LLMError,
+    PermanentLLMError,
+    RunStoppedError,
+)
 from docpipe.observability import metrics
-from docpipe.pipelines.model import Step
+from docpipe.pipelines.model import Step, StepInput
 from docpipe.providers.client import Completion, LLMClient, parse_output
 from docpipe.settings import ModelPrice, Settings
 from docpipe.state import call_log
@@ -28,7 +38,7 @@ from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
 from docpipe.statuses import ACTIVE_RUN_STATUSES
 
-__all__ = ["CallGate", "StepContext", "call_request_id"]
+__all__ = ["CallGate", "StepCalls", "call_request_id"]
 
 _T = TypeVar("_T")
 
@@ -42,8 +52,8 @@ def _no_gate(model: str, lane: str) -> AbstractContextManager[object]:
 
 
 @dataclass
-class StepContext:
-    """What a step may read (the document, earlier outputs) and do (ask a model)."""
+class StepCalls:
+    """The provider calls of one claimed step, and the bookkeeping that keeps them safe."""
 
     db: Database
     llm: LLMClient
@@ -54,8 +64,6 @@ class StepContext:
     lane: str
     attempt: int
     generation: int
-    document: str
-    outputs: Mapping[str, Any]
     gate: CallGate = _no_gate
     pipeline: str = "unknown"  # the run's pipeline key, for metrics
     # The worker holding the step's lease; no call is sent once another worker took it over.
@@ -66,13 +74,22 @@ class StepContext:
     _stopping: bool = field(default=False, init=False)
     _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
 
+    def input(self, document: str, outputs: Mapping[str, Any]) -> StepInput:
+        """What the step's code gets: the document, earlier outputs, ``ask`` and ``ask_all``."""
+        return _Input(self, document, MappingProxyType(dict(outputs)))
+
     def ask_all(
-        self, requests: Sequence[tuple[str, str, Mapping[str, Any]]]
+        self,
+        requests: Sequence[tuple[str, str, Mapping[str, Any]]],
+        *,
+        concurrency: int | None = None,
     ) -> list[dict[str, Any]]:
-        """``ask`` for each (call_key, user, schema), up to ``step_call_concurrency`` at once;
-        answers in request order. Every call finishes (and is memoised) before the first
-        error is raised, so a retry re-sends only what failed."""
-        parallel = min(self.settings.step_call_concurrency, len(requests))
+        """``ask`` for each (call_key, user, schema), at most ``concurrency`` (and never
+        more than ``step_call_concurrency``) at once; answers in request order. Every call
+        finishes (and is memoised) before the first error is raised, so a retry re-sends
+        only what failed."""
+        parallel = min(concurrency or self.settings.step_call_concurrency,
+                       self.settings.step_call_concurrency, len(requests))  # fmt: skip
         if parallel <= 1:
             return [self.ask(*r) for r in requests]
         pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="step-call")
@@ -116,9 +133,14 @@ class StepContext:
         InvalidOutputError when both fail, or the provider's Transient/PermanentLLMError.
         """
         models = self.step.models
+        if not models:
+            raise PermanentLLMError(f"step {self.step.name} names no model to ask", kind="no_model")
         # The checks and, if they pass, the first model's call log row: one round trip.
         check = call_log.check_and_start_call(
-            self.db, self._call_key(call_key, models[0]), owner=self.owner
+            self.db,
+            self._call_key(call_key, models[0]),
+            owner=self.owner,
+            step_budget_usd=self.step.budget_usd,
         )
         if check is None or check.status not in ACTIVE_RUN_STATUSES:
             raise RunStoppedError(f"run {self.run_id} is no longer running")
@@ -126,7 +148,7 @@ class StepContext:
             return dict(check.memo)
         if self.owner is not None and check.lease_owner != self.owner:
             raise RunStoppedError(f"the lease of {self.run_id}/{self.step.name} was taken over")
-        _check_budgets(check)
+        _check_budgets(check, self.step)
         assert check.call_id is not None, "every check passed, so the row was written"
         messages = [
             {"role": "system", "content": self.step.system_prompt},
@@ -202,6 +224,28 @@ def call_request_id(call_id: int) -> str:
     return f"docpipe-call-{call_id}"
 
 
+class _Input:
+    """A step's view of its run (docpipe.pipelines.StepInput), and nothing else of it."""
+
+    __slots__ = ("_calls", "document", "outputs")
+
+    def __init__(self, calls: StepCalls, document: str, outputs: Mapping[str, Any]) -> None:
+        self._calls = calls
+        self.document = document
+        self.outputs = outputs
+
+    def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        return self._calls.ask(call_key, user, schema)
+
+    def ask_all(
+        self,
+        requests: Sequence[tuple[str, str, Mapping[str, Any]]],
+        *,
+        concurrency: int | None = None,
+    ) -> list[dict[str, Any]]:
+        return self._calls.ask_all(requests, concurrency=concurrency)
+
+
 def _in_context_copy(call: Callable[[], _T]) -> Callable[[], _T]:
     """``call`` to run in another thread with a copy of this thread's context variables."""
     context = contextvars.copy_context()
@@ -269,9 +313,9 @@ class _CallRecord:
         )
 
 
-def _check_budgets(check: CallCheck) -> None:
-    """Refuse a call once the run or its batch has spent its budget (the call in flight
-    when the budget is crossed completes and is paid; no further one is sent)."""
+def _check_budgets(check: CallCheck, step: Step) -> None:
+    """Refuse a call once the run, its batch or the step has spent its budget (the call in
+    flight when the budget is crossed completes and is paid; no further one is sent)."""
     if check.budget_usd is not None and check.cost_usd >= check.budget_usd:
         raise BudgetExceededError(
             f"run budget of ${check.budget_usd} reached (spent ${check.cost_usd})",
@@ -282,4 +326,10 @@ def _check_budgets(check: CallCheck) -> None:
         raise BudgetExceededError(
             f"batch budget of ${budget} reached (spent ${check.batch_cost_usd})",
             scope="batch",
+        )
+    if step.budget_usd is not None and (check.step_cost_usd or 0) >= step.budget_usd:
+        raise BudgetExceededError(
+            f"step {step.name}'s budget of ${step.budget_usd} reached "
+            f"(spent ${check.step_cost_usd})",
+            scope="step",
         )

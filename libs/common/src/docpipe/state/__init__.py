@@ -4,7 +4,8 @@
 ``sql/migrations/`` what gets applied. Each module owns the transitions of its tables:
 runs and steps (:mod:`.runs`), provider calls (:mod:`.call_log`), batches (:mod:`.batches`),
 admission of batch runs (:mod:`.admission`), the outbox (:mod:`.outbox`), recovery
-(:mod:`.recovery`), documents, tenants' keys, webhook deliveries, periodic jobs, retention.
+(:mod:`.recovery`), documents, tenants' keys, webhook deliveries (:mod:`.webhooks`) and
+tenants' webhook signing secrets (:mod:`.webhook_secrets`), periodic jobs, retention.
 Every transition is one guarded statement; a lost race matches no row.
 
 May import: the broker (messages and queue names), pipelines, observability, and

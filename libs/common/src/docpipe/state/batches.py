@@ -115,6 +115,7 @@ def create_batch(
         tenant_id=tenant_id,
         pipeline=pipeline.key,
         batch_id=str(batch_id),
+        pipeline_hash=pipeline.definition_hash,
         steps=pipeline.step_names,
         run_budget_usd=run_budget_usd,
         deadline_at=deadline_at,

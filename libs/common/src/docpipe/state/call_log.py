@@ -42,13 +42,17 @@ class CallCheck:
     budget_usd: Decimal | None
     batch_cost_usd: Decimal | None
     batch_budget_usd: Decimal | None
+    step_cost_usd: Decimal | None  # when the step has a budget of its own
     call_id: int | None
 
 
-def check_and_start_call(db: Database, call: CallKey, *, owner: str | None) -> CallCheck | None:
+def check_and_start_call(
+    db: Database, call: CallKey, *, owner: str | None, step_budget_usd: Decimal | None
+) -> CallCheck | None:
     """The checks before a call and, if they pass, its row: one round trip. None when the
     run does not exist."""
-    return db.one_as(CallCheck, "check_and_start_call", owner=owner, **asdict(call))
+    return db.one_as(CallCheck, "check_and_start_call", owner=owner,
+                     step_budget_usd=step_budget_usd, **asdict(call))  # fmt: skip
 
 
 def start_call(db: Database, call: CallKey) -> int:

@@ -4,7 +4,9 @@
   queue within lease_ttl_s + the reaper's interval, not the broker's visibility timeout;
 - a pending step whose message is gone (Redis flushed or restarted empty, a message lost
   between commit and publish) is enqueued again;
-- runs past their deadline are ended as 'expired'.
+- runs past their deadline are ended as 'expired';
+- a webhook attempt whose worker died is recorded as interrupted and its next attempt
+  parked; a pending delivery whose message is gone is enqueued again.
 
 Everything is re-enqueued through the outbox, so a publish failure is swept later too.
 While Redis does not answer (its client gives up after DOCPIPE_REDIS_SOCKET_TIMEOUT_S), a
@@ -18,10 +20,12 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import redis
 
-from docpipe.broker.queues import LANE_QUEUES, queue_state
+from docpipe.broker.queues import LANE_QUEUES, WEBHOOK_QUEUE, queue_state
+from docpipe.state import webhooks
 from docpipe.state.db import Database
 from docpipe.state.outbox import LANE_QUEUES_PARAM
 
@@ -35,6 +39,8 @@ class Recovered:
     expired_leases: int
     lost_messages: int
     expired_runs: int
+    interrupted_webhooks: int
+    lost_webhooks: int
     outbox_ids: tuple[int, ...]
 
     def as_dict(self) -> dict[str, int]:
@@ -42,11 +48,18 @@ class Recovered:
             "expired_leases": self.expired_leases,
             "lost_messages": self.lost_messages,
             "expired_runs": self.expired_runs,
+            "interrupted_webhooks": self.interrupted_webhooks,
+            "lost_webhooks": self.lost_webhooks,
         }
 
 
 def recover_stalled_work(
-    db: Database, broker_redis: redis.Redis, *, grace_s: float, lease_s: float
+    db: Database,
+    broker_redis: redis.Redis,
+    *,
+    grace_s: float,
+    lease_s: float,
+    webhook_retry: webhooks.RetryPolicy,
 ) -> Recovered:
     """One reaper pass. ``grace_s`` covers the moment between a worker taking a message off
     the queue and claiming its step, and clock skew between hosts; ``lease_s`` is the lease
@@ -54,30 +67,37 @@ def recover_stalled_work(
     with db.transaction() as tx:
         leases = tx.all("reap_expired_leases", lease_s=lease_s, queues=LANE_QUEUES_PARAM)
         tx.execute("abandon_orphaned_steps")
+    expired = db.all("expire_overdue_runs")
+    interrupted = webhooks.reap_interrupted_attempts(db, retry=webhook_retry, queue=WEBHOOK_QUEUE)
     try:
-        cutoffs = _cutoffs(broker_redis, grace_s)
+        cutoffs = {queue: _cutoff(broker_redis, queue, grace_s)
+                   for queue in (*LANE_QUEUES.values(), WEBHOOK_QUEUE)}  # fmt: skip
     except redis.RedisError as exc:
+        # What waits in Redis cannot be told from what was lost: look again next pass.
         log.warning("reaper: Redis did not answer, lost messages are looked for next pass "
                     "(%s: %s)", type(exc).__name__, exc)  # fmt: skip
-        lost = []
+        lost: list[dict[str, Any]] = []
+        lost_webhooks: tuple[int, ...] = ()
     else:
-        lost = db.all("redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM, **cutoffs)
-    expired = db.all("expire_overdue_runs")
+        lane_cutoffs = {f"{lane}_cutoff": cutoffs[queue] for lane, queue in LANE_QUEUES.items()}
+        lost = db.all("redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM,
+                      **lane_cutoffs)  # fmt: skip
+        lost_webhooks = webhooks.redrive_lost_deliveries(
+            db, queue=WEBHOOK_QUEUE, grace_s=grace_s, cutoff=cutoffs[WEBHOOK_QUEUE]
+        )
     return Recovered(
         expired_leases=len(leases),
         lost_messages=len(lost),
         expired_runs=len(expired),
-        outbox_ids=tuple(r["id"] for r in (*leases, *lost)),
+        interrupted_webhooks=len(interrupted),
+        lost_webhooks=len(lost_webhooks),
+        outbox_ids=(*(r["id"] for r in (*leases, *lost)), *lost_webhooks),
     )
 
 
-def _cutoffs(broker_redis: redis.Redis, grace_s: float) -> dict[str, datetime]:
-    """Per lane: steps enqueued before this instant cannot still be waiting in the queue,
-    since queues are FIFO and the oldest waiting message is younger."""
+def _cutoff(broker_redis: redis.Redis, queue: str, grace_s: float) -> datetime:
+    """Messages sent to ``queue`` before this instant cannot still be waiting in it, since
+    queues are FIFO and the oldest waiting message is younger."""
     now = time.time()
-    cutoffs = {}
-    for lane, queue in LANE_QUEUES.items():
-        oldest = queue_state(broker_redis, queue).oldest_enqueued_at
-        cutoff = now if oldest is None else min(now, oldest - grace_s)
-        cutoffs[f"{lane}_cutoff"] = datetime.fromtimestamp(cutoff, UTC)
-    return cutoffs
+    oldest = queue_state(broker_redis, queue).oldest_enqueued_at
+    return datetime.fromtimestamp(now if oldest is None else min(now, oldest - grace_s), UTC)

@@ -24,8 +24,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.pipelines.catalog import Catalog
 from docpipe.pipelines.model import Pipeline
-from docpipe.pipelines.registry import get_pipeline
 from docpipe.state.db import Database, Session
 from docpipe.state.outbox import LANE_QUEUES_PARAM
 from docpipe.statuses import ENDED_RUN_STATUSES, BatchStatus, Lane, RunStatus, StepStatus
@@ -93,6 +93,7 @@ def create_run(
         "document_id": document_id,
         "lane": lane,
         "batch_id": batch_id,
+        "pipeline_hash": pipeline.definition_hash,
         "steps": pipeline.step_names,
         "budget_usd": budget_usd,
         "deadline_at": deadline_at,
@@ -135,6 +136,7 @@ class Claim:
     generation: int
     tenant_id: str
     pipeline: str
+    pipeline_hash: str | None  # None: created before definitions were hashed
     document_id: str
     lane: str
     batch_id: str | None
@@ -204,7 +206,7 @@ def record_step_result(
     *,
     owner: str,
     output: dict[str, Any],
-    model: str,
+    model: str | None,
     prompt_version: str,
     next_step: str | None,
 ) -> RecordedStep | None:
@@ -252,11 +254,18 @@ def expire_run(db: Database, run_id: str) -> bool:
     return db.one("expire_run", run_id=run_id) is not None
 
 
-def restart_run(db: Database, tenant_id: str, run_id: str, from_step: str | None) -> CreatedRun:
+def restart_run(
+    db: Database, tenant_id: str, run_id: str, from_step: str | None, *, pipelines: Catalog
+) -> CreatedRun:
     """Reopen an ended run at ``from_step`` (default: its first unfinished step), keeping
-    and not re-paying the finished steps before it."""
+    and not re-paying the finished steps before it. It goes on with the definition of its
+    pipeline that is loaded now, which must have the same steps."""
     status = run_progress(db, tenant_id, run_id)
-    pipeline = get_pipeline(status.pipeline)
+    pipeline = pipelines.get(status.pipeline)
+    if [s.step for s in status.steps] != pipeline.step_names:
+        raise ConflictError(
+            f"run {run_id} has other steps than {pipeline.key} has now; start a new run instead"
+        )
     if from_step is None:
         from_step = next(
             (s.step for s in status.steps if s.status != StepStatus.DONE), pipeline.steps[0].name
@@ -264,7 +273,12 @@ def restart_run(db: Database, tenant_id: str, run_id: str, from_step: str | None
     index = pipeline.index_of(from_step)
     with db.transaction() as tx:
         reopened = tx.all(
-            "restart_run", tenant_id=tenant_id, run_id=run_id, step=from_step, step_index=index
+            "restart_run",
+            tenant_id=tenant_id,
+            run_id=run_id,
+            step=from_step,
+            step_index=index,
+            pipeline_hash=pipeline.definition_hash,
         )
         if not reopened:
             if status.status not in ENDED_RUN_STATUSES:

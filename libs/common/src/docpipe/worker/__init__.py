@@ -1,5 +1,6 @@
 """The Celery processes: the app with its worker and beat configuration (:mod:`.app`), the
-tasks (:mod:`.tasks`), the step executor (:mod:`.executor`), webhook delivery, the liveness
+tasks (:mod:`.tasks`), the step executor (:mod:`.executor`), webhook delivery
+(:mod:`.webhook_delivery`, its request in :mod:`.webhook_request`), the liveness
 file, the signal handlers that give workers their metrics and traces, and beat's gauges
 read from Redis and PostgreSQL (:mod:`.state_collector`).
 

@@ -15,6 +15,7 @@ from celery.signals import celeryd_after_setup
 
 from docpipe.broker.queues import PERIODIC_QUEUE
 from docpipe.broker.transport import app
+from docpipe.pipelines.catalog import catalog
 from docpipe.settings import Settings, get_settings
 from docpipe.worker import (
     signals,  # noqa: F401  (importing connects the metrics/tracing handlers)
@@ -91,3 +92,5 @@ def _quiet_the_connection_loss_notice(**_: Any) -> None:
 
 app.conf.update(worker_config(get_settings()))
 app.steps["worker"].add(LivenessFile)
+# A broken pipeline definition stops the worker (and beat) before it takes any message.
+catalog()

@@ -15,11 +15,12 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal
 
 import jsonschema
+import psycopg
 
 from docpipe.backoff import retry_delay
 from docpipe.errors import (
@@ -31,8 +32,8 @@ from docpipe.errors import (
     TransientLLMError,
 )
 from docpipe.observability import metrics
-from docpipe.pipelines.registry import get_pipeline
-from docpipe.providers.calls import CallGate, StepContext, _no_gate
+from docpipe.pipelines.catalog import Catalog, load_catalog
+from docpipe.providers.calls import CallGate, StepCalls, _no_gate
 from docpipe.providers.client import LLMClient, validate_json
 from docpipe.settings import Settings
 from docpipe.state import runs
@@ -56,6 +57,7 @@ class StepOutcome:
     outbox_ids: tuple[int, ...] = ()
     calls_sent: int = 0
     error: str | None = None
+    lane: str | None = None  # of the claimed run
 
 
 def worker_identity() -> str:
@@ -75,10 +77,12 @@ class StepExecutor:
         owner: str | None = None,
         gate: CallGate = _no_gate,
         interruptions: tuple[type[BaseException], ...] = (),
+        pipelines: Catalog | None = None,
     ) -> None:
         self.db = db
         self.llm = llm
         self.settings = settings
+        self.pipelines = load_catalog(settings) if pipelines is None else pipelines
         self.owner = owner or worker_identity()
         self.gate = gate
         # Exceptions that stop a step from outside (Celery's soft time limit): the step is
@@ -93,22 +97,27 @@ class StepExecutor:
         if claim is None:
             return self._not_claimed(run_id, step)
         started = time.monotonic()
-        outcome = self._run_claimed(claim)
+        outcome = replace(self._run_claimed(claim), lane=claim.lane)
         metrics.observe_step(claim.pipeline, step, claim.lane, outcome.kind, outcome.run_status,
                              time.monotonic() - started)  # fmt: skip
         return outcome
 
     def _run_claimed(self, claim: runs.Claim) -> StepOutcome:
         run_id, step = claim.run_id, claim.step
-        pipeline = get_pipeline(claim.pipeline)
+        pipeline = self.pipelines.by_key.get(claim.pipeline)
+        if pipeline is None or claim.pipeline_hash not in (None, pipeline.definition_hash):
+            # Refused at start-up while runs use it; a worker of another deploy may still
+            # have taken the run. A human decides: retry it on this definition, or not.
+            why = "is not loaded here" if pipeline is None else "changed since the run started"
+            return self._fail(claim, RunStatus.NEEDS_REVIEW, f"pipeline {claim.pipeline} {why}")
         spec = pipeline.step(step)
-        if claim.attempt > self.settings.max_step_attempts:
+        if claim.attempt > (max_attempts := spec.max_attempts or self.settings.max_step_attempts):
             return self._fail(
                 claim, RunStatus.NEEDS_REVIEW, f"gave up after {claim.attempt - 1} attempts"
             )
         if claim.document is None:
             raise NotFoundError(f"run {run_id} or its document does not exist")
-        ctx = StepContext(
+        ctx = StepCalls(
             db=self.db,
             llm=self.llm,
             settings=self.settings,
@@ -118,22 +127,24 @@ class StepExecutor:
             lane=claim.lane,
             attempt=claim.attempt,
             generation=claim.generation,
-            document=claim.document,
-            outputs=claim.outputs,
             gate=self.gate,
             pipeline=claim.pipeline,
             owner=self.owner,
         )
         try:
             with _LeaseKeeper(self, claim, ctx):
-                output = spec.execute(ctx)
+                output = spec.execute(ctx.input(claim.document, claim.outputs))
                 _check_output(output, spec.output_schema)
         except TransientLLMError as exc:
             if exc.kind == "throttled" or not exc.counts_as_attempt:
                 return self._wait_for_provider(claim, exc, ctx.calls_sent)
-            return self._retry_or_give_up(claim, str(exc), exc.retry_after, ctx.calls_sent)
+            return self._retry_or_give_up(
+                claim, str(exc), exc.retry_after, ctx.calls_sent, max_attempts
+            )
         except self.interruptions as exc:
-            return self._retry_or_give_up(claim, f"interrupted: {exc!r}", None, ctx.calls_sent)
+            return self._retry_or_give_up(
+                claim, f"interrupted: {exc!r}", None, ctx.calls_sent, max_attempts
+            )
         except RunStoppedError:
             runs.abandon_step(self.db, run_id, step, owner=self.owner)
             return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="run stopped")
@@ -143,6 +154,14 @@ class StepExecutor:
             return self._fail(claim, RunStatus.NEEDS_REVIEW, str(exc), ctx.calls_sent)
         except PermanentLLMError as exc:
             return self._fail(claim, RunStatus.FAILED, str(exc), ctx.calls_sent)
+        except psycopg.Error:
+            raise  # PostgreSQL is unreachable: the task tries the message again
+        except Exception as exc:
+            # The step's own code failed (a pipeline author's bug or refusal): running it
+            # again would fail the same way, so the run fails with what it said.
+            log.exception("step %s/%s raised", run_id, step)
+            error = f"step {step} raised {type(exc).__name__}: {exc}"
+            return self._fail(claim, RunStatus.FAILED, error, ctx.calls_sent)
         next_step = pipeline.next_step(step)
         recorded = runs.record_step_result(
             self.db,
@@ -194,9 +213,14 @@ class StepExecutor:
         return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=str(exc))
 
     def _retry_or_give_up(
-        self, claim: runs.Claim, error: str, retry_after: float | None, calls_sent: int
+        self,
+        claim: runs.Claim,
+        error: str,
+        retry_after: float | None,
+        calls_sent: int,
+        max_attempts: int,
     ) -> StepOutcome:
-        if claim.attempt >= self.settings.max_step_attempts:
+        if claim.attempt >= max_attempts:
             error = f"gave up after {claim.attempt} attempts: {error}"
             return self._fail(claim, RunStatus.NEEDS_REVIEW, error, calls_sent)
         delay = retry_delay(
@@ -260,7 +284,7 @@ class _LeaseKeeper:
     the reaper hands the step to another worker: recovery never waits for the broker.
     """
 
-    def __init__(self, executor: StepExecutor, claim: runs.Claim, ctx: StepContext) -> None:
+    def __init__(self, executor: StepExecutor, claim: runs.Claim, ctx: StepCalls) -> None:
         self._executor = executor
         self._claim = claim
         self._ctx = ctx

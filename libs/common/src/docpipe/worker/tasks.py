@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
-import httpx
 import psycopg
 import redis
 from celery import Task
@@ -25,9 +24,10 @@ from celery.signals import worker_process_shutdown
 from docpipe.backoff import retry_delay
 from docpipe.broker.connection import redis_client
 from docpipe.broker.messages import DELIVER_WEBHOOK, RUN_STEP
-from docpipe.broker.queues import PERIODIC_QUEUE
+from docpipe.broker.queues import WEBHOOK_QUEUE
 from docpipe.broker.transport import CeleryPublisher, app, bind_work
 from docpipe.observability import metrics, tracing
+from docpipe.pipelines.catalog import catalog
 from docpipe.providers.client import LLMClient
 from docpipe.providers.limiter import ProviderLimiter
 from docpipe.settings import Settings, get_settings
@@ -39,8 +39,8 @@ from docpipe.state.outbox import publish_outbox, sweep_outbox
 from docpipe.state.periodic import run_once_per_interval
 from docpipe.state.recovery import recover_stalled_work
 from docpipe.state.retention import prune_retention
-from docpipe.state.webhooks import queue_webhooks
-from docpipe.statuses import ENDED_RUN_STATUSES
+from docpipe.state.webhooks import RetryPolicy, queue_webhooks
+from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 from docpipe.worker.executor import StepExecutor
 from docpipe.worker.webhook_delivery import deliver_webhook
 
@@ -61,10 +61,8 @@ class Resources:
     broker_redis: redis.Redis
     broker: CeleryPublisher
     limiter: ProviderLimiter
-    webhook_http: httpx.Client
 
     def close(self) -> None:
-        self.webhook_http.close()
         self.llm.close()
         self.db.close()
         self.broker_redis.close()
@@ -82,7 +80,12 @@ def _resources_for(pid: int) -> Resources:
     broker_redis = redis_client(settings)
     limiter = ProviderLimiter(broker_redis, settings)
     executor = StepExecutor(
-        db, llm, settings, gate=limiter.slot, interruptions=(SoftTimeLimitExceeded,)
+        db,
+        llm,
+        settings,
+        gate=limiter.slot,
+        interruptions=(SoftTimeLimitExceeded,),
+        pipelines=catalog(),
     )
     return Resources(
         settings=settings,
@@ -92,7 +95,6 @@ def _resources_for(pid: int) -> Resources:
         broker_redis=broker_redis,
         broker=CeleryPublisher(),
         limiter=limiter,
-        webhook_http=httpx.Client(follow_redirects=False),
     )
 
 
@@ -125,8 +127,8 @@ def run_step(self: Task, run_id: str, step: str) -> None:
         raise self.retry(countdown=delay) from exc
     if outcome.outbox_ids:
         publish_outbox(r.db, r.broker, outcome.outbox_ids)
-    if outcome.run_status in ENDED_RUN_STATUSES:
-        # A run ended: if it was a batch run, its slot in the admission window is free now.
+    if outcome.lane == Lane.BATCH and outcome.run_status in ENDED_RUN_STATUSES:
+        # A batch run ended: its slot in the admission window is free now.
         admit_and_publish(r.db, r.broker, r.settings)
     if outcome.kind == "retry":
         assert outcome.retry_in_s is not None
@@ -152,6 +154,7 @@ def recover_stalled_work_task() -> None:
             r.broker_redis,
             grace_s=r.settings.redrive_grace_s,
             lease_s=r.settings.lease_ttl_s,
+            webhook_retry=RetryPolicy.from_settings(r.settings),
         )
         publish_outbox(r.db, r.broker, recovered.outbox_ids)
         metrics.count_recoveries(recovered.as_dict())
@@ -190,7 +193,7 @@ def finish_batches_and_notify_task() -> None:
 
     def job() -> dict[str, int]:
         finished = finish_batches(r.db)
-        queued = queue_webhooks(r.db, PERIODIC_QUEUE)
+        queued = queue_webhooks(r.db, WEBHOOK_QUEUE)
         publish_outbox(r.db, r.broker, queued)
         return {"batches_finished": finished, "webhooks_queued": len(queued)}
 
@@ -212,4 +215,4 @@ def prune_retention_task() -> None:
 @bind_work(DELIVER_WEBHOOK)
 def deliver_webhook_task(_: Task, delivery_id: int) -> None:
     r = resources()
-    deliver_webhook(r.db, r.settings, delivery_id, PERIODIC_QUEUE, r.webhook_http)
+    deliver_webhook(r.db, r.settings, delivery_id)

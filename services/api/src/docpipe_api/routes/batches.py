@@ -14,14 +14,16 @@ from pydantic import ValidationError
 from docpipe import statuses
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.observability import metrics
-from docpipe.pipelines.registry import get_pipeline
+from docpipe.pipelines.model import Pipeline
 from docpipe.state import batches
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
+from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
     IdempotencyKeyDep,
+    PipelinesDep,
     RedisDep,
     SettingsDep,
     TenantDep,
@@ -62,6 +64,7 @@ async def submit_batch(
     settings: SettingsDep,
     db: DatabaseDep,
     broker: BrokerDep,
+    pipelines: PipelinesDep,
     tenant: TenantDep,
     response: Response,
 ) -> BatchAccepted:
@@ -79,11 +82,12 @@ async def submit_batch(
             f"{len(batch.documents)} documents in one batch; the limit is "
             f"{settings.max_batch_documents} (split it into several batches)",
         )
+    pipeline = pipelines.get(batch.pipeline)
+    callback_url = await run_sync(accepted_callback_url, db, settings, tenant, batch.callback_url)
     # Creating thousands of runs blocks for a while: keep it off the event loop.
-    created = await run_sync(_create, db, tenant, batch, key)
+    created = await run_sync(_create, db, tenant, pipeline, batch, key, callback_url)
     if created.created:
-        pipeline_key = get_pipeline(batch.pipeline).key
-        metrics.metrics().runs_created.labels(pipeline_key, "batch").inc(created.runs_total)
+        metrics.metrics().runs_created.labels(pipeline.key, "batch").inc(created.runs_total)
         await run_sync(admit_after_commit, db, broker, settings)
     response.headers["Location"] = f"/batches/{created.batch_id}"
     return BatchAccepted(
@@ -95,9 +99,13 @@ async def submit_batch(
 
 
 def _create(
-    db: Database, tenant: str, batch: BatchRequest, key: str | None
+    db: Database,
+    tenant: str,
+    pipeline: Pipeline,
+    batch: BatchRequest,
+    key: str | None,
+    callback_url: str | None,
 ) -> batches.CreatedBatch:
-    pipeline = get_pipeline(batch.pipeline)
     documents = [
         batches.BatchDocument(id=d.id or uuid.uuid4().hex, text=d.text) for d in batch.documents
     ]
@@ -124,7 +132,7 @@ def _create(
             request=fingerprint,
             budget_usd=batch.budget_usd,
             run_budget_usd=batch.run_budget_usd,
-            callback_url=str(batch.callback_url) if batch.callback_url else None,
+            callback_url=callback_url,
             deadline_at=deadline_at,
         )
 

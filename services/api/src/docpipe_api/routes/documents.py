@@ -11,18 +11,19 @@ from fastapi import APIRouter, Path, Response
 from docpipe.errors import InvalidRequestError
 from docpipe.faults import crash_point
 from docpipe.observability import metrics, tracing
-from docpipe.pipelines.registry import get_pipeline
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
 from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane
+from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
     DocumentTextDep,
     ExtractRequestDep,
     IdempotencyKeyDep,
+    PipelinesDep,
     SettingsDep,
     TenantDep,
 )
@@ -136,11 +137,12 @@ def start_extraction(
     db: DatabaseDep,
     broker: BrokerDep,
     settings: SettingsDep,
+    pipelines: PipelinesDep,
     tenant: TenantDep,
     response: Response,
 ) -> ExtractAccepted:
     """The same Idempotency-Key returns the same run; with other options it is a 409."""
-    pipeline = get_pipeline(options.pipeline)
+    pipeline = pipelines.get(options.pipeline)
     now = datetime.now(UTC)
     deadline_at = now + timedelta(seconds=options.deadline_s) if options.deadline_s else None
     if options.start_at is not None:
@@ -148,6 +150,7 @@ def start_extraction(
             raise InvalidRequestError("start_at applies to the interactive lane only")
         if deadline_at is not None and options.start_at >= deadline_at:
             raise InvalidRequestError("start_at must be before the deadline (now + deadline_s)")
+    callback_url = accepted_callback_url(db, settings, tenant, options.callback_url)
     with db.transaction() as tx:
         get_document(tx, tenant, document_id)  # 404 before the foreign key can object
         created = runs.create_run(
@@ -160,7 +163,7 @@ def start_extraction(
             request={"document_id": document_id, **options.fingerprint()},
             deadline_at=deadline_at,
             budget_usd=options.budget_usd,
-            callback_url=str(options.callback_url) if options.callback_url else None,
+            callback_url=callback_url,
             start_at=options.start_at,
             # The run's steps join this request's trace (see docpipe.observability.tracing).
             traceparent=tracing.current_traceparent(),

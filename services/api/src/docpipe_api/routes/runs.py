@@ -16,7 +16,7 @@ from docpipe.errors import ConflictError
 from docpipe.state import runs
 from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox
-from docpipe_api.deps import BrokerDep, DatabaseDep, TenantDep
+from docpipe_api.deps import BrokerDep, DatabaseDep, PipelinesDep, TenantDep
 from docpipe_api.errors import error_responses
 from docpipe_api.schemas import RunStatus
 
@@ -85,13 +85,14 @@ def retry_run(
     run_id: str,
     db: DatabaseDep,
     broker: BrokerDep,
+    pipelines: PipelinesDep,
     tenant: TenantDep,
     from_step: Annotated[
         str | None,
         Query(min_length=1, max_length=200, description="default: the run's first step not done"),
     ] = None,
 ) -> RunStatus:
-    restarted = runs.restart_run(db, tenant, run_id, from_step)
+    restarted = runs.restart_run(db, tenant, run_id, from_step, pipelines=pipelines)
     publish_outbox(db, broker, restarted.outbox_ids)
     return run_status(db, tenant, run_id)
 

@@ -24,11 +24,11 @@ WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.
 WITH new_run AS (
-    INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id, current_step,
-                              steps_total, budget_usd, deadline_at, admitted_at, callback_url,
-                              idempotency_key, request_hash, traceparent)
-    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(document_id)s, %(lane)s, %(batch_id)s,
-            (%(steps)s::text[])[1], cardinality(%(steps)s::text[]), %(budget_usd)s,
+    INSERT INTO pipeline_run (id, tenant_id, pipeline, pipeline_hash, document_id, lane, batch_id,
+                              current_step, steps_total, budget_usd, deadline_at, admitted_at,
+                              callback_url, idempotency_key, request_hash, traceparent)
+    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, %(document_id)s, %(lane)s,
+            %(batch_id)s, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]), %(budget_usd)s,
             %(deadline_at)s, CASE WHEN %(admitted)s THEN now() END, %(callback_url)s,
             %(idempotency_key)s, %(request_hash)s, %(traceparent)s)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
@@ -81,8 +81,8 @@ WITH claimed AS (
     FROM claimed
     WHERE r.id = claimed.run_id AND r.status = 'queued'
 )
-SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline, r.document_id,
-       r.lane, r.batch_id::text, d.content AS document,
+SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline,
+       r.pipeline_hash, r.document_id, r.lane, r.batch_id::text, d.content AS document,
        coalesce((SELECT jsonb_object_agg(s.step, s.output)
                  FROM pipeline_step_result s
                  WHERE s.run_id = c.run_id AND s.status = 'done'), '{}'::jsonb) AS outputs
@@ -226,7 +226,8 @@ SELECT id FROM expired;
 WITH reopened AS (
     UPDATE pipeline_run r
     SET status = 'queued', current_step = %(step)s, steps_done = %(step_index)s, error = NULL,
-        finished_at = NULL, deadline_at = NULL, notified_at = NULL, updated_at = now()
+        finished_at = NULL, deadline_at = NULL, notified_at = NULL, updated_at = now(),
+        pipeline_hash = %(pipeline_hash)s
     WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s
       AND r.status IN ('done', 'failed', 'needs_review', 'cancelled', 'expired',
                        'budget_exceeded')
@@ -256,7 +257,9 @@ SELECT r.id::text AS run_id, r.pipeline, r.document_id, r.lane, r.batch_id::text
        CASE WHEN r.status IN ('queued', 'running') THEN r.current_step END AS current_step,
        r.steps_done, r.steps_total, r.cost_usd AS cost_so_far_usd, r.error, r.created_at,
        r.finished_at,
-       (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at
+       (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at,
+                                        CASE WHEN status = 'pending'
+                                             THEN next_attempt_at END AS next_attempt_at
                                  FROM webhook_delivery WHERE run_id = r.id
                                  ORDER BY id DESC LIMIT 1) w) AS webhook
 FROM pipeline_run r
@@ -273,7 +276,8 @@ ORDER BY step_index;
 
 -- name: check_and_start_call
 -- Before a call: its memoised answer if any, whether the run still runs and the step is
--- still leased to this worker, and the spending of the run and its batch against budgets;
+-- still leased to this worker, and the spending of the run, its batch and (when it has a
+-- budget) the step against budgets;
 -- when all allow the call, its llm_call_log row (for the step's first model) is written in
 -- the same statement, still before the request is sent.
 WITH checked AS (
@@ -286,7 +290,12 @@ WITH checked AS (
            (SELECT lease_owner FROM pipeline_step_result
             WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
            r.id AS run_id, r.status, r.cost_usd, r.budget_usd, b.cost_usd AS batch_cost_usd,
-           b.budget_usd AS batch_budget_usd
+           b.budget_usd AS batch_budget_usd,
+           -- A step's spending is summed only for a step that has a budget of its own.
+           CASE WHEN %(step_budget_usd)s::numeric IS NOT NULL THEN
+               (SELECT coalesce(sum(cost_usd), 0) FROM llm_call_log
+                WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s)
+           END AS step_cost_usd
     FROM pipeline_run r
     LEFT JOIN batch b ON b.id = r.batch_id
     WHERE r.id = %(run_id)s
@@ -300,10 +309,11 @@ WITH checked AS (
       AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s)
       AND (budget_usd IS NULL OR cost_usd < budget_usd)
       AND (batch_budget_usd IS NULL OR batch_cost_usd < batch_budget_usd)
+      AND (step_cost_usd IS NULL OR step_cost_usd < %(step_budget_usd)s)
     RETURNING id
 )
 SELECT memo, lease_owner, status, cost_usd, budget_usd, batch_cost_usd, batch_budget_usd,
-       (SELECT id FROM started) AS call_id
+       step_cost_usd, (SELECT id FROM started) AS call_id
 FROM checked;
 
 -- name: start_call
@@ -354,6 +364,12 @@ WITH taken AS (
     SET enqueued_at = now()
     FROM published p
     WHERE p.topic = 'step' AND s.run_id = p.run_id AND s.step = p.step AND s.status = 'pending'
+), deliveries AS (
+    UPDATE webhook_delivery d
+    SET enqueued_at = now()
+    FROM published p
+    WHERE p.topic = 'webhook' AND d.id = (p.payload ->> 'delivery_id')::bigint
+      AND d.status = 'pending'
 )
 SELECT id, topic, run_id::text, step, queue, traceparent, payload FROM published ORDER BY id;
 
@@ -367,11 +383,17 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: mark_published
--- Record that these rows reached the broker, and when their steps were enqueued.
+-- Record that these rows reached the broker, and when their steps and webhooks were enqueued.
 WITH published AS (
     UPDATE outbox SET published_at = now()
     WHERE id = ANY(%(ids)s)
-    RETURNING topic, run_id, step
+    RETURNING topic, run_id, step, payload
+), deliveries AS (
+    UPDATE webhook_delivery d
+    SET enqueued_at = now()
+    FROM published p
+    WHERE p.topic = 'webhook' AND d.id = (p.payload ->> 'delivery_id')::bigint
+      AND d.status = 'pending'
 )
 UPDATE pipeline_step_result s
 SET enqueued_at = now()
@@ -519,10 +541,11 @@ LIMIT 10;
 -- name: create_batch_runs
 -- One waiting run (and its pending steps) per document of a new batch.
 WITH new_runs AS (
-    INSERT INTO pipeline_run (id, tenant_id, pipeline, document_id, lane, batch_id,
+    INSERT INTO pipeline_run (id, tenant_id, pipeline, pipeline_hash, document_id, lane, batch_id,
                               current_step, steps_total, budget_usd, deadline_at,
                               idempotency_key, request_hash, traceparent)
-    SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, d.document_id, 'batch',
+    SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, d.document_id,
+           'batch',
            %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
            %(run_budget_usd)s, %(deadline_at)s,
            'batch:' || %(batch_id)s::text || ':' || d.ordinality,
@@ -555,7 +578,9 @@ SELECT b.id::text AS batch_id, b.pipeline, b.status, b.runs_total,
        (SELECT coalesce(sum(steps_total - steps_done), 0)::bigint FROM per_status
         WHERE status IN ('queued', 'running')) AS steps_remaining,
        (SELECT min(first_admitted_at) FROM per_status) AS first_admitted_at,
-       (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at
+       (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at,
+                                        CASE WHEN status = 'pending'
+                                             THEN next_attempt_at END AS next_attempt_at
                                  FROM webhook_delivery WHERE batch_id = b.id
                                  ORDER BY id DESC LIMIT 1) w) AS webhook
 FROM batch b
@@ -682,8 +707,8 @@ WITH ended AS (
     RETURNING id, callback_url, tenant_id, batch_id, document_id, status, steps_done,
               steps_total, cost_usd, error, finished_at
 ), deliveries AS (
-    INSERT INTO webhook_delivery (run_id, url, payload)
-    SELECT id, callback_url,
+    INSERT INTO webhook_delivery (run_id, tenant_id, url, payload)
+    SELECT id, tenant_id, callback_url,
            jsonb_build_object('event', 'run.ended', 'run_id', id, 'document_id', document_id,
                               'batch_id', batch_id, 'status', status, 'steps_done', steps_done,
                               'steps_total', steps_total, 'cost_usd', cost_usd, 'error', error,
@@ -700,10 +725,10 @@ RETURNING id;
 WITH ended AS (
     UPDATE batch SET notified_at = now()
     WHERE callback_url IS NOT NULL AND notified_at IS NULL AND status <> 'running'
-    RETURNING id, callback_url, status, runs_total, cost_usd, finished_at
+    RETURNING id, tenant_id, callback_url, status, runs_total, cost_usd, finished_at
 ), deliveries AS (
-    INSERT INTO webhook_delivery (batch_id, url, payload)
-    SELECT e.id, e.callback_url,
+    INSERT INTO webhook_delivery (batch_id, tenant_id, url, payload)
+    SELECT e.id, e.tenant_id, e.callback_url,
            jsonb_build_object('event', 'batch.ended', 'batch_id', e.id, 'status', e.status,
                               'runs_total', e.runs_total, 'cost_usd', e.cost_usd,
                               'finished_at', e.finished_at,
@@ -718,28 +743,118 @@ INSERT INTO outbox (topic, queue, payload)
 SELECT 'webhook', %(queue)s, jsonb_build_object('delivery_id', id) FROM deliveries
 RETURNING id;
 
--- name: webhook_to_deliver
--- A pending delivery with its target and body.
-SELECT id, url, payload, attempts FROM webhook_delivery WHERE id = %(id)s AND status = 'pending';
+-- name: claim_webhook_attempt
+-- Start an attempt of a pending delivery that is due and has no attempt in flight, unless
+-- its tenant, or everyone, already has as many attempts in flight as allowed. The attempt
+-- holds the delivery until lease_s from now: a worker killed mid-attempt leaves it to the
+-- reaper (reap_interrupted_webhook_attempts). Runs after webhook_claim_lock in the same
+-- transaction, so two claims never both count the last free place.
+WITH load AS (
+    SELECT count(*) AS in_flight,
+           count(*) FILTER (WHERE w.tenant_id = (SELECT tenant_id FROM webhook_delivery
+                                                 WHERE id = %(id)s)) AS tenant_in_flight
+    FROM webhook_delivery w
+    WHERE w.attempt_expires_at > now()
+)
+UPDATE webhook_delivery d
+SET attempt_expires_at = now() + make_interval(secs => %(lease_s)s)
+FROM load
+WHERE d.id = %(id)s AND d.status = 'pending' AND d.next_attempt_at <= now()
+  AND d.attempt_expires_at IS NULL
+  AND load.tenant_in_flight < %(tenant_limit)s AND load.in_flight < %(limit)s
+RETURNING d.id, d.tenant_id, d.url, d.payload, d.message_id, d.attempts;
+
+-- name: webhook_claim_lock
+-- Serialise claims of webhook attempts until the transaction ends.
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: webhook_delivery_state
+-- Why a claim found nothing: the delivery's status, whether it is due, whether an attempt
+-- of it is in flight.
+SELECT status, next_attempt_at <= now() AS due, attempt_expires_at IS NOT NULL AS in_flight
+FROM webhook_delivery WHERE id = %(id)s;
 
 -- name: record_webhook_attempt
--- Count one delivery attempt; it ends as delivered, or failed once attempts run out.
+-- End the attempt in flight and count it: the delivery ends as delivered, or failed once
+-- attempts run out; a delivery still pending is parked by park_webhook_attempt.
 UPDATE webhook_delivery
 SET attempts = attempts + 1, last_status = %(http_status)s, last_error = %(error)s,
-    last_attempt_at = now(),
+    last_attempt_at = now(), attempt_expires_at = NULL,
     delivered_at = CASE WHEN %(delivered)s THEN now() END,
     status = CASE WHEN %(delivered)s THEN 'delivered'
                   WHEN attempts + 1 >= %(max_attempts)s THEN 'failed'
                   ELSE 'pending' END
-WHERE id = %(id)s AND status = 'pending'
-RETURNING status, attempts;
+WHERE id = %(id)s AND status = 'pending' AND attempt_expires_at IS NOT NULL
+RETURNING id, status, attempts;
 
--- name: schedule_webhook_retry
--- Park the next attempt of a delivery in the outbox until it is due.
+-- name: reap_interrupted_webhook_attempts
+-- Attempts whose worker stopped without recording them (killed, lost): each is counted as
+-- an interrupted attempt; the deliveries still pending are parked by the caller.
+UPDATE webhook_delivery
+SET attempts = attempts + 1, last_status = NULL, last_error = %(error)s,
+    last_attempt_at = now(), attempt_expires_at = NULL,
+    status = CASE WHEN attempts + 1 >= %(max_attempts)s THEN 'failed' ELSE 'pending' END
+WHERE status = 'pending' AND attempt_expires_at < now()
+RETURNING id, status, attempts;
+
+-- name: park_webhook_attempt
+-- Set when a pending delivery's next attempt is due and park its message in the outbox
+-- until then.
+WITH due AS (
+    UPDATE webhook_delivery SET next_attempt_at = now() + make_interval(secs => %(delay_s)s)
+    WHERE id = %(id)s AND status = 'pending' AND attempt_expires_at IS NULL
+    RETURNING id, next_attempt_at
+)
 INSERT INTO outbox (topic, queue, payload, available_at)
-VALUES ('webhook', %(queue)s, jsonb_build_object('delivery_id', %(id)s::bigint),
-        now() + make_interval(secs => %(delay_s)s))
+SELECT 'webhook', %(queue)s, jsonb_build_object('delivery_id', id), next_attempt_at FROM due
 RETURNING id;
+
+-- name: redrive_lost_webhooks
+-- Re-enqueue pending deliveries whose message is gone: due and sent a while ago, no attempt
+-- in flight, no message waiting in the outbox, and sent before the oldest message still
+-- waiting in the webhook queue (so it was consumed, or lost with Redis).
+WITH lost AS (
+    UPDATE webhook_delivery d SET enqueued_at = now()
+    WHERE d.status = 'pending' AND d.attempt_expires_at IS NULL
+      AND greatest(d.next_attempt_at, coalesce(d.enqueued_at, d.created_at))
+          < now() - make_interval(secs => %(grace_s)s)
+      AND coalesce(d.enqueued_at, d.created_at) < %(cutoff)s::timestamptz
+      AND NOT EXISTS (SELECT 1 FROM outbox o
+                      WHERE o.published_at IS NULL AND o.topic = 'webhook'
+                        AND o.payload @> jsonb_build_object('delivery_id', d.id))
+    RETURNING d.id
+)
+INSERT INTO outbox (topic, queue, payload)
+SELECT 'webhook', %(queue)s, jsonb_build_object('delivery_id', id) FROM lost
+RETURNING id;
+
+-- name: tenant_webhook_secrets
+-- A tenant's signing secrets that still sign, newest (the current one) first.
+SELECT id, secret_encrypted, created_at, expires_at
+FROM webhook_secret
+WHERE tenant_id = %(tenant_id)s AND (expires_at IS NULL OR expires_at > now())
+ORDER BY created_at DESC, id;
+
+-- name: webhook_secret_lock
+-- Serialise rotations of one tenant's secret until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtextextended('docpipe.webhook_secret.' || %(tenant_id)s, 0));
+
+-- name: retire_webhook_secret
+-- The first statement of a rotation: secrets retired earlier stop signing (they are
+-- deleted) and the current one, if any, signs until previous_valid_for_s from now.
+WITH forgotten AS (
+    DELETE FROM webhook_secret WHERE tenant_id = %(tenant_id)s AND expires_at IS NOT NULL
+)
+UPDATE webhook_secret
+SET expires_at = now() + make_interval(secs => %(previous_valid_for_s)s)
+WHERE tenant_id = %(tenant_id)s AND expires_at IS NULL
+RETURNING id, created_at, expires_at;
+
+-- name: create_webhook_secret
+-- Store a tenant's new current signing secret, encrypted (after retire_webhook_secret).
+INSERT INTO webhook_secret (id, tenant_id, secret_encrypted)
+VALUES (%(id)s, %(tenant_id)s, %(secret_encrypted)s)
+RETURNING id, created_at, expires_at;
 
 -- name: create_api_key
 -- Store a new API key's hash under its public id (a clash of random ids inserts nothing).
@@ -832,3 +947,12 @@ WHERE id IN (
 -- name: batch_status
 -- Whether a batch still runs (for error messages).
 SELECT status FROM batch WHERE id = %(batch_id)s;
+
+-- name: active_run_definitions
+-- The pipeline definitions that runs not yet ended started with, and a few of their ids.
+SELECT pipeline, pipeline_hash, count(*) AS runs,
+       (array_agg(id::text ORDER BY created_at))[1:3] AS examples
+FROM pipeline_run
+WHERE status IN ('queued', 'running')
+GROUP BY pipeline, pipeline_hash
+ORDER BY pipeline;

@@ -60,6 +60,7 @@ CREATE TABLE pipeline_run (
     updated_at      timestamptz   NOT NULL DEFAULT now(),
     finished_at     timestamptz,
     notified_at     timestamptz,                         -- its webhook was queued
+    pipeline_hash   text,                                -- of the definition it started with
     UNIQUE (tenant_id, idempotency_key),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id)
 );
@@ -175,10 +176,36 @@ CREATE TABLE webhook_delivery (
     created_at      timestamptz NOT NULL DEFAULT now(),
     last_attempt_at timestamptz,
     delivered_at    timestamptz,
+    tenant_id       text        NOT NULL,
+    -- The Standard Webhooks webhook-id: the same on every attempt, so receivers deduplicate.
+    message_id      text        NOT NULL
+                    DEFAULT ('msg_' || replace(gen_random_uuid()::text, '-', '')),
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    enqueued_at     timestamptz,                         -- its message last left the outbox
+    attempt_expires_at timestamptz,                      -- an attempt is in flight until then
     CHECK ((run_id IS NULL) <> (batch_id IS NULL))
 );
 CREATE INDEX webhook_delivery_run_idx ON webhook_delivery (run_id) WHERE run_id IS NOT NULL;
 CREATE INDEX webhook_delivery_batch_idx ON webhook_delivery (batch_id) WHERE batch_id IS NOT NULL;
+-- The reaper's look for lost messages, and the count of attempts in flight per tenant.
+CREATE INDEX webhook_delivery_pending_idx ON webhook_delivery (next_attempt_at)
+    WHERE status = 'pending';
+CREATE INDEX webhook_delivery_in_flight_idx ON webhook_delivery (tenant_id)
+    WHERE attempt_expires_at IS NOT NULL;
+
+-- A tenant's webhook signing secrets. The current one has no expires_at; after a rotation the
+-- previous one keeps signing until its expires_at. The secret itself (whsec_<base64>) is
+-- shown once and stored only as a Fernet token under DOCPIPE_SECRETS_KEY.
+CREATE TABLE webhook_secret (
+    id               text        PRIMARY KEY,             -- whs_<12 hex>, safe to show and log
+    tenant_id        text        NOT NULL,
+    secret_encrypted text        NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    expires_at       timestamptz                          -- NULL: the current secret
+);
+CREATE UNIQUE INDEX webhook_secret_current_idx ON webhook_secret (tenant_id)
+    WHERE expires_at IS NULL;
+CREATE INDEX webhook_secret_tenant_idx ON webhook_secret (tenant_id, created_at);
 
 -- One row per API key. The key itself (dp_<id>_<secret>) is shown once when created; only
 -- its SHA-256 is kept (the secret has 256 bits of entropy, so a fast hash is enough).

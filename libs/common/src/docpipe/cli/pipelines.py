@@ -1,0 +1,69 @@
+"""``docpipe pipelines list | show KEY | validate FILE...``: what the API runs, and a check
+of pipeline files for their authors (exit code 1 when a file is wrong)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.pipelines.files import load_pipeline_file
+from docpipe.pipelines.model import PipelineError
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = sub.add_parser("pipelines", help="pipelines: list, show, validate files")
+    group_sub = group.add_subparsers(dest="pipelines_command", required=True)
+    listing = group_sub.add_parser("list", help="the pipelines the API runs")
+    listing.set_defaults(handler=cmd_list)
+    show = group_sub.add_parser("show", help="one pipeline's steps, models and schemas (JSON)")
+    show.add_argument("key", help="name:vN")
+    show.set_defaults(handler=cmd_show)
+    for parser in (listing, show):
+        add_api_flags(parser)
+    validate = group_sub.add_parser("validate", help="check pipeline files (exit 1 on errors)")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.set_defaults(handler=cmd_validate)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with api_client(args) as client:
+        found = client.pipelines()
+    table = Table(title="pipelines")
+    for column in ("key", "steps", "source", "definition"):
+        table.add_column(column)
+    for p in found:
+        table.add_row(p["key"], " -> ".join(p["steps"]), p["source"], p["definition_hash"][:12])
+    console.print(table)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with api_client(args) as client:
+        console.print_json(json.dumps(client.pipeline(args.key)))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Each file loaded as the workers would load it; prices are not checked here (they
+    are the deployment's settings)."""
+    wrong = 0
+    for name in args.files:
+        path = Path(name)
+        try:
+            pipeline = load_pipeline_file(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, UnicodeDecodeError) as exc:
+            console.print(f"[red]{path}: cannot read it ({exc})[/red]")
+            wrong += 1
+        except PipelineError as exc:
+            console.print(f"[red]{exc}[/red]", highlight=False, soft_wrap=True)
+            wrong += 1
+        else:
+            steps = " -> ".join(pipeline.step_names)
+            console.print(f"{path}: ok, {pipeline.key} ({steps})", highlight=False)
+    return 1 if wrong else 0

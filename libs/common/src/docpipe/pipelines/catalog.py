@@ -1,0 +1,154 @@
+"""The pipelines a process knows, by key, registered explicitly from four places:
+
+- built in: ``document_extract:v1`` (Python) and the files shipped in ``pipelines/builtin``;
+- installed Python packages: the entry point group ``docpipe.pipelines``, each entry naming
+  a :class:`~docpipe.pipelines.Pipeline` or a sequence of them (``mypkg.flows:INVOICE``);
+- ``DOCPIPE_PIPELINE_MODULES``: ``module`` (its ``PIPELINES``) or ``module:attribute``;
+- ``DOCPIPE_PIPELINES_DIR``: pipeline files (``*.yaml``), see docpipe.pipelines.files.
+
+Loading checks everything once, at start-up: a broken definition, a key defined twice, a
+model without a price stop the process with a message saying where, and a run never starts
+on a pipeline that did not load.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from functools import partial
+from importlib.metadata import entry_points
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from docpipe.errors import InvalidRequestError
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.pipelines.files import load_pipeline_file
+from docpipe.pipelines.model import Pipeline, PipelineError
+from docpipe.settings import Settings, get_settings
+
+__all__ = ["ENTRY_POINT_GROUP", "Catalog", "catalog", "get_pipeline", "load_catalog", "pipelines"]
+
+ENTRY_POINT_GROUP = "docpipe.pipelines"
+_FILE_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Every pipeline this process may run, by key."""
+
+    by_key: Mapping[str, Pipeline]
+
+    def get(self, key: str) -> Pipeline:
+        try:
+            return self.by_key[key]
+        except KeyError:
+            raise InvalidRequestError(
+                f"unknown pipeline {key!r} (known: {', '.join(sorted(self.by_key))})"
+            ) from None
+
+    def __iter__(self) -> Iterator[Pipeline]:
+        return iter(self.by_key[key] for key in sorted(self.by_key))
+
+
+def load_catalog(settings: Settings) -> Catalog:
+    """Load and check every pipeline the settings name; PipelineError says what is wrong."""
+    by_key: dict[str, Pipeline] = {}
+    for pipeline in _all_sources(settings):
+        if (known := by_key.get(pipeline.key)) is not None:
+            raise PipelineError(
+                f"pipeline {pipeline.key} is defined twice: by {known.source} and by "
+                f"{pipeline.source} (give one of them another name or version)"
+            )
+        _check_models(pipeline, settings)
+        by_key[pipeline.key] = pipeline
+    return Catalog(by_key)
+
+
+def _all_sources(settings: Settings) -> Iterator[Pipeline]:
+    yield DOCUMENT_EXTRACT
+    builtin = files("docpipe.pipelines").joinpath("builtin")
+    for entry in sorted(builtin.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(_FILE_SUFFIXES):
+            yield load_pipeline_file(entry.read_text(encoding="utf-8"), f"builtin/{entry.name}")
+    for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        source = f"entry point {entry_point.name} = {entry_point.value}"
+        yield from _pipelines_in(_load_reference(entry_point.load, source), source)
+    for reference in settings.pipeline_modules:
+        module, _, attribute = reference.partition(":")
+        source = f"DOCPIPE_PIPELINE_MODULES {reference}"
+        value = _load_reference(partial(_import_attribute, module, attribute or "PIPELINES"),
+                                source)  # fmt: skip
+        yield from _pipelines_in(value, source)
+    if settings.pipelines_dir is not None:
+        yield from _pipeline_files(settings.pipelines_dir)
+
+
+def _load_reference(load: Any, source: str) -> Any:
+    try:
+        return load()
+    except PipelineError as exc:
+        raise PipelineError(f"{source}: {exc}") from None
+    except (ImportError, AttributeError) as exc:
+        raise PipelineError(f"{source}: cannot load it ({exc})") from None
+
+
+def _import_attribute(module: str, attribute: str) -> Any:
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _pipelines_in(value: Any, source: str) -> Iterator[Pipeline]:
+    found = [value] if isinstance(value, Pipeline) else value
+    if not isinstance(found, Iterable) or not all(isinstance(p, Pipeline) for p in found):
+        raise PipelineError(f"{source}: names {type(value).__name__}, not a Pipeline or a list")
+    for pipeline in found:
+        yield _with_source(pipeline, source)
+
+
+def _with_source(pipeline: Pipeline, source: str) -> Pipeline:
+    return replace(pipeline, source=source)
+
+
+def _pipeline_files(folder: Path) -> Iterator[Pipeline]:
+    if not folder.is_dir():
+        raise PipelineError(f"DOCPIPE_PIPELINES_DIR={folder} is not a directory")
+    for path in sorted(p for p in folder.iterdir() if p.suffix in _FILE_SUFFIXES):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PipelineError(f"{path}: cannot read it ({exc})") from None
+        yield load_pipeline_file(text, str(path))
+
+
+def _check_models(pipeline: Pipeline, settings: Settings) -> None:
+    for step in pipeline.steps:
+        for model in step.models:
+            if model not in settings.model_prices:
+                raise PipelineError(
+                    f"{pipeline.source}: step {step.name!r} of {pipeline.key} asks model "
+                    f"{model!r}, which has no price in DOCPIPE_MODEL_PRICES (known: "
+                    f"{', '.join(sorted(settings.model_prices))})"
+                )
+
+
+_loaded: tuple[Settings, Catalog] | None = None
+
+
+def catalog() -> Catalog:
+    """The pipelines of this process' settings (loaded once per settings object)."""
+    global _loaded
+    settings = get_settings()
+    if _loaded is None or _loaded[0] is not settings:
+        _loaded = (settings, load_catalog(settings))
+    return _loaded[1]
+
+
+def get_pipeline(key: str) -> Pipeline:
+    """The pipeline ``key`` of this process; InvalidRequestError naming the known ones."""
+    return catalog().get(key)
+
+
+def pipelines() -> dict[str, Pipeline]:
+    """Every pipeline of this process by key."""
+    return dict(catalog().by_key)
