@@ -28,6 +28,7 @@ from docpipe.state import runs
 from docpipe.state.db import Database, Timeouts
 from docpipe.state.outbox import publish_outbox
 from docpipe.state.recovery import recover_stalled_work
+from docpipe.state.webhooks import RetryPolicy
 from docpipe_api.deps import RedisDep
 from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.processes import ManagedProcess
@@ -226,7 +227,10 @@ def test_a_silent_redis_does_not_hang_the_reaper(
     time.sleep(0.3)
     ns.drop()
     with timed() as elapsed:
-        recovered = recover_stalled_work(db, redis_client(settings), grace_s=1, lease_s=0.5)
+        recovered = recover_stalled_work(
+            db, redis_client(settings), grace_s=1, lease_s=0.5,
+            webhook_retry=RetryPolicy.from_settings(settings),
+        )  # fmt: skip
     # The expired lease is handed on from PostgreSQL alone; lost messages wait for Redis.
     assert (recovered.expired_leases, recovered.lost_messages) == (1, 0)
     assert elapsed[0] < settings.redis_socket_timeout_s + 1.5
