@@ -142,7 +142,7 @@ def main() -> None:
         interactive_concurrency=2,
         batch_concurrency=4,
         latency_ms="100:300",
-        metrics_port=free_port_run(3),
+        metrics_port=free_port_run(4),  # pools, beat, API
     ) as bench:
         for url in bench.stack.metrics_urls().values():  # ours, not a neighbour's server
             assert "docpipe_" in httpx.get(url, timeout=5).text, f"{url} is not docpipe's"

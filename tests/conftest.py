@@ -71,6 +71,9 @@ def settings(database_url: str) -> Settings:
         task_soft_time_limit_s=10.0,
         task_time_limit_s=15.0,
         limiter_max_wait_s=5.0,
+        database_statement_timeout_s=5.0,
+        database_socket_timeout_s=5.0,
+        database_pool_timeout_s=5.0,
         webhook_timeout_s=2.0,
     )
 

@@ -166,6 +166,7 @@ def make_api_client(
         monkeypatch.setenv("DOCPIPE_DATABASE_URL", database_url)
         monkeypatch.setenv("DOCPIPE_REDIS_URL", redis_server.url)
         monkeypatch.setenv("DOCPIPE_AUTH", "none")
+        monkeypatch.setenv("DOCPIPE_METRICS_PORT", "0")  # tests that scrape pass a free port
         for name, value in settings.items():
             monkeypatch.setenv(f"DOCPIPE_{name.upper()}", str(value))
         get_settings.cache_clear()

@@ -1,11 +1,16 @@
-"""What must hold after any crash, read from PostgreSQL: every run ended for a real reason,
-no finished provider call was paid twice, every step result exists once, costs add up."""
+"""What must hold after any crash, read from PostgreSQL and from the provider's own request
+log: every run ended for a real reason, no finished provider call was paid twice, every
+request the provider received is a call on record (and was sent once), every step result
+exists once, costs add up."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,8 +21,11 @@ from docpipe.cli.client import DocpipeClient
 from docpipe_dev.localstack import LocalRedis
 from docpipe_dev.samples import sample_contracts
 from docpipe_dev.stack import LocalStack
+from tests.partition import NetworkNamespace
 
 CONTRACTS = sample_contracts(200)
+# What docpipe sends as X-Client-Request-Id (docpipe.providers.calls.call_request_id).
+_CALL_ID = re.compile(r"docpipe-call-(\d+)")
 # Webhooks on, to receivers on 127.0.0.1, with a short deadline and few, quick retries; at
 # most two attempts in flight, so hanging receivers leave the other processes to the steps.
 WEBHOOK_ENV = {
@@ -36,12 +44,21 @@ class ChaosStack:
     stack: LocalStack
     client: DocpipeClient
     broker: LocalRedis
+    # One line per request the fake provider received: the call's id (FAKE_LLM_REQUEST_LOG).
+    request_log: Path
+    # Set for scenarios marked provider_in_namespace: the provider's network, to partition.
+    provider_ns: NetworkNamespace | None = None
     faults: int = 0
 
     def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
         url = self.stack.env["DOCPIPE_DATABASE_URL"]
         with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
             return conn.execute(query.encode(), params).fetchall()
+
+    def execute(self, statements: str) -> None:
+        """Run SQL that returns no rows (DDL, several statements)."""
+        with psycopg.connect(self.stack.env["DOCPIPE_DATABASE_URL"], autocommit=True) as conn:
+            conn.execute(statements.encode())
 
     def scalar(self, query: str, *params: Any) -> Any:
         rows = self.sql(query, *params)
@@ -85,13 +102,20 @@ class ScenarioResult:
     retried_steps: int
     duplicate_paid_calls: int
     lost: int
+    provider_requests: int
+    call_rows: int
     longest_stall_s: float
     faults: int
     problems: list[str] = field(default_factory=list)
 
     def row(self) -> tuple[object, ...]:
+        # Rows the provider never received are calls that died on the way (refused, dropped).
+        unsent = self.call_rows - self.provider_requests
+        requests = f"{self.provider_requests} = {self.call_rows}" + (
+            f" - {unsent} never arrived" if unsent else ""
+        )
         return (self.name, self.runs, self.done, self.retried_steps, self.duplicate_paid_calls,
-                self.lost, f"{self.longest_stall_s:.1f}", self.faults)  # fmt: skip
+                self.lost, requests, f"{self.longest_stall_s:.1f}", self.faults)  # fmt: skip
 
 
 REPORT: list[ScenarioResult] = []
@@ -139,6 +163,7 @@ def check_invariants(chaos: ChaosStack, name: str) -> ScenarioResult:
     )
     if cost_mismatch or batch_mismatch:
         problems.append(f"costs do not add up: {cost_mismatch} runs, {batch_mismatch} batches")
+    requests, rows = _provider_requests_are_calls_on_record(chaos, problems)
     stall = chaos.scalar(
         "SELECT coalesce(max(gap), 0) FROM (SELECT extract(epoch FROM finished_at"
         " - lag(finished_at) OVER (ORDER BY finished_at)) AS gap FROM pipeline_step_result"
@@ -152,9 +177,39 @@ def check_invariants(chaos: ChaosStack, name: str) -> ScenarioResult:
         ),
         duplicate_paid_calls=duplicates,
         lost=lost,
+        provider_requests=requests,
+        call_rows=rows,
         longest_stall_s=float(stall),
         faults=chaos.faults,
         problems=problems,
     )
     REPORT.append(result)
     return result
+
+
+def _provider_requests_are_calls_on_record(
+    chaos: ChaosStack, problems: list[str]
+) -> tuple[int, int]:
+    """No call is paid without being recorded: every request the provider received names an
+    llm_call_log row, no row was sent twice, and every row that got an answer was received;
+    the only rows the provider never saw are calls that failed on the way to it. Returns
+    (requests received, call-log rows)."""
+    received = chaos.request_log.read_text().splitlines() if chaos.request_log.exists() else []
+    ids = Counter(int(m.group(1)) for line in received if (m := _CALL_ID.fullmatch(line)))
+    rows = {r["id"]: r for r in chaos.sql(
+        "SELECT id, status, http_status, error_kind FROM llm_call_log")}  # fmt: skip
+    anonymous = len(received) - sum(ids.values())
+    unrecorded = sorted(set(ids) - set(rows))
+    twice = sorted(i for i, n in ids.items() if n > 1)
+    answered_unseen = sorted(
+        i for i, r in rows.items()
+        if i not in ids and (r["status"] in ("ok", "invalid_output") or r["http_status"])
+    )  # fmt: skip
+    if anonymous or unrecorded:
+        problems.append(f"paid without a record: {anonymous} requests without a call id, "
+                        f"calls {unrecorded[:5]} not in llm_call_log")  # fmt: skip
+    if twice:
+        problems.append(f"calls sent to the provider twice under one record: {twice[:5]}")
+    if answered_unseen:
+        problems.append(f"calls answered that the provider never received: {answered_unseen[:5]}")
+    return len(received), len(rows)

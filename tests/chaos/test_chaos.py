@@ -1,8 +1,10 @@
-"""Crashes, restarts and outages while work runs; afterwards, nothing lost and nothing paid
-twice (see invariants.py). Bounded in time: each scenario ends within a few minutes."""
+"""Crashes, restarts, partitions and outages while work runs; afterwards, nothing lost and
+nothing paid twice or without a record (see invariants.py). Bounded in time: each scenario
+ends within a few minutes, and has its own pytest timeout above its waits."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from docpipe_dev.localstack import free_port
 from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv
@@ -32,6 +35,12 @@ def assert_clean(chaos: ChaosStack, name: str) -> None:
     assert result.done == result.runs > 0
 
 
+# The SIGKILL scenario's waits, and its own timeout above their sum (the suite's default of
+# 300 s is shorter than its drain alone); the webhooks' end is waited for after the drain.
+_KILLS, _WARMUP_S, _READY_S, _PAUSE_MAX_S, _DRAIN_S, _WEBHOOKS_S = 24, 240, 60, 2, 300, 210
+
+
+@pytest.mark.timeout(_WARMUP_S + _KILLS * (_READY_S + _PAUSE_MAX_S) + _DRAIN_S + _WEBHOOKS_S + 120)
 def test_random_sigkills_of_workers_during_a_200_document_batch(chaos: ChaosStack) -> None:
     # Webhooks go to a receiver that accepts connections and never answers, all along.
     hanging = RawReceiver("hang").start()
@@ -41,22 +50,22 @@ def test_random_sigkills_of_workers_during_a_200_document_batch(chaos: ChaosStac
         chaos.client.put_document(f"solo-{i}", CONTRACTS[i].text)
         chaos.client.extract(f"solo-{i}", callback_url=hanging.url)
     rng = random.Random(7)
-    chaos.wait_until(lambda: chaos.steps_done() >= 20)
-    while chaos.faults < 24:
+    chaos.wait_until(lambda: chaos.steps_done() >= 20, timeout_s=_WARMUP_S)
+    while chaos.faults < _KILLS:
         name = rng.choice(["worker-batch", "worker-interactive"])
         worker = next(p for p in chaos.stack.processes if p.name == name)
         assert worker.alive(), f"{name} died on its own:\n{worker.log_text()[-3000:]}"
         # A pool child killed before the worker is ready takes the worker down with it
         # (Celery: "Could not start worker processes"); an OOM kill hits running pools.
-        worker.wait_for_log(r"\bready\.", timeout_s=60)
+        worker.wait_for_log(r"\bready\.", timeout_s=_READY_S)
         pool = children(worker.pid)
         if rng.random() < 0.5 and pool:
             os.kill(rng.choice(pool), signal.SIGKILL)  # one pool child (an OOM kill)
         else:
             chaos.stack.replace(name, kill=True)  # the whole worker (a node loss)
         chaos.faults += 1
-        time.sleep(rng.uniform(0.5, 2.0))
-    chaos.wait_for_all_runs(timeout_s=300)
+        time.sleep(rng.uniform(0.5, _PAUSE_MAX_S))
+    chaos.wait_for_all_runs(timeout_s=_DRAIN_S)
     assert_clean(chaos, "20+ SIGKILLs of workers (parents and children), a hanging receiver")
     try:
         assert_webhooks_cut_off_and_retried(chaos, hanging, deliveries=11)
@@ -185,3 +194,92 @@ def test_a_sigterm_rolling_restart_of_every_worker_during_a_batch(chaos: ChaosSt
         time.sleep(2)
     chaos.wait_for_all_runs()
     assert_clean(chaos, "SIGTERM rolling restart of workers")
+
+
+# The new scenarios wait for warm-up and drain (up to 240 s each) around their fault.
+_SCENARIO_TIMEOUT_S = 240 + 60 + 240 + 60
+
+
+def worker_logs(chaos: ChaosStack) -> str:
+    return "".join(p.log_text() for p in chaos.stack.processes if p.name.startswith("worker-"))
+
+
+@pytest.mark.provider_in_namespace
+@pytest.mark.timeout(_SCENARIO_TIMEOUT_S)
+def test_the_provider_partitioned_for_20_s_hangs_no_call_past_its_timeout(
+    chaos: ChaosStack,
+) -> None:
+    chaos.submit_batch(40)
+    chaos.wait_until(lambda: chaos.steps_done() >= 20)
+    assert chaos.provider_ns is not None
+    # Packets to and from the provider vanish: calls on the wire and new connections hang
+    # (no reset, no refusal) until the client's timeout.
+    chaos.provider_ns.drop()
+    time.sleep(20)
+    chaos.provider_ns.heal()
+    chaos.faults += 1
+    chaos.wait_for_all_runs()
+    assert_clean(chaos, "provider partitioned for 20 s (packets dropped)")
+    logs = worker_logs(chaos)
+    assert "provider timed out" in logs, "the partition was felt"
+    assert "TimeLimitExceeded" not in logs, "no step hung until Celery's time limit"
+
+
+_SLOW_DOWN = """
+CREATE FUNCTION chaos_slow_down() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(random() * 0.3);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER chaos_slow_calls AFTER INSERT OR UPDATE ON llm_call_log
+    FOR EACH ROW EXECUTE FUNCTION chaos_slow_down();
+CREATE TRIGGER chaos_slow_steps AFTER UPDATE ON pipeline_step_result
+    FOR EACH ROW EXECUTE FUNCTION chaos_slow_down();
+CREATE TRIGGER chaos_slow_outbox AFTER INSERT OR UPDATE ON outbox
+    FOR EACH ROW EXECUTE FUNCTION chaos_slow_down();
+"""
+
+
+@pytest.mark.timeout(_SCENARIO_TIMEOUT_S)
+def test_postgresql_answering_slowly_for_30_s(chaos: ChaosStack) -> None:
+    chaos.submit_batch(40)
+    chaos.wait_until(lambda: chaos.steps_done() >= 20)
+    done_before = chaos.steps_done()
+    # Every write to the hot tables (calls, steps, outbox) sleeps up to 0.3 s inside its
+    # statement, holding its row locks meanwhile, as on an overloaded or throttled disk.
+    chaos.execute(_SLOW_DOWN)
+    time.sleep(30)
+    slowed = chaos.steps_done() - done_before
+    chaos.execute("DROP FUNCTION chaos_slow_down() CASCADE")
+    chaos.faults += 1
+    chaos.wait_for_all_runs()
+    assert_clean(chaos, "PostgreSQL slow for 30 s (0-0.3 s per write)")
+    assert slowed > 0, "work went on, slower"
+
+
+@pytest.mark.timeout(_SCENARIO_TIMEOUT_S)
+def test_redis_at_maxmemory_for_20_s_refuses_writes_and_loses_nothing(chaos: ChaosStack) -> None:
+    chaos.submit_batch(40)
+    chaos.wait_until(lambda: chaos.steps_done() >= 20)
+    broker = redis.Redis.from_url(chaos.broker.url)
+    # noeviction with the ceiling just above what Redis holds, then filled up: every write
+    # (publishing a message, a limiter script, kombu's unacked bookkeeping) answers OOM.
+    used = int(broker.info("memory")["used_memory"])
+    broker.config_set("maxmemory", used + 4_000_000)
+    ballast = 0
+    with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+        while ballast < 10_000:
+            broker.set(f"chaos:ballast:{ballast}", b"x" * 100_000)
+            ballast += 1
+    assert ballast < 10_000, "Redis never said OOM"
+    # Held just under what it holds now: the few bytes a consumed message frees do not let
+    # the next write through.
+    broker.config_set("maxmemory", int(broker.info("memory")["used_memory"]) - 1_000_000)
+    time.sleep(20)
+    broker.delete(*(f"chaos:ballast:{i}" for i in range(ballast)))
+    broker.config_set("maxmemory", 0)
+    broker.close()
+    chaos.faults += 1
+    chaos.wait_for_all_runs()
+    assert_clean(chaos, "Redis at maxmemory for 20 s (noeviction)")
+    assert "command not allowed when used memory > 'maxmemory'" in worker_logs(chaos)

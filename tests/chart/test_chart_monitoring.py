@@ -51,15 +51,25 @@ def test_monitors_scrape_the_ports_named_metrics() -> None:
     service_monitor = named(objects, "ServiceMonitor", "docpipe-api")
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == ["metrics"]
-    api_service = named(objects, "Service", "docpipe-api")
-    metrics = next(p for p in api_service["spec"]["ports"] if p["name"] == "metrics")
-    assert metrics["targetPort"] == "http"  # the API serves /metrics on its own port
+    # The ServiceMonitor selects the API's metrics Service, never the public one.
+    selected = [
+        service for service in of_kind(objects, "Service")
+        if service_monitor["spec"]["selector"]["matchLabels"].items()
+        <= service["metadata"]["labels"].items()
+    ]  # fmt: skip
+    assert [s["metadata"]["name"] for s in selected] == ["docpipe-api-metrics"]
+    assert selected[0]["spec"]["ports"] == [
+        {"name": "metrics", "port": 9808, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    public = named(objects, "Service", "docpipe-api")
+    assert [p["name"] for p in public["spec"]["ports"]] == ["http"]
     pod_monitor = of_kind(objects, "PodMonitor")[0]
     assert [e["port"] for e in pod_monitor["spec"]["podMetricsEndpoints"]] == ["metrics"]
-    scraped = pod_monitor["spec"]["selector"]["matchExpressions"][0]["values"]
+    scraped = set(pod_monitor["spec"]["selector"]["matchExpressions"][0]["values"])
+    assert scraped == {"worker", "beat"}
     for deployment in of_kind(objects, "Deployment"):
         labels = deployment["spec"]["template"]["metadata"]["labels"]
-        if labels["app.kubernetes.io/component"] in scraped:
+        if labels["app.kubernetes.io/component"] in scraped | {"api"}:
             container = deployment["spec"]["template"]["spec"]["containers"][0]
             assert {"name": "metrics", "containerPort": 9808, "protocol": "TCP"} in container[
                 "ports"
@@ -120,8 +130,42 @@ def test_hpa_owns_the_api_replicas() -> None:
     assert "replicas" not in named(objects, "Deployment", "docpipe-api")["spec"]
 
 
-def test_api_network_policy_admits_clients_and_scrapers() -> None:
+def metrics_rules(objects: list[Obj]) -> dict[str, list[Obj]]:
+    """Component -> the peers its NetworkPolicy admits on the port named metrics."""
+    rules = {}
+    for policy in of_kind(objects, "NetworkPolicy"):
+        component = policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for rule in policy["spec"]["ingress"]:
+            if [p["port"] for p in rule["ports"]] == ["metrics"]:
+                rules[component] = rule["from"]
+    return rules
+
+
+def test_metrics_ports_admit_only_the_monitoring_namespace_by_default() -> None:
+    objects = render()
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name":
+                                                        "monitoring"}}}  # fmt: skip
+    assert metrics_rules(objects) == {c: [monitoring] for c in ("api", "worker", "beat")}
+    # The API's public port stays open to clients, and is a rule of its own.
+    api = named(objects, "NetworkPolicy", "docpipe-api")["spec"]["ingress"]
+    assert api[0] == {"ports": [{"port": "http", "protocol": "TCP"}]}
+
+
+def test_the_scrapers_can_be_narrowed_to_some_pods_or_replaced() -> None:
+    prometheus = {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+    narrowed = render({"networkPolicy": {"metricsNamespace": "observability",
+                                         "metricsPodSelector": prometheus}})  # fmt: skip
+    expected = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name":
+                                                       "observability"}},
+                 "podSelector": prometheus}]  # fmt: skip
+    assert set(metrics_rules(narrowed)) == {"api", "worker", "beat"}
+    assert all(peers == expected for peers in metrics_rules(narrowed).values())
     values, api_versions = value_sets()["keda-hpa-monitoring"]
-    policy = named(render(values, api_versions=api_versions), "NetworkPolicy", "docpipe-api")
-    peers: list[Obj] = policy["spec"]["ingress"][0]["from"]
-    assert len(peers) == 2
+    replaced = metrics_rules(render(values, api_versions=api_versions))
+    peers = values["networkPolicy"]["metricsIngressFrom"]
+    assert replaced == dict.fromkeys(("api", "worker", "beat"), peers)
+
+
+def test_an_empty_metrics_namespace_is_refused() -> None:
+    with pytest.raises(Exception, match="metricsNamespace"):
+        render({"networkPolicy": {"metricsNamespace": ""}})

@@ -33,6 +33,15 @@ from tests.chart.helm import KEDA_API, render
         ({"config": {"llmTimeoutSeconds": 10},
           "workers": {"batch": {"taskSoftTimeLimitSeconds": 15}}},
          "config.limiterMaxWaitSeconds=20 must be below workers.batch.taskSoftTimeLimitSeconds=15"),
+        ({"config": {"llmTimeoutSeconds": 5, "limiterMaxWaitSeconds": 5},
+          "workers": {"batch": {"taskSoftTimeLimitSeconds": 12, "taskTimeLimitSeconds": 20}}},
+         "config.databaseStatementTimeoutSeconds=15 must be below "
+         "workers.batch.taskSoftTimeLimitSeconds=12"),
+        ({"config": {"redisSocketTimeoutSeconds": 60}},
+         "config.redisSocketTimeoutSeconds=60 must be below config.taskSoftTimeLimitSeconds=60"),
+        ({"config": {"databaseLockTimeoutSeconds": 20}},
+         "config.databaseLockTimeoutSeconds=20 must not exceed "
+         "config.databaseStatementTimeoutSeconds=15"),
         ({"config": {"llmTimeoutSeconds": 10, "limiterMaxWaitSeconds": 5,
                      "webhookTimeoutSeconds": 15},
           "workers": {"batch": {"taskSoftTimeLimitSeconds": 12, "taskTimeLimitSeconds": 30}}},

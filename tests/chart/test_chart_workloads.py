@@ -223,7 +223,7 @@ def test_bundled_services_get_generated_credentials_in_one_secret() -> None:
     secret = named(render(), "Secret", "docpipe")
     assert set(secret["data"]) == {
         "DOCPIPE_DATABASE_URL", "DOCPIPE_REDIS_URL", "DOCPIPE_LLM_API_KEY",
-        "DOCPIPE_SECRETS_KEY", "postgres-password", "redis-password",
+        "DOCPIPE_SECRETS_KEY", "postgres-password", "redis-password", "redis-auth.conf",
     }  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -274,3 +275,16 @@ def test_sigterm_stops_the_provider_cleanly_despite_a_hanging_request() -> None:
 
 def test_healthz_answers_ok(fake: FakeLLM) -> None:
     assert httpx.get(fake.url + "/healthz", timeout=5).json() == {"status": "ok"}
+
+
+def test_the_request_log_keeps_each_requests_client_id_across_a_sigkill(tmp_path: Path) -> None:
+    log = tmp_path / "requests.log"
+    fake = start_fake_llm(request_log=str(log))
+    chat(fake, "extract_sections", CONTRACT.text, headers={"X-Client-Request-Id": "call-7"})
+    chat(fake, "summarize", '{"fields": {}}')  # no id: recorded as "-"
+    fake.process.kill_group()  # no chance to flush anything
+    fake.stop()
+    assert log.read_text().splitlines() == ["call-7", "-"]
+    with start_fake_llm(request_log=str(log)) as again:  # a restart appends
+        chat(again, "summarize", '{"fields": {}}', headers={"X-Client-Request-Id": "call-8"})
+    assert log.read_text().splitlines() == ["call-7", "-", "call-8"]

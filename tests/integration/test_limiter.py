@@ -166,7 +166,8 @@ def test_a_caller_that_cannot_get_a_slot_in_time_gives_up_transiently(
 def test_a_crashed_holder_frees_its_slot_after_the_slot_ttl(client: redis.Redis) -> None:
     gate = limiter(client, provider_max_concurrency=1, llm_timeout_s=0.5,
                    task_soft_time_limit_s=10.0, limiter_max_wait_s=8.0,
-                   webhook_timeout_s=5.0)  # fmt: skip
+                   database_statement_timeout_s=5.0, database_socket_timeout_s=5.0,
+                   database_pool_timeout_s=5.0, webhook_timeout_s=5.0)  # fmt: skip
     crashed = gate.slot(MODEL, "interactive")
     crashed.__enter__()  # never released: its worker died
     started = time.monotonic()

@@ -5,12 +5,19 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 from importlib.resources import files
 from pathlib import Path
 
 import psycopg
+import pytest
 
-from docpipe.state.migrate import apply_migrations, migrations
+from docpipe.state.migrate import (
+    NO_TRANSACTION,
+    MigrationLockTimeout,
+    apply_migrations,
+    migrations,
+)
 from docpipe_dev.localstack import postgres_bindir
 from tests.servers import create_database
 
@@ -51,27 +58,151 @@ def test_applying_every_migration_gives_schema_sql(postgres_admin_url: str) -> N
 
 def test_migrate_is_idempotent(postgres_admin_url: str) -> None:
     url = create_database(postgres_admin_url, "docpipe_idem")
-    names = [name for name, _ in migrations()]
+    names = [m.name for m in migrations()]
     assert apply_migrations(url) == names
     assert apply_migrations(url) == []
 
 
-def test_concurrent_migrations_apply_each_file_once(postgres_admin_url: str) -> None:
-    url = create_database(postgres_admin_url, "docpipe_race")
+def migrate_concurrently(url: str, migrators: int, folder: Path | None = None) -> list[str]:
+    """Run ``docpipe migrate`` ``migrators`` times at once; the names they applied, sorted
+    (each once if all went well). Fails on any migrator's error."""
     results: list[list[str]] = []
     errors: list[BaseException] = []
 
     def migrate() -> None:
         try:
-            results.append(apply_migrations(url))
+            results.append(apply_migrations(url, folder=folder))
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=migrate) for _ in range(6)]
+    threads = [threading.Thread(target=migrate) for _ in range(migrators)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert errors == []
-    applied = sorted(name for result in results for name in result)
-    assert applied == sorted(name for name, _ in migrations())
+    return sorted(name for result in results for name in result)
+
+
+def test_concurrent_migrations_apply_each_file_once(postgres_admin_url: str) -> None:
+    url = create_database(postgres_admin_url, "docpipe_race")
+    assert migrate_concurrently(url, 6) == sorted(m.name for m in migrations())
+
+
+# --- lock timeouts and indexes built CONCURRENTLY -----------------------------------------
+
+
+def write_migrations(folder: Path, **files_by_name: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    for name, text in files_by_name.items():
+        (folder / f"{name}.sql").write_text(text)
+    return folder
+
+
+def applied(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute("SELECT name FROM docpipe_migration ORDER BY name")]
+
+
+TABLE = "CREATE TABLE t (id bigserial PRIMARY KEY, x integer NOT NULL);\n"
+FILL = "INSERT INTO t (x) SELECT g % 1000 FROM generate_series(1, 20000) g;\n"
+
+
+def test_a_migration_waiting_on_a_held_lock_times_out_with_a_clear_error(
+    postgres_admin_url: str, tmp_path: Path
+) -> None:
+    url = create_database(postgres_admin_url, "docpipe_locked")
+    folder = write_migrations(tmp_path / "m", **{"0001_t": TABLE})
+    apply_migrations(url, folder=folder)
+    write_migrations(folder, **{"0002_column": "ALTER TABLE t ADD COLUMN y integer;\n"})
+    with psycopg.connect(url) as holder:
+        holder.execute("SELECT count(*) FROM t")  # a long transaction: it holds t until it ends
+        started = time.monotonic()
+        with pytest.raises(MigrationLockTimeout) as error:
+            apply_migrations(url, folder=folder, lock_timeout_s=0.2, attempts=3)
+        waited = time.monotonic() - started
+        holder.rollback()
+    assert "migration 0002_column.sql waited more than 0.2 s for a lock, 3 times" in str(
+        error.value
+    )
+    assert "nothing of it was applied" in str(error.value)
+    assert waited < 5, "bounded: three lock timeouts and two short pauses"
+    assert applied(url) == ["0001_t.sql"]
+    # Once the long transaction has ended, the same command goes through.
+    assert apply_migrations(url, folder=folder, lock_timeout_s=0.2) == ["0002_column.sql"]
+
+
+def index_validity(url: str, name: str) -> bool | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " WHERE c.relname = %s",
+            (name,),
+        ).fetchone()
+    return None if row is None else bool(row[0])
+
+
+CONCURRENT_INDEX = f"{NO_TRANSACTION}\nCREATE INDEX CONCURRENTLY IF NOT EXISTS t_x_idx ON t (x);\n"
+
+
+def test_a_concurrent_index_migration_applies_outside_a_transaction_and_is_recorded(
+    postgres_admin_url: str, tmp_path: Path
+) -> None:
+    url = create_database(postgres_admin_url, "docpipe_concurrently")
+    folder = write_migrations(tmp_path / "m", **{"0001_t": TABLE + FILL,
+                                                  "0002_index": CONCURRENT_INDEX})  # fmt: skip
+    assert apply_migrations(url, folder=folder) == ["0001_t.sql", "0002_index.sql"]
+    assert index_validity(url, "t_x_idx") is True
+    assert applied(url) == ["0001_t.sql", "0002_index.sql"]
+    assert apply_migrations(url, folder=folder) == []
+
+
+def test_an_invalid_index_left_by_a_failed_concurrent_build_is_dropped_and_rebuilt(
+    postgres_admin_url: str, tmp_path: Path
+) -> None:
+    url = create_database(postgres_admin_url, "docpipe_invalid_index")
+    folder = write_migrations(tmp_path / "m", **{"0001_t": TABLE + FILL})
+    apply_migrations(url, folder=folder)
+    # A build that died half-way (here: duplicates) leaves an INVALID index of that name,
+    # which IF NOT EXISTS alone would keep for good.
+    with psycopg.connect(url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("CREATE UNIQUE INDEX CONCURRENTLY t_x_key ON t (x)")
+        conn.execute("DELETE FROM t WHERE id > 1000")
+    assert index_validity(url, "t_x_key") is False
+    unique = f"{NO_TRANSACTION}\nCREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS t_x_key ON t (x);\n"
+    write_migrations(folder, **{"0002_unique": unique})
+    assert apply_migrations(url, folder=folder) == ["0002_unique.sql"]
+    assert index_validity(url, "t_x_key") is True
+
+
+def test_concurrent_migrators_build_a_concurrent_index_once_without_deadlock(
+    postgres_admin_url: str, tmp_path: Path
+) -> None:
+    url = create_database(postgres_admin_url, "docpipe_concurrent_race")
+    folder = write_migrations(tmp_path / "m", **{"0001_t": TABLE + FILL,
+                                                  "0002_index": CONCURRENT_INDEX})  # fmt: skip
+    # Waiting inside pg_advisory_lock, the others would hold a snapshot that the index build
+    # waits for: PostgreSQL would detect a deadlock and abort one of them.
+    assert migrate_concurrently(url, 4, folder) == ["0001_t.sql", "0002_index.sql"]
+    assert index_validity(url, "t_x_idx") is True
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (x);\n",
+         "cannot run inside a transaction; start the file with the line"),
+        (f"{NO_TRANSACTION}\nCREATE INDEX CONCURRENTLY i ON t (x);\n",
+         r"write CREATE INDEX CONCURRENTLY IF NOT EXISTS \(i\)"),
+    ],
+)  # fmt: skip
+def test_a_migration_that_breaks_the_rules_is_refused_before_anything_runs(
+    postgres_admin_url: str, tmp_path: Path, text: str, message: str
+) -> None:
+    url = create_database(postgres_admin_url, "docpipe_refused")
+    folder = write_migrations(tmp_path / "m", **{"0001_t": TABLE, "0002_bad": text})
+    with pytest.raises(ValueError, match=message):
+        apply_migrations(url, folder=folder)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass('t')").fetchone() == (None,)

@@ -169,7 +169,7 @@ def test_the_openapi_document_declares_the_bearer_scheme_401_and_429(
     }
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
-            if path in ("/healthz", "/readyz", "/metrics"):
+            if path in ("/healthz", "/readyz"):
                 assert "security" not in operation, path
                 continue
             assert operation["security"] == [{"HTTPBearer": []}], (method, path)

@@ -52,6 +52,18 @@ def test_a_completion_carries_content_and_usage() -> None:
     assert seen[0].headers["authorization"] == "Bearer k"
     assert body["response_format"] == {"type": "json_object"}
     assert body["model"] == "m"
+    assert "x-client-request-id" not in seen[0].headers
+
+
+def test_a_request_id_goes_out_as_the_client_request_id_header() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return completion('{"a": 1}')
+
+    client(handler).chat(model="m", messages=USER, request_id="docpipe-call-42")
+    assert seen[0].headers["x-client-request-id"] == "docpipe-call-42"
 
 
 SCHEMA = {"type": "object", "required": ["x"], "properties": {"x": {"type": "integer"}}}

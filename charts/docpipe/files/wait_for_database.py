@@ -18,7 +18,7 @@ POLL_S = 3.0
 
 
 def missing_migrations(url: str) -> list[str]:
-    wanted = {name for name, _ in migrations()}
+    wanted = {migration.name for migration in migrations()}
     with psycopg.connect(url, connect_timeout=5) as conn:
         try:
             done = {row[0] for row in conn.execute("SELECT name FROM docpipe_migration")}

@@ -115,6 +115,11 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- if not (lt (float64 $c.limiterMaxWaitSeconds) (float64 .soft)) }}
 {{- fail (printf "config.limiterMaxWaitSeconds=%v must be below %s=%v: a call waiting for the provider limiter hands its step back before the soft limit interrupts it" $c.limiterMaxWaitSeconds .softName .soft) }}
 {{- end }}
+{{- range $key := list "databaseConnectTimeoutSeconds" "databaseSocketTimeoutSeconds" "databaseStatementTimeoutSeconds" "databasePoolTimeoutSeconds" "redisConnectTimeoutSeconds" "redisSocketTimeoutSeconds" }}
+{{- if not (lt (float64 (index $c $key)) (float64 $.soft)) }}
+{{- fail (printf "config.%s=%v must be below %s=%v: a client waiting on PostgreSQL or Redis gives up before the soft limit interrupts its step" $key (index $c $key) $.softName $.soft) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Global checks, run once from the ConfigMap. */}}
@@ -123,6 +128,9 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- include "docpipe.checkTimeLimits" (dict "root" . "soft" $c.taskSoftTimeLimitSeconds "softName" "config.taskSoftTimeLimitSeconds" "hard" $c.taskTimeLimitSeconds "hardName" "config.taskTimeLimitSeconds") }}
 {{- if gt (mulf 2.0 (float64 $c.heartbeatIntervalSeconds)) (float64 $c.leaseTtlSeconds) }}
 {{- fail (printf "config.heartbeatIntervalSeconds=%v must be at most half of config.leaseTtlSeconds=%v, or one late heartbeat loses a live worker's lease" $c.heartbeatIntervalSeconds $c.leaseTtlSeconds) }}
+{{- end }}
+{{- if gt (float64 $c.databaseLockTimeoutSeconds) (float64 $c.databaseStatementTimeoutSeconds) }}
+{{- fail (printf "config.databaseLockTimeoutSeconds=%v must not exceed config.databaseStatementTimeoutSeconds=%v: a lock is waited for inside a statement" $c.databaseLockTimeoutSeconds $c.databaseStatementTimeoutSeconds) }}
 {{- end }}
 {{- if gt (float64 $c.retryBackoffBaseSeconds) (float64 $c.retryBackoffCapSeconds) }}
 {{- fail "config.retryBackoffBaseSeconds must not exceed config.retryBackoffCapSeconds" }}
@@ -164,7 +172,12 @@ apiKeyRpm: DOCPIPE_API_KEY_RPM
 batchAdmissionWindow: DOCPIPE_BATCH_ADMISSION_WINDOW
 batchFairnessMemorySeconds: DOCPIPE_BATCH_FAIRNESS_MEMORY_S
 brokerVisibilityTimeoutSeconds: DOCPIPE_BROKER_VISIBILITY_TIMEOUT_S
+databaseConnectTimeoutSeconds: DOCPIPE_DATABASE_CONNECT_TIMEOUT_S
+databaseLockTimeoutSeconds: DOCPIPE_DATABASE_LOCK_TIMEOUT_S
 databasePoolSize: DOCPIPE_DATABASE_POOL_SIZE
+databasePoolTimeoutSeconds: DOCPIPE_DATABASE_POOL_TIMEOUT_S
+databaseSocketTimeoutSeconds: DOCPIPE_DATABASE_SOCKET_TIMEOUT_S
+databaseStatementTimeoutSeconds: DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S
 defaultMaxTokens: DOCPIPE_DEFAULT_MAX_TOKENS
 heartbeatIntervalSeconds: DOCPIPE_HEARTBEAT_INTERVAL_S
 leaseTtlSeconds: DOCPIPE_LEASE_TTL_S
@@ -187,6 +200,8 @@ providerMaxConcurrency: DOCPIPE_PROVIDER_MAX_CONCURRENCY
 providerRpm: DOCPIPE_PROVIDER_RPM
 providerTpm: DOCPIPE_PROVIDER_TPM
 reaperIntervalSeconds: DOCPIPE_REAPER_INTERVAL_S
+redisConnectTimeoutSeconds: DOCPIPE_REDIS_CONNECT_TIMEOUT_S
+redisSocketTimeoutSeconds: DOCPIPE_REDIS_SOCKET_TIMEOUT_S
 redriveGraceSeconds: DOCPIPE_REDRIVE_GRACE_S
 retentionBatchSize: DOCPIPE_RETENTION_BATCH_SIZE
 retentionCallLogDays: DOCPIPE_RETENTION_CALL_LOG_DAYS
@@ -372,6 +387,30 @@ fails the release.
 {{/* Whether the cluster serves the Prometheus Operator's API. */}}
 {{- define "docpipe.hasPrometheusOperator" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- end }}
+
+{{/*
+The ingress rule of a metrics port (the API's, a worker's, beat's): open to the pods of
+networkPolicy.metricsNamespace (narrowed by metricsPodSelector), or to
+networkPolicy.metricsIngressFrom when set.
+*/}}
+{{- define "docpipe.metricsIngress" -}}
+{{- $np := .Values.networkPolicy }}
+- ports:
+    - port: metrics
+      protocol: TCP
+  from:
+    {{- if $np.metricsIngressFrom }}
+    {{- toYaml $np.metricsIngressFrom | nindent 4 }}
+    {{- else }}
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: {{ $np.metricsNamespace | quote }}
+      {{- with $np.metricsPodSelector }}
+      podSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    {{- end }}
 {{- end }}
 
 {{/*

@@ -62,6 +62,22 @@ class Settings(BaseSettings):
     # Providers as a list (see docpipe.provider_specs); when empty, one provider is made of
     # the one-provider settings below (llm_base_url ... provider_tpm).
     providers: list[ProviderSpec] = Field(default_factory=list)
+    # Every client gives up instead of hanging on a server that stops answering (a crashed
+    # node, packets dropped without a reset); see README "Outages and timeouts".
+    # PostgreSQL: connecting (libpq counts whole seconds, at least 2) ...
+    database_connect_timeout_s: int = Field(default=5, ge=2, le=600)
+    # ... data sent and not acknowledged, or a peer silent to keepalives, this long ...
+    database_socket_timeout_s: Seconds = 10.0
+    # ... one statement, and waiting for a lock inside it ...
+    database_statement_timeout_s: Seconds = 15.0
+    database_lock_timeout_s: Seconds = 5.0
+    # ... and waiting for a free connection of the process' pool.
+    database_pool_timeout_s: Seconds = 10.0
+    # Redis (the broker, the provider limiter, the API's rate limit): connecting, and any
+    # one command's answer.
+    redis_connect_timeout_s: Seconds = 2.0
+    redis_socket_timeout_s: Seconds = 5.0
+
     llm_base_url: str = "http://127.0.0.1:8100/v1"
     llm_api_key: SecretStr = SecretStr("")
     model_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
@@ -273,6 +289,7 @@ class Settings(BaseSettings):
                 f"DOCPIPE_LIMITER_MAX_WAIT_S={self.limiter_max_wait_s:g} must be below "
                 f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}"
             )
+        self._client_timeouts_are_coherent()
         if self.webhook_timeout_s >= self.task_soft_time_limit_s:
             raise ValueError(
                 f"DOCPIPE_WEBHOOK_TIMEOUT_S={self.webhook_timeout_s:g} must be below "
@@ -315,6 +332,32 @@ class Settings(BaseSettings):
     def provider_table(self) -> ProviderTable:
         """Every provider and model docpipe may call, checked at start-up."""
         return self._provider_table
+
+    def _client_timeouts_are_coherent(self) -> None:
+        """A client that waits on PostgreSQL or Redis gives up before Celery interrupts the
+        step around it (a clear, recorded error instead of an interrupted client), and a
+        lock wait fits inside its statement."""
+        timeouts = {
+            "DOCPIPE_DATABASE_CONNECT_TIMEOUT_S": self.database_connect_timeout_s,
+            "DOCPIPE_DATABASE_SOCKET_TIMEOUT_S": self.database_socket_timeout_s,
+            "DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S": self.database_statement_timeout_s,
+            "DOCPIPE_DATABASE_POOL_TIMEOUT_S": self.database_pool_timeout_s,
+            "DOCPIPE_REDIS_CONNECT_TIMEOUT_S": self.redis_connect_timeout_s,
+            "DOCPIPE_REDIS_SOCKET_TIMEOUT_S": self.redis_socket_timeout_s,
+        }
+        for name, value in timeouts.items():
+            if not value < self.task_soft_time_limit_s:
+                raise ValueError(
+                    f"{name}={value:g} must be below DOCPIPE_TASK_SOFT_TIME_LIMIT_S="
+                    f"{self.task_soft_time_limit_s:g}: a client waiting on PostgreSQL or Redis "
+                    f"gives up before the soft limit interrupts its step"
+                )
+        if self.database_lock_timeout_s > self.database_statement_timeout_s:
+            raise ValueError(
+                f"DOCPIPE_DATABASE_LOCK_TIMEOUT_S={self.database_lock_timeout_s:g} must not "
+                f"exceed DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S="
+                f"{self.database_statement_timeout_s:g}: a lock is waited for inside a statement"
+            )
 
     def price_of(self, model: str) -> ModelPrice:
         """The price of ``model``; an unpriced model is a configuration error, never free."""

@@ -31,7 +31,7 @@ from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv, fake_llm_
 
 __all__ = ["LocalStack", "StackOptions"]
 
-_METRICS_PORT_OFFSETS = {"worker-interactive": 0, "worker-batch": 1, "beat": 2}
+_METRICS_PORT_OFFSETS = {"worker-interactive": 0, "worker-batch": 1, "beat": 2, "api": 3}
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ class StackOptions:
     batch_concurrency: int = 4
     fake_latency_ms: str = "200:800"
     fake_rpm: int = 0
-    # Workers and beat serve /metrics on this port and the next ones (0: off); the API on
-    # its own port.
+    # The worker pools, beat and the API serve /metrics on this port and the next three
+    # (0: off).
     metrics_port: int = 9808
 
 
@@ -69,7 +69,7 @@ class LocalStack:
 
     def metrics_urls(self) -> dict[str, str]:
         """Each process' Prometheus endpoint, by process name (a scrape config's targets)."""
-        urls = {"api": f"{self.api_url}/metrics"}
+        urls = {}
         if self.options.metrics_port:
             for name, offset in _METRICS_PORT_OFFSETS.items():
                 port = self.options.metrics_port + offset

@@ -1,8 +1,9 @@
 """docpipe's errors as HTTP answers, all shaped ``{"detail": "<one clear sentence>"}``.
 
 No valid API key -> 401, NotFoundError -> 404, ConflictError -> 409, InvalidRequestError and
-malformed requests -> 422, too many requests -> 429, PostgreSQL unreachable or the rows to
-change locked for too long -> 503. Bad input is never a 500.
+malformed requests -> 422, too many requests -> 429, PostgreSQL or Redis unreachable (or too
+slow: every client has timeouts) or the rows to change locked for too long -> 503 with
+Retry-After. Bad input is never a 500.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+import redis
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -34,20 +36,20 @@ _DESCRIPTIONS = {
     415: "The body's Content-Type is not accepted",
     422: "The request is malformed",
     429: "This API key sent too many requests this minute; retry after Retry-After seconds",
-    503: "PostgreSQL is unavailable, or the rows to change stayed busy; retry later",
+    503: "PostgreSQL or Redis is unavailable, or the rows to change stayed busy; retry after "
+    "Retry-After seconds",
 }
 
 
 _HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
     429: {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}},
-    503: {
-        "Retry-After": {
-            "schema": {"type": "integer"},
-            "description": "seconds to wait, when the rows to change were busy",
-        }
-    },
+    503: {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}},
 }
+
+# How long a client should wait before retrying after an outage answer: long enough for a
+# restarted server or a failed-over connection, short enough not to stall interactive use.
+_UNAVAILABLE_RETRY_AFTER_S = 5
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -68,8 +70,9 @@ def describe_validation_errors(errors: Sequence[Any], *, prefix: str = "") -> st
     return "; ".join(parts) or "invalid request"
 
 
-def _error(status_code: int, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status_code, content={"detail": message})
+def _error(status_code: int, message: str, *, retry_after_s: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    return JSONResponse(status_code=status_code, content={"detail": message}, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -89,20 +92,30 @@ def install_error_handlers(app: FastAPI) -> None:
     async def invalid_parameters(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(422, describe_validation_errors(exc.errors()))
 
-    # PoolTimeout (no connection free in time) is an OperationalError too.
+    # PoolTimeout (no connection free in time) and QueryCanceled (statement_timeout) are
+    # OperationalErrors too.
     @app.exception_handler(psycopg.OperationalError)
     async def database_unavailable(_: Request, exc: psycopg.OperationalError) -> JSONResponse:
-        log.warning("database unavailable: %s", exc)
-        return _error(503, "the database is unavailable, retry later")
+        log.warning("database unavailable: %s: %s", type(exc).__name__, exc)
+        return _error(503, "the database is unavailable, retry later",
+                      retry_after_s=_UNAVAILABLE_RETRY_AFTER_S)  # fmt: skip
 
     # A statement that gave up waiting for a row lock (docpipe.state.batches.stop_batch under a
     # storm of worker writes) changed nothing; the database itself is fine.
     @app.exception_handler(psycopg.errors.LockNotAvailable)
     async def rows_busy(_: Request, exc: psycopg.errors.LockNotAvailable) -> JSONResponse:
         log.warning("rows busy: %s", exc)
-        response = _error(503, "the rows this request changes stayed busy; nothing changed, retry")
-        response.headers["Retry-After"] = "1"
-        return response
+        return _error(503, "the rows this request changes stayed busy; nothing changed, retry",
+                      retry_after_s=1)  # fmt: skip
+
+    # Redis is asked directly only where it is optional or best effort (the rate limit, a
+    # cancel's purge of waiting messages); anything else that reaches it and fails, or
+    # times out, is an outage answer, never a 500.
+    @app.exception_handler(redis.RedisError)
+    async def broker_unavailable(_: Request, exc: redis.RedisError) -> JSONResponse:
+        log.warning("redis unavailable: %s: %s", type(exc).__name__, exc)
+        return _error(503, "the broker (Redis) is unavailable, retry later",
+                      retry_after_s=_UNAVAILABLE_RETRY_AFTER_S)  # fmt: skip
 
     # Starlette answers 405 from the first route whose path matches, so its Allow header
     # would name that route's methods only (PUT, for /documents/{id} which also has GET).

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import psycopg
-import redis
 from fastapi import Depends, FastAPI
 
+from docpipe.broker.connection import redis_client
 from docpipe.broker.transport import CeleryPublisher
 from docpipe.observability import tracing
 from docpipe.pipelines.catalog import Catalog, load_catalog
@@ -22,9 +22,8 @@ from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
 from docpipe_api.deps import Resources, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
-from docpipe_api.observability import install_observability
+from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
-from docpipe_api.routes.health import CHECK_TIMEOUT_S
 
 __all__ = ["app", "create_app"]
 
@@ -39,13 +38,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolved = settings or get_settings()
         # A broken pipeline definition stops the API before it serves anything.
         catalog = load_catalog(resolved)
-        database = Database(resolved.database_url, max_size=resolved.database_pool_size)
+        database = Database.from_settings(resolved)
         _check_definitions(database, catalog)
-        broker_redis = redis.Redis.from_url(
-            resolved.redis_url,
-            socket_connect_timeout=CHECK_TIMEOUT_S,
-            socket_timeout=CHECK_TIMEOUT_S,
-        )
+        broker_redis = redis_client(resolved)
         app.state.docpipe = Resources(
             settings=resolved,
             database=database,
@@ -54,7 +49,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pipelines=catalog,
         )
         try:
-            yield
+            with serving_metrics(resolved):
+                yield
         finally:
             broker_redis.close()
             database.close()

@@ -1,33 +1,44 @@
-"""The API's metrics and traces: ``/metrics`` on the API's own port, a duration histogram per
-route, and OpenTelemetry for requests when the ``OTEL_*`` environment asks for it (see
-docpipe.observability.tracing; the request span's traceparent is stored with each run it
-creates)."""
+"""The API's metrics and traces: a duration histogram per route, served at ``/metrics`` on a
+port of its own (DOCPIPE_METRICS_PORT, like the workers'; never on the public port, where
+any client could read tenants' figures, and which a NetworkPolicy cannot close to
+everyone but the monitoring namespace without closing the API too), and OpenTelemetry for
+requests when the ``OTEL_*`` environment asks for it (see docpipe.observability.tracing; the
+request span's traceparent is stored with each run it creates)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from docpipe.observability import metrics, tracing
+from docpipe.settings import Settings
 
-__all__ = ["install_observability"]
+__all__ = ["install_observability", "serving_metrics"]
 
 
 def install_observability(app: FastAPI) -> None:
-    """Add the request histogram, ``GET /metrics`` and (when configured) tracing to ``app``."""
-    registry = metrics.exposition_registry()
-
-    @app.get("/metrics", include_in_schema=False)
-    def prometheus_metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
+    """Add the request histogram and (when configured) tracing to ``app``."""
     app.add_middleware(RequestDuration)
     if tracing.configure("docpipe-api"):
         tracing.instrument_fastapi(app)
+
+
+@contextmanager
+def serving_metrics(settings: Settings) -> Iterator[None]:
+    """``/metrics`` at DOCPIPE_METRICS_HOST:DOCPIPE_METRICS_PORT (0: off) while the app runs."""
+    server = metrics.serve_metrics(settings.metrics_port, settings.metrics_host,
+                                   metrics.exposition_registry())  # fmt: skip
+    try:
+        yield
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
 
 
 class RequestDuration:
@@ -55,7 +66,6 @@ class RequestDuration:
         finally:
             route: Any = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            if template != "/metrics":
-                metrics.metrics().http_request_duration.labels(
-                    scope["method"], template, str(status)
-                ).observe(time.perf_counter() - started)
+            metrics.metrics().http_request_duration.labels(
+                scope["method"], template, str(status)
+            ).observe(time.perf_counter() - started)

@@ -382,4 +382,6 @@ class Health(BaseModel):
 
 class Readiness(BaseModel):
     status: Literal["ready", "unavailable"]
-    checks: dict[str, str] = Field(description="'ok' or what went wrong, per dependency")
+    checks: dict[str, Literal["ok", "unavailable"]] = Field(
+        description="per dependency: 'ok' or 'unavailable' (the reason goes to the API's log)"
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import uvicorn
 
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
         tpm=args.tpm,
         model_limits=dict(args.model_limit),
         rate_headers=not args.no_rate_headers,
+        request_log=args.request_log,
     )
     uvicorn.run(
         create_app(config),
@@ -90,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
         "--api-key",
         default=env("FAKE_LLM_API_KEY"),
         help="if set, require 'Authorization: Bearer <key>'",
+    )
+    parser.add_argument(
+        "--request-log",
+        type=Path,
+        default=env("FAKE_LLM_REQUEST_LOG") or None,
+        help="append each completion request's X-Client-Request-Id (or '-') to this file",
     )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]

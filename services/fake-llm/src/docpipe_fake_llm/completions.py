@@ -38,6 +38,7 @@ CLIENT_CLOSED_REQUEST = 499  # recorded when a client gives up on a hanging requ
 @router.post("/v1/chat/completions")
 async def create_chat_completion(request: Request) -> Response:
     provider: FakeProvider = request.app.state.provider
+    provider.request_log.record(request.headers.get("x-client-request-id"))
     provider.stats.record_request()
     response = await _respond(provider, request)
     provider.stats.record_status(response.status_code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = ["DEFAULT_MODELS", "FakeLLMConfig", "parse_latency", "parse_model_limit"]
 
@@ -13,7 +14,8 @@ DEFAULT_MODELS = ("gpt-4o-mini", "gpt-4o")
 @dataclass(frozen=True)
 class FakeLLMConfig:
     """Start-up settings; ``rpm``/``tpm`` 0 mean no limit, ``burst`` 0 one second's worth.
-    ``model_limits`` gives models limits of their own: {model: (rpm, tpm)}."""
+    ``model_limits`` gives models limits of their own: {model: (rpm, tpm)};
+    ``request_log`` None: no request log (see stats.RequestLog)."""
 
     latency_ms: tuple[int, int] = (0, 0)
     rpm: int = 0
@@ -24,6 +26,7 @@ class FakeLLMConfig:
     # Send x-ratelimit-* headers with every answer, as OpenAI does.
     rate_headers: bool = True
     models: tuple[str, ...] = DEFAULT_MODELS
+    request_log: Path | None = None
 
     def __post_init__(self) -> None:
         low, high = self.latency_ms

@@ -10,7 +10,7 @@ from typing import Any
 from docpipe_fake_llm.config import FakeLLMConfig
 from docpipe_fake_llm.faults import FaultQueue
 from docpipe_fake_llm.ratelimit import Limits
-from docpipe_fake_llm.stats import Stats
+from docpipe_fake_llm.stats import RequestLog, Stats
 
 __all__ = ["FakeProvider"]
 
@@ -24,6 +24,8 @@ class FakeProvider:
         self.limits = _limits(config)
         self.faults = FaultQueue()
         self.stats = Stats()
+        # Kept by reset(): it records the whole life of the file, across restarts too.
+        self.request_log = RequestLog(config.request_log)
 
     def reconfigure(self, **changes: Any) -> None:
         """Change ``latency_ms``, the limits or ``rate_headers``; changed limits start full."""

@@ -1,12 +1,15 @@
-"""Counters the tests and benchmarks read back from ``GET /control/stats``."""
+"""Counters the tests and benchmarks read back from ``GET /control/stats``, and the request
+log that outlives the process."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, deque
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Stats"]
+__all__ = ["RequestLog", "Stats"]
 
 _WINDOW_SECONDS = 3600
 
@@ -68,3 +71,21 @@ class Stats:
             self._per_second.append([second, 1])
         while self._per_second[0][0] <= second - _WINDOW_SECONDS:
             self._per_second.popleft()
+
+
+class RequestLog:
+    """One line per completion request received, appended as it arrives: the client's
+    ``X-Client-Request-Id`` (docpipe sends its call log row's id), or ``-`` without one.
+
+    Each line is one write(2) to a file opened for appending, so it is on record even if
+    the provider is SIGKILLed right after, and a restarted provider appends to the same
+    file: the chaos suite counts what the provider was asked for across crashes.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+
+    def record(self, request_id: str | None) -> None:
+        if self._fd is not None:
+            line = (request_id or "-").replace("\n", " ")[:200]
+            os.write(self._fd, f"{line}\n".encode())

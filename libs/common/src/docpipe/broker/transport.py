@@ -34,6 +34,13 @@ __all__ = ["CeleryPublisher", "app", "bind_work", "transport_config"]
 _Work = TypeVar("_Work", bound=Callable[..., None])
 _HOSTNAME = socket.gethostname()
 
+_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0.1,
+    "interval_step": 0.5,
+    "interval_max": 0.6,
+}
+
 
 def transport_config(settings: Settings) -> dict[str, Any]:
     return {
@@ -53,8 +60,18 @@ def transport_config(settings: Settings) -> dict[str, Any]:
             # Must exceed the hard time limit, or a running step's message is handed out
             # twice; recovery of dead workers never waits for it (see docpipe.state.recovery).
             "visibility_timeout": settings.broker_visibility_timeout_s,
+            # Without these kombu waits forever on a Redis that stops answering: a publish
+            # (the API's request, the outbox sweep) would hang instead of failing over to
+            # the outbox sweep.
+            "socket_connect_timeout": settings.redis_connect_timeout_s,
+            "socket_timeout": settings.redis_socket_timeout_s,
+            "socket_keepalive": True,
         },
+        "broker_connection_timeout": settings.redis_connect_timeout_s,
         "broker_connection_retry_on_startup": True,
+        # A publish tries three times within about a second plus the timeouts above; then
+        # it fails, the outbox row stays unpublished and beat's sweep sends it later.
+        "task_publish_retry_policy": _PUBLISH_RETRY_POLICY,
         # Task events feed Flower and celery-exporter; docpipe's /metrics need none.
         "task_send_sent_event": settings.celery_task_events,
     }
@@ -113,12 +130,7 @@ class CeleryPublisher:
             raise ValueError(f"unknown outbox topic {message.topic!r}")
         # The run's trace continues across the queue (see docpipe.observability.tracing).
         with tracing.publish_context(message.run_id, message.traceparent):
-            self._app.tasks[task].apply_async(
-                args,
-                queue=message.queue,
-                headers=headers,
-                retry_policy={"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5},
-            )
+            self._app.tasks[task].apply_async(args, queue=message.queue, headers=headers)
 
 
 @after_task_publish.connect

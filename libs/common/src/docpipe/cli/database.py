@@ -22,6 +22,11 @@ __all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     migrate = sub.add_parser("migrate", help="apply database migrations (idempotent)")
+    migrate.add_argument("--lock-timeout", type=float, default=5.0, metavar="SECONDS",
+                         help="longest wait for one lock before a migration rolls back and "
+                         "tries again (default: 5)")  # fmt: skip
+    migrate.add_argument("--attempts", type=int, default=5,
+                         help="tries per migration before giving up (default: 5)")  # fmt: skip
     migrate.set_defaults(handler=cmd_migrate)
 
     api_key = sub.add_parser("api-key", help="tenants' API keys: create, list, revoke")
@@ -46,10 +51,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from docpipe.pipelines.model import PipelineError
     from docpipe.settings import get_settings
     from docpipe.state.definitions import check_running_definitions
-    from docpipe.state.migrate import apply_migrations
+    from docpipe.state.migrate import MigrationLockTimeout, apply_migrations
 
     settings = get_settings()
-    applied = apply_migrations(settings.database_url)
+    try:
+        applied = apply_migrations(
+            settings.database_url, lock_timeout_s=args.lock_timeout, attempts=args.attempts
+        )
+    except MigrationLockTimeout as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 1
     console.print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
     try:
         pipelines = load_catalog(settings)
@@ -66,9 +77,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def _database() -> Iterator[Database]:
     """The database of DOCPIPE_DATABASE_URL (API keys are managed there directly)."""
     from docpipe.settings import get_settings
-    from docpipe.state.db import Database
+    from docpipe.state.db import Database, Timeouts
 
-    db = Database(get_settings().database_url, max_size=1)
+    db = Database(get_settings().database_url, max_size=1, timeouts=Timeouts.of(get_settings()))
     try:
         yield db
     finally:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _start_http_server
@@ -298,17 +299,18 @@ def exposition_registry(*extra: Collector) -> CollectorRegistry:
     return registry
 
 
-def serve_metrics(port: int, host: str, registry: CollectorRegistry) -> bool:
+def serve_metrics(port: int, host: str, registry: CollectorRegistry) -> WSGIServer | None:
     """Serve ``registry`` at http://host:port/metrics from a daemon thread; port 0: off.
+    Returns the server (``shutdown()`` stops it), or None when off.
 
     A port already taken is logged, not raised: metrics are not worth refusing work for.
     """
     if not port:
-        return False
+        return None
     try:
-        _start_http_server(port, addr=host, registry=registry)
+        server, _ = _start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         log.error("cannot serve metrics on %s:%d: %s", host, port, exc)
-        return False
+        return None
     log.info("metrics at http://%s:%d/metrics", host, port)
-    return True
+    return server

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import partial
 from types import MappingProxyType
@@ -41,7 +41,7 @@ from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
 from docpipe.statuses import ACTIVE_RUN_STATUSES, Priority
 
-__all__ = ["CallGate", "StepCalls"]
+__all__ = ["CallGate", "StepCalls", "call_request_id"]
 
 _T = TypeVar("_T")
 
@@ -256,7 +256,9 @@ class StepCalls:
             with self.gate(model, self.lane, planned.estimated_tokens) as ticket:
                 self._request_starts()
                 try:
-                    completion = ticket.completion = self.llm.chat(planned.request)
+                    completion = ticket.completion = self.llm.chat(
+                        replace(planned.request, request_id=call_request_id(call_id))
+                    )
                 except BaseException:
                     self._request_ends()  # a failed call is no memo: nothing to wait for
                     raise
@@ -283,6 +285,11 @@ def _first_reason(candidates: tuple[str, ...]) -> str:
     """What routing says about the first candidate when the budget allows it at normal
     priority (the row is corrected before sending when routing says otherwise)."""
     return RouteReason.ONLY_CANDIDATE if len(candidates) == 1 else RouteReason.PREFERRED
+
+
+def call_request_id(call_id: int) -> str:
+    """The request id a call is sent with: its llm_call_log row, readable at the provider."""
+    return f"docpipe-call-{call_id}"
 
 
 class _Input:

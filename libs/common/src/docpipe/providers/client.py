@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 Message = Mapping[str, str]
+_REQUEST_ID_HEADER = "X-Client-Request-Id"
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class ChatRequest:
     json_schema_style: str = "openai"  # see ProviderSpec.json_schema_style
     # Which of docpipe's providers it goes to (docpipe.providers.provider_clients); not sent.
     provider: str = ""
+    # Sent as a header, not in the body: the call log row's id (calls.call_request_id).
+    request_id: str | None = None
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -160,7 +163,9 @@ class LLMClient:
         self._http.close()
 
     def chat(self, request: ChatRequest) -> Completion:
-        """One completion, or a TransientLLMError / PermanentLLMError."""
+        """One completion, or a TransientLLMError / PermanentLLMError. The request's id goes
+        out as ``X-Client-Request-Id``, so that a provider's own logs (and the fake
+        provider's request log) can be matched with docpipe's call log."""
         if not any(
             m.get("content", "").strip() for m in request.messages if m.get("role") == "user"
         ):
@@ -169,7 +174,8 @@ class LLMClient:
             )
         started = time.monotonic()
         try:
-            response = self._http.post("/chat/completions", json=request.body())
+            headers = {_REQUEST_ID_HEADER: request.request_id} if request.request_id else None
+            response = self._http.post("/chat/completions", json=request.body(), headers=headers)
         except httpx.TimeoutException as exc:
             raise TransientLLMError(f"provider timed out: {exc!r}", kind="timeout") from exc
         except httpx.TransportError as exc:

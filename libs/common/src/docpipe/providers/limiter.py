@@ -184,8 +184,10 @@ class ProviderLimiter:
         while True:
             try:
                 answer = self._acquire(keys=keys + [b.key for b in buckets], args=args)
-            except redis.RedisError:
-                log.warning("provider limiter unavailable; calling without it", exc_info=True)
+            except redis.RedisError as exc:
+                # One line per call: during an outage every call says it.
+                log.warning("provider limiter unavailable; calling without it (%s: %s)",
+                            type(exc).__name__, exc)  # fmt: skip
                 return ""
             if answer in (b"probe", "probe"):
                 return "probe"

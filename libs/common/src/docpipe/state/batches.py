@@ -8,6 +8,7 @@ short and a cancel is instant: nothing but a handful of messages was ever enqueu
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import time
 import uuid
@@ -38,6 +39,8 @@ __all__ = [
     "create_batch",
     "stop_batch",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,9 @@ def stop_batch(
     broker_redis: redis.Redis | None = None,
 ) -> list[str]:
     """End a running batch as ``status``; returns the runs it stopped (empty if the batch
-    had already ended). Their waiting messages are removed from the broker when given."""
+    had already ended). Their waiting messages are removed from the broker when given, if
+    it answers: the stop is committed first, and a message of a stopped run is a no-op when
+    a worker takes it, so a broker outage leaves work behind for no one."""
     # A worker that is paid for a call locks its run, then the batch (docpipe.providers.calls); this
     # takes the runs first and the batch last, or it would hold the batch while waiting for
     # such a run, and that worker wait for the batch. A worker claiming a run's first step
@@ -261,7 +266,11 @@ def stop_batch(
                 raise
             time.sleep(random.uniform(0, 0.02))
     if broker_redis is not None and run_ids:
-        purge_runs(broker_redis, LANE_QUEUES[Lane.BATCH], set(run_ids))
+        try:
+            purge_runs(broker_redis, LANE_QUEUES[Lane.BATCH], set(run_ids))
+        except redis.RedisError as exc:
+            log.warning("batch %s stopped; its waiting messages stay queued as no-ops (%s: %s)",
+                        batch_id, type(exc).__name__, exc)  # fmt: skip
     return run_ids
 
 

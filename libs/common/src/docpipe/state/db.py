@@ -4,24 +4,34 @@ Only the modules of docpipe.state know query names; the rest of docpipe calls fu
 such as ``runs.claim_step``. Rows come back as dicts (``one``/``all``) or, mapped once by
 psycopg's row factory, as the dataclass the caller names (``one_as``/``all_as``): a query's
 column names are then that dataclass' fields.
+
+Every connection is bounded (:class:`Timeouts`): connecting, data the server does not
+acknowledge (a server that drops packets answers no reset, so only the kernel's TCP user
+timeout and keepalives notice), each statement and each lock wait on the server, and the
+wait for a free pooled connection.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import select
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import class_row, dict_row
 from psycopg_pool import ConnectionPool
 
-__all__ = ["Database", "Row", "Session", "load_queries"]
+from docpipe.settings import Settings
+
+__all__ = ["Database", "Row", "Session", "Timeouts", "load_queries"]
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -38,6 +48,53 @@ def load_queries() -> Mapping[str, str]:
     if len(queries) != len(parts[1::2]):
         raise RuntimeError("queries.sql names a query twice")
     return queries
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a connection waits for PostgreSQL (the DOCPIPE_DATABASE_*_TIMEOUT_S settings)."""
+
+    connect_s: int
+    socket_s: float
+    statement_s: float
+    lock_s: float
+    pool_s: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> Timeouts:
+        return cls(
+            connect_s=settings.database_connect_timeout_s,
+            socket_s=settings.database_socket_timeout_s,
+            statement_s=settings.database_statement_timeout_s,
+            lock_s=settings.database_lock_timeout_s,
+            pool_s=settings.database_pool_timeout_s,
+        )
+
+    def connection_kwargs(self, url: str) -> dict[str, Any]:
+        """libpq parameters that bound a connection to ``url``; options the URL sets itself
+        (``?options=-c statement_timeout=...``) come last, so they win."""
+        options = f"-c statement_timeout={_ms(self.statement_s)} -c lock_timeout={_ms(self.lock_s)}"
+        if own := conninfo_to_dict(url).get("options"):
+            options = f"{options} {own}"
+        return {
+            "connect_timeout": self.connect_s,
+            "tcp_user_timeout": _ms(self.socket_s),
+            # A silent peer (no data pending, nothing acknowledged) is noticed by keepalives
+            # within about the same time.
+            "keepalives": 1,
+            "keepalives_idle": max(1, math.ceil(self.socket_s / 2)),
+            "keepalives_interval": max(1, math.ceil(self.socket_s / 6)),
+            "keepalives_count": 3,
+            "options": options,
+        }
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+# Settings' defaults, without reading the environment: for a Database built without timeouts.
+_DEFAULT_TIMEOUTS = Timeouts.of(Settings.model_construct())
 
 
 def _check_if_disturbed(conn: psycopg.Connection[Row]) -> None:
@@ -93,21 +150,37 @@ class Session:
 
 
 class Database:
-    """A small pool of autocommit connections to one database."""
+    """A small pool of autocommit connections to one database, every wait bounded."""
 
-    def __init__(self, url: str, *, max_size: int = 4) -> None:
+    def __init__(self, url: str, *, max_size: int = 4, timeouts: Timeouts | None = None) -> None:
         self.url = url
+        self.timeouts = timeouts or _DEFAULT_TIMEOUTS
         self._pid = os.getpid()
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url,
             min_size=1,
             max_size=max_size,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                **self.timeouts.connection_kwargs(url),
+            },
             connection_class=psycopg.Connection[Row],
             # A broken connection (server restarted) is replaced instead of failing a task.
             check=_check_if_disturbed,
+            # No free connection within this long: PoolTimeout (an OperationalError).
+            timeout=self.timeouts.pool_s,
             name="docpipe",
             open=True,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        """The process' database: DOCPIPE_DATABASE_URL, its pool size and timeouts."""
+        return cls(
+            settings.database_url,
+            max_size=settings.database_pool_size,
+            timeouts=Timeouts.of(settings),
         )
 
     @contextmanager

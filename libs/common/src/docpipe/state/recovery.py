@@ -9,13 +9,18 @@
   parked; a pending delivery whose message is gone is enqueued again.
 
 Everything is re-enqueued through the outbox, so a publish failure is swept later too.
+While Redis does not answer (its client gives up after DOCPIPE_REDIS_SOCKET_TIMEOUT_S), a
+pending step cannot be told lost from waiting: that part of the pass waits for the next
+one, the rest (expired leases, deadlines) goes on from PostgreSQL alone.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import redis
 
@@ -25,6 +30,8 @@ from docpipe.state.db import Database
 from docpipe.state.outbox import LANE_QUEUES_PARAM
 
 __all__ = ["Recovered", "recover_stalled_work"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,15 +67,24 @@ def recover_stalled_work(
     with db.transaction() as tx:
         leases = tx.all("reap_expired_leases", lease_s=lease_s, queues=LANE_QUEUES_PARAM)
         tx.execute("abandon_orphaned_steps")
-    lost = db.all("redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM,
-                  **{f"{lane}_cutoff": _cutoff(broker_redis, queue, grace_s)
-                     for lane, queue in LANE_QUEUES.items()})  # fmt: skip
     expired = db.all("expire_overdue_runs")
     interrupted = webhooks.reap_interrupted_attempts(db, retry=webhook_retry, queue=WEBHOOK_QUEUE)
-    lost_webhooks = webhooks.redrive_lost_deliveries(
-        db, queue=WEBHOOK_QUEUE, grace_s=grace_s,
-        cutoff=_cutoff(broker_redis, WEBHOOK_QUEUE, grace_s),
-    )  # fmt: skip
+    try:
+        cutoffs = {queue: _cutoff(broker_redis, queue, grace_s)
+                   for queue in (*LANE_QUEUES.values(), WEBHOOK_QUEUE)}  # fmt: skip
+    except redis.RedisError as exc:
+        # What waits in Redis cannot be told from what was lost: look again next pass.
+        log.warning("reaper: Redis did not answer, lost messages are looked for next pass "
+                    "(%s: %s)", type(exc).__name__, exc)  # fmt: skip
+        lost: list[dict[str, Any]] = []
+        lost_webhooks: tuple[int, ...] = ()
+    else:
+        lane_cutoffs = {f"{lane}_cutoff": cutoffs[queue] for lane, queue in LANE_QUEUES.items()}
+        lost = db.all("redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM,
+                      **lane_cutoffs)  # fmt: skip
+        lost_webhooks = webhooks.redrive_lost_deliveries(
+            db, queue=WEBHOOK_QUEUE, grace_s=grace_s, cutoff=cutoffs[WEBHOOK_QUEUE]
+        )
     return Recovered(
         expired_leases=len(leases),
         lost_messages=len(lost),

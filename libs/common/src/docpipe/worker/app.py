@@ -7,7 +7,11 @@ start the single beat with ``celery -A docpipe.worker.app beat``.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
+
+from celery.exceptions import CPendingDeprecationWarning
+from celery.signals import celeryd_after_setup
 
 from docpipe.broker.queues import PERIODIC_QUEUE
 from docpipe.broker.transport import app
@@ -43,7 +47,19 @@ def worker_config(settings: Settings) -> dict[str, Any]:
         "task_time_limit": settings.task_time_limit_s,
         "worker_soft_shutdown_timeout": settings.worker_soft_shutdown_s,
         "worker_enable_soft_shutdown_on_idle": True,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # On a broker connection loss Celery would SIGTERM every running late-ack task
+        # (its message cannot be acknowledged on the new connection): a provider call on
+        # the wire would be lost unrecorded and paid again by the step's next attempt
+        # (tests/integration/test_broker_disconnect.py). Running steps need the broker for
+        # nothing: the lease in PostgreSQL says who owns them, results and next messages go
+        # through PostgreSQL and the outbox, and their message, should it be handed out
+        # again, finds the step done or leased (a no-op). Celery 6 turns this on by default.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        # A full Redis (maxmemory, noeviction) refuses the consumer's bookkeeping writes with
+        # OOM, a ResponseError that kombu counts as a channel error; Celery would call it
+        # unrecoverable and stop the worker. Reconnect instead, and carry on once memory
+        # frees (tests/chaos: "Redis at maxmemory").
+        "broker_channel_error_retry": True,
         "worker_max_tasks_per_child": settings.worker_max_tasks_per_child,
         "worker_max_memory_per_child": settings.worker_max_memory_per_child_mb * 1024,
         "worker_send_task_events": settings.celery_task_events,
@@ -60,6 +76,18 @@ def worker_config(settings: Settings) -> dict[str, Any]:
             for name, interval in periodic_jobs(settings).items()
         },
     }
+
+
+@celeryd_after_setup.connect
+def _quiet_the_connection_loss_notice(**_: Any) -> None:
+    """Celery warns on every connection loss that the setting above will default to True in
+    6.0; docpipe sets it explicitly, so the warning would only add a screenful to each
+    outage's log. (Installed after Celery's logging set-up, which shows all its warnings.)"""
+    warnings.filterwarnings(
+        "ignore",
+        message=r"\s*In Celery 5\.1 we introduced an optional breaking change",
+        category=CPendingDeprecationWarning,
+    )
 
 
 app.conf.update(worker_config(get_settings()))

@@ -22,6 +22,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_shutdown
 
 from docpipe.backoff import retry_delay
+from docpipe.broker.connection import redis_client
 from docpipe.broker.messages import DELIVER_WEBHOOK, RUN_STEP
 from docpipe.broker.queues import WEBHOOK_QUEUE
 from docpipe.broker.transport import CeleryPublisher, app, bind_work
@@ -70,9 +71,9 @@ class Resources:
 @cache
 def _resources_for(pid: int) -> Resources:
     settings = get_settings()
-    db = Database(settings.database_url, max_size=settings.database_pool_size)
+    db = Database.from_settings(settings)
     llm = ProviderClients(settings.provider_table, timeout_s=settings.llm_timeout_s)
-    broker_redis = redis.Redis.from_url(settings.redis_url)
+    broker_redis = redis_client(settings)
     limiter = ProviderLimiter(broker_redis, settings)
     executor = StepExecutor(
         db,
