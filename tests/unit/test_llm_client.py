@@ -62,7 +62,7 @@ def test_a_request_id_goes_out_as_the_client_request_id_header() -> None:
         seen.append(request)
         return completion('{"a": 1}')
 
-    client(handler).chat(model="m", messages=USER, request_id="docpipe-call-42")
+    client(handler).chat(ChatRequest(model="m", messages=USER, request_id="docpipe-call-42"))
     assert seen[0].headers["x-client-request-id"] == "docpipe-call-42"
 
 
