@@ -41,6 +41,7 @@ from tests.servers import service_dir
 
 STEP1 = DOCUMENT_EXTRACT.step_names[0]
 CONTRACTS = sample_contracts(6)
+MODEL = "gpt-4o-mini"  # priced by default: the limiter keeps its limits per model
 # Short client timeouts, so that a silent server costs the tests seconds.
 SILENT = {"redis_connect_timeout_s": 1.0, "redis_socket_timeout_s": 1.0}
 
@@ -205,11 +206,11 @@ def test_a_silent_redis_does_not_hang_the_limiter(
 ) -> None:
     ns, settings = silent_redis
     limiter = ProviderLimiter(redis_client(settings), settings)
-    with limiter.slot("m", "interactive"):
+    with limiter.slot(MODEL, "interactive"):
         pass  # a pooled connection now exists: the silent server will not refuse it
     ns.drop()
     sent = []
-    with caplog.at_level(logging.WARNING), timed() as elapsed, limiter.slot("m", "interactive"):
+    with caplog.at_level(logging.WARNING), timed() as elapsed, limiter.slot(MODEL, "interactive"):
         sent.append("call")
     # The call went out without the limiter, after one socket timeout for the slot and one
     # for its report: never a hang.

@@ -137,6 +137,9 @@ def test_the_same_document_goes_to_three_models_by_priority_and_budget(
         "balanced": {"input_per_mtok": 10, "output_per_mtok": 40},
         "fast": {"input_per_mtok": 100, "output_per_mtok": 400, "speed": "fast"},
         "cheap": {"input_per_mtok": 1, "output_per_mtok": 4, "speed": "slow"},
+        # The built-in pipelines' models: a worker refuses a catalog asking a model it lacks.
+        "gpt-4o-mini": PRICE,
+        "gpt-4o": PRICE,
     }
     providers = [{"name": "fake", "base_url": fake_llm.url + "/v1", "models": models}]
     start_process(
