@@ -117,3 +117,15 @@ def test_write_samples_writes_one_text_file_per_contract(tmp_path: Path) -> None
     assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == sorted(p.name for p in paths)
     for path, contract in zip(paths, contracts, strict=True):
         assert path.read_text(encoding="utf-8") == contract.text
+
+
+def test_sample_ndas_are_deterministic_and_number_their_clauses() -> None:
+    from docpipe_dev.sample_ndas import sample_ndas
+
+    first, second = sample_ndas(2), sample_ndas(3)[:2]
+    assert first == second, "document i depends only on (seed, i)"
+    for nda in first:
+        headings = [line for line in nda.text.splitlines() if line[:1].isdigit()]
+        assert headings[0] == "1. DEFINITION OF CONFIDENTIAL INFORMATION"
+        assert len(headings) == 8
+        assert set(nda.onerous) <= {h.split(". ", 1)[1] for h in headings}

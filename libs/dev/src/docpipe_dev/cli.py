@@ -97,7 +97,10 @@ def cmd_stack_up(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job end to end: stack up, the sample contracts, progress, results, stop."""
+    """The main job end to end: stack up, the sample contracts through document_extract:v1
+    and sample NDAs through nda_review:v1 (a pipeline shipped as a file), progress, results,
+    stop."""
+    from docpipe_dev.sample_ndas import write_ndas
     from docpipe_dev.samples import write_samples
     from docpipe_dev.stack import LocalStack
 
@@ -107,18 +110,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ):
         stack.up()
     try:
-        files = write_samples(Path(args.state_dir) / "samples", args.count, with_dummy=True)
+        folder = Path(args.state_dir) / "samples"
+        contracts = write_samples(folder, args.count, with_dummy=True)
+        ndas = write_ndas(folder / "nda", count=2)
         console.print(
-            f"submitting {len(files)} documents to {stack.api_url} "
-            "(the empty one shows a permanent failure)"
+            f"submitting {len(contracts)} contracts and {len(ndas)} NDAs to {stack.api_url} "
+            "(the empty document shows a permanent failure)"
         )
         with DocpipeClient(stack.api_url, api_key=stack.api_key) as client:
-            started = submit_files(client, files, "interactive")
+            started = submit_files(client, contracts, "interactive")
+            started += submit_files(client, ndas, "interactive", "nda_review:v1")
             final = watch_runs(client, started)
     finally:
         with console.status("stopping the stack"):
             stack.down()
-    # The empty dummy document must fail (permanently, at step 1); every contract must finish.
+    # The empty dummy document must fail (permanently, at step 1); every other must finish.
     wrong = [
         doc
         for doc, run_id in started

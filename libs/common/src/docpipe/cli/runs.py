@@ -116,23 +116,34 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
 
 def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
     table = Table(title="docpipe results")
-    for column in ("document", "status", "fields found", "tokens", "cost USD", "attempts", "note"):
+    columns = ("document", "pipeline", "status", "found", "tokens", "cost USD", "attempts", "note")
+    for column in columns:
         table.add_column(column, justify="right" if column in ("tokens", "cost USD") else "left")
     total_cost = 0.0
     for doc, status in rows:
-        fields = ((status.get("result") or {}).get("extract_fields") or {}).get("fields") or {}
         tokens = sum((s["input_tokens"] or 0) + (s["output_tokens"] or 0) for s in status["steps"])
         attempts = sum(s["attempt"] for s in status["steps"])
         total_cost += status["cost_so_far_usd"]
         table.add_row(
             doc,
+            status["pipeline"],
             status["status"],
-            str(len(fields)),
+            _found(status.get("result") or {}),
             f"{tokens:,}",
             f"{status['cost_so_far_usd']:.6f}",
             str(attempts),
             (status.get("error") or "")[:60],
         )
     table.add_section()
-    table.add_row("total", "", "", "", f"{total_cost:.6f}", "", "")
+    table.add_row("total", "", "", "", "", f"{total_cost:.6f}", "", "")
     return table
+
+
+def _found(result: dict[str, Any]) -> str:
+    """What a finished run found, in a few words: the contract's fields counted, else the
+    first plain value of the last step's output."""
+    if "extract_fields" in result:
+        return f"{len(result['extract_fields'].get('fields') or {})} fields"
+    last = list(result.values())[-1] if result else {}
+    plain = next(((k, v) for k, v in last.items() if isinstance(v, str | int | float)), None)
+    return f"{plain[0]}: {plain[1]}"[:40] if plain else ""
