@@ -123,9 +123,9 @@ def test_a_document_id_ending_in_a_newline_is_refused(
 
 def test_405_names_every_method_of_the_path(make_api_client: Callable[..., TestClient]) -> None:
     client = make_api_client()
-    response = client.delete("/documents/doc-1")
+    response = client.patch("/documents/doc-1")
     assert response.status_code == 405
-    assert response.headers["allow"] == "GET, PUT"
+    assert response.headers["allow"] == "GET, PUT, DELETE"
     assert client.request("OPTIONS", "/runs/x").headers["allow"] == "GET"
 
 

@@ -106,7 +106,8 @@ def test_old_ended_runs_go_with_their_steps_and_calls_and_active_ones_stay(db: D
 def test_calls_are_pruned_sooner_than_their_runs(db: Database) -> None:
     run_id = aged_run(db, "forty-days", days_ago=40)  # past the 30 days of calls, not of runs
     deleted = prune(db)
-    assert deleted == {"llm_call_log": 1, "outbox": 0, "pipeline_run": 0, "batch": 0}
+    assert deleted == {"llm_call_log": 1, "outbox": 0, "pipeline_run": 0, "batch": 0,
+                       "document": 0}  # fmt: skip
     assert runs_left(db) == {run_id}
     assert scalar(db, "SELECT steps_total FROM pipeline_run") == 3, "the run's summary stays"
 
@@ -149,9 +150,42 @@ def test_batch_runs_go_only_with_their_ended_batch(db: Database) -> None:
     assert of_ended not in runs_left(db)
 
 
+def aged_document(db: Database, document_id: str, days_ago: int = OLD) -> None:
+    execute(db, "INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes,"
+                " created_at) VALUES ('acme', %s, 'text', 'h', 4,"
+                " now() - make_interval(days => %s))", document_id, days_ago)  # fmt: skip
+
+
+def documents_left(db: Database) -> set[str]:
+    with db.session() as s:
+        return {r["id"] for r in s.conn.execute(b"SELECT id FROM document").fetchall()}
+
+
+def test_old_documents_go_once_no_run_uses_them(db: Database) -> None:
+    aged_document(db, "old-unused")
+    aged_document(db, "recent-unused", days_ago=RECENT)
+    for document_id, status, ended_days_ago in (
+        ("old-of-old-run", "done", OLD),  # its run goes in the same pass, then the document
+        ("old-of-recent-run", "done", RECENT),
+        ("old-of-active-run", "running", OLD),
+    ):
+        aged_document(db, document_id)
+        run_id = aged_run(db, f"run-{document_id}", status=status, days_ago=ended_days_ago)
+        execute(db, "UPDATE pipeline_run SET document_id = %s WHERE id = %s", document_id, run_id)
+
+    deleted = prune(db)
+
+    # doc-1: new_run's own, stored just now.
+    kept = {"recent-unused", "old-of-recent-run", "old-of-active-run", "doc-1"}
+    assert documents_left(db) == kept
+    assert deleted["document"] == 2
+    assert prune(db)["document"] == 0
+
+
 def test_zero_days_keeps_everything(db: Database) -> None:
     aged_run(db, "ancient", days_ago=10_000)
-    deleted = prune(db, retention_call_log_days=0, retention_outbox_days=0, retention_runs_days=0)
+    deleted = prune(db, retention_call_log_days=0, retention_outbox_days=0, retention_runs_days=0,
+                    retention_documents_days=0)  # fmt: skip
     assert set(deleted.values()) == {0}
     assert len(runs_left(db)) == 1
 
@@ -171,7 +205,8 @@ def test_rows_are_deleted_in_small_batches(db: Database, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(db_module.Session, "execute", spy)
     deleted = prune(db, retention_batch_size=3)
-    assert deleted == {"llm_call_log": 7, "outbox": 11, "pipeline_run": 7, "batch": 0}
+    assert deleted == {"llm_call_log": 7, "outbox": 11, "pipeline_run": 7, "batch": 0,
+                       "document": 0}  # fmt: skip
     assert all(count <= 3 for _, count in batches)
     assert [c for q, c in batches if q == "prune_outbox"] == [3, 3, 3, 2]
 

@@ -181,6 +181,8 @@ class Settings(BaseSettings):
     retention_call_log_days: int = Field(default=30, ge=0)  # calls of ended runs
     retention_outbox_days: int = Field(default=7, ge=0)  # published messages
     retention_runs_days: int = Field(default=90, ge=0)  # ended runs, their steps, batches
+    # Documents stored longer ago that no run uses any more (runs go by the line above).
+    retention_documents_days: int = Field(default=90, ge=0)
     retention_batch_size: int = Field(default=500, ge=1, le=10_000)
     retention_interval_s: Seconds = 300.0
 

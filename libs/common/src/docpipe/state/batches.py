@@ -111,19 +111,23 @@ def create_batch(
             + ", ".join(repr(r["id"]) for r in missing)
             + (" (and more)" if len(missing) == 10 else "")
         )
-    session.execute(
-        "create_batch_runs",
-        tenant_id=tenant_id,
-        pipeline=pipeline.key,
-        batch_id=str(batch_id),
-        pipeline_hash=pipeline.definition_hash,
-        steps=pipeline.step_names,
-        run_budget_usd=run_budget_usd,
-        deadline_at=deadline_at,
-        priority=priority,
-        document_ids=ids,
-        traceparent=traceparent,
-    )
+    try:
+        session.execute(
+            "create_batch_runs",
+            tenant_id=tenant_id,
+            pipeline=pipeline.key,
+            batch_id=str(batch_id),
+            pipeline_hash=pipeline.definition_hash,
+            steps=pipeline.step_names,
+            run_budget_usd=run_budget_usd,
+            deadline_at=deadline_at,
+            priority=priority,
+            document_ids=ids,
+            traceparent=traceparent,
+        )
+    except psycopg.errors.ForeignKeyViolation:
+        # A stored document was deleted since missing_documents looked (state.documents).
+        raise NotFoundError("a document of the batch was deleted meanwhile") from None
     return CreatedBatch(str(batch_id), created=True, runs_total=len(documents))
 
 

@@ -1,5 +1,5 @@
 """Documents: stored once per (tenant, id) and never changed, so a run always reads the text
-it was started on."""
+it was started on; deleted on request or by retention, never while a run uses them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import datetime
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.state.db import Session
 
-__all__ = ["DOCUMENT_ID", "StoredDocument", "get_document", "put_document"]
+__all__ = ["DOCUMENT_ID", "StoredDocument", "delete_document", "get_document", "put_document"]
 
 # \Z, not $: "$" also matches before a final newline, and an id ending in one would be
 # stored and then break the Location header that names it.
@@ -68,3 +68,32 @@ def get_document(session: Session, tenant_id: str, document_id: str) -> StoredDo
     if stored is None:
         raise NotFoundError(f"document {document_id[:140]!r} does not exist")
     return stored
+
+
+_NAMED_RUNS = 3
+
+
+def delete_document(session: Session, tenant_id: str, document_id: str) -> None:
+    """Delete the document and its ended runs (their outputs are its content in another
+    form), in the caller's transaction. NotFoundError for ids this tenant never stored;
+    ConflictError, naming them, while runs that use it have not ended."""
+    # The lock first, then a fresh look at the runs: a run started meanwhile is either
+    # committed (and seen here) or waits for the lock and then fails its foreign key, which
+    # create_run and create_batch answer with a 404.
+    locked = DOCUMENT_ID.match(document_id) and session.one(
+        "lock_document", tenant_id=tenant_id, id=document_id
+    )
+    if not locked:
+        raise NotFoundError(f"document {document_id[:140]!r} does not exist")
+    active = session.all(
+        "document_active_runs", tenant_id=tenant_id, id=document_id, limit=_NAMED_RUNS + 1
+    )
+    if active:
+        named = ", ".join(r["id"] for r in active[:_NAMED_RUNS])
+        more = " and more" if len(active) > _NAMED_RUNS else ""
+        raise ConflictError(
+            f"document {document_id!r} is used by runs that have not ended: {named}{more}; "
+            "cancel them or wait until they end, then delete it"
+        )
+    session.execute("delete_document_runs", tenant_id=tenant_id, id=document_id)
+    session.execute("delete_document", tenant_id=tenant_id, id=document_id)

@@ -1,9 +1,10 @@
-"""Retention: beat deletes old provider-call logs, published outbox rows and ended runs.
+"""Retention: beat deletes old provider-call logs, published outbox rows, ended runs and
+old documents.
 
 Only finished business goes: calls of ended runs, outbox rows already published, runs that
-ended (with their steps, calls and webhook deliveries) once no webhook is owed, and ended
-batches whose runs are gone. Active runs, unpublished or parked messages and pending
-webhooks are never touched.
+ended (with their steps, calls and webhook deliveries) once no webhook is owed, ended
+batches whose runs are gone, and documents no run refers to any more. Active runs (and
+their documents), unpublished or parked messages and pending webhooks are never touched.
 
 Hot tables stay unblocked: each batch of at most ``retention_batch_size`` rows is its own
 short transaction that skips rows another transaction holds (``SKIP LOCKED``), gives up
@@ -39,6 +40,8 @@ def prune_retention(db: Database, settings: Settings, *, time_budget_s: float) -
         ("outbox", "prune_outbox", settings.retention_outbox_days),
         ("pipeline_run", "prune_runs", settings.retention_runs_days),
         ("batch", "prune_batches", settings.retention_runs_days),
+        # After the runs: a document goes once no run refers to it any more.
+        ("document", "prune_documents", settings.retention_documents_days),
     )
     deleted: dict[str, int] = {}
     for table, query, days in passes:
@@ -61,8 +64,14 @@ def _prune(db: Database, query: str, days: int, batch_size: int, deadline: float
                     (f"{LOCK_TIMEOUT_MS}ms", f"{STATEMENT_TIMEOUT_MS}ms"),
                 )
                 deleted = tx.execute(query, days=days, limit=batch_size)
-        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
-            # Someone holds what we need: they go first, the next pass tries again.
+        except (
+            psycopg.errors.LockNotAvailable,
+            psycopg.errors.QueryCanceled,
+            psycopg.errors.ForeignKeyViolation,
+        ) as exc:
+            # Someone holds what we need: they go first, the next pass tries again. (A run
+            # started on an old document just as its batch looked makes the foreign key
+            # refuse that batch; the next pass sees the run and keeps the document.)
             log.info("retention: %s yielded (%s); the next pass continues", query, exc)
             break
         total += deleted

@@ -21,6 +21,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+import psycopg.errors
 from psycopg.types.json import Jsonb
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
@@ -112,7 +113,11 @@ def create_run(
         "request_hash": fingerprint,
         "traceparent": traceparent,
     }
-    row = session.insert_or_existing("create_run", **params)
+    try:
+        row = session.insert_or_existing("create_run", **params)
+    except psycopg.errors.ForeignKeyViolation:
+        # Deleted between the caller's look and this insert (docpipe.state.documents).
+        raise NotFoundError(f"document {document_id!r} does not exist") from None
     run_id = str(row["id"])
     if not row["created"]:
         if row["request_hash"] != fingerprint:

@@ -1,4 +1,5 @@
-"""Documents: store a contract once, read its metadata, start an extraction run on it."""
+"""Documents: store a contract once, read its metadata, start an extraction run on it,
+delete it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from docpipe.faults import crash_point
 from docpipe.observability import metrics, tracing
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
-from docpipe.state.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
+from docpipe.state.documents import (
+    DOCUMENT_ID,
+    StoredDocument,
+    delete_document,
+    get_document,
+    put_document,
+)
 from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane, Priority
 from docpipe_api.callbacks import accepted_callback_url
@@ -120,6 +127,21 @@ def create_document(
 def read_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
     with db.session() as s:
         return DocumentOut.model_validate(get_document(s, tenant, document_id))
+
+
+@router.delete(
+    "/documents/{document_id}",
+    status_code=204,
+    response_class=Response,
+    summary="Delete a document and its ended runs (409 while a run that uses it goes on)",
+    responses=error_responses(404, 409, 422, 503),
+)
+def remove_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: TenantDep) -> Response:
+    """The text, and the runs that ended on it (steps, outputs, calls, webhook deliveries),
+    are gone; a run not yet ended keeps the document and answers 409 naming it."""
+    with db.transaction() as tx:
+        delete_document(tx, tenant, document_id)
+    return Response(status_code=204)
 
 
 @router.post(

@@ -21,6 +21,28 @@ SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
+-- name: lock_document
+-- Lock a document to delete it: a run being started on it waits (its KEY SHARE) until then.
+SELECT id FROM document WHERE tenant_id = %(tenant_id)s AND id = %(id)s FOR UPDATE;
+
+-- name: document_active_runs
+-- A few of the runs not yet ended that use a document (read after lock_document).
+SELECT id::text FROM pipeline_run
+WHERE tenant_id = %(tenant_id)s AND document_id = %(id)s AND status IN ('queued', 'running')
+ORDER BY created_at
+LIMIT %(limit)s;
+
+-- name: delete_document_runs
+-- Delete a document's ended runs, with their steps, calls and webhook deliveries (ON DELETE
+-- CASCADE): their outputs are the document's content in another form.
+DELETE FROM pipeline_run
+WHERE tenant_id = %(tenant_id)s AND document_id = %(id)s
+  AND status NOT IN ('queued', 'running');
+
+-- name: delete_document
+-- Delete a document (after delete_document_runs).
+DELETE FROM document WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.
 WITH new_run AS (
@@ -967,6 +989,20 @@ WHERE id IN (
       AND NOT EXISTS (SELECT 1 FROM pipeline_run r WHERE r.batch_id = b.id)
       AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
                       WHERE w.batch_id = b.id AND w.status = 'pending')
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_documents
+-- Delete up to `limit` documents stored longer ago than the retention that no run uses any
+-- more (runs go by their own retention, active ones never).
+DELETE FROM document
+WHERE (tenant_id, id) IN (
+    SELECT d.tenant_id, d.id
+    FROM document d
+    WHERE d.created_at < now() - make_interval(days => %(days)s)
+      AND NOT EXISTS (SELECT 1 FROM pipeline_run r
+                      WHERE r.tenant_id = d.tenant_id AND r.document_id = d.id)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );

@@ -11,6 +11,8 @@ CREATE TABLE document (
     created_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, id)
 );
+-- Retention deletes documents by age.
+CREATE INDEX document_created_idx ON document (created_at);
 
 CREATE TABLE batch (
     id              uuid          PRIMARY KEY,
@@ -68,6 +70,8 @@ CREATE TABLE pipeline_run (
     UNIQUE (tenant_id, idempotency_key),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id)
 );
+-- The runs that use a document (deleting one, and the foreign key's own check).
+CREATE INDEX pipeline_run_document_idx ON pipeline_run (tenant_id, document_id);
 CREATE INDEX pipeline_run_batch_idx ON pipeline_run (batch_id, status) WHERE batch_id IS NOT NULL;
 CREATE INDEX pipeline_run_active_idx ON pipeline_run (status) WHERE status IN ('queued', 'running');
 -- Batch runs wait until admitted; admission reads each running batch's first few waiting
