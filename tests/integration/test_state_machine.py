@@ -163,11 +163,16 @@ def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
     )
 
 
-def test_a_released_step_is_claimable_again(db: Database) -> None:
+def test_a_released_step_is_claimable_again_once_its_wait_is_over(db: Database) -> None:
     run = new_run(db)
     runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
     assert runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="429")
     assert not runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="twice")
+    assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None, "not yet"
+    state = runs.step_state(db, run.run_id, STEP1)
+    assert state is not None and 4 < state.due_in_s <= 5
+    with db.session() as s:  # the wait is over
+        s.conn.execute(b"UPDATE pipeline_step_result SET not_before = now()")
     again = runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30)
     assert again is not None and again.attempt == 2
 

@@ -1,22 +1,27 @@
 """Workers accept JSON messages only: a pickled message (which would run arbitrary code as it
 is unpickled) is refused by a real worker, its step never runs, and the worker goes on
-serving JSON messages."""
+serving JSON messages. A well-formed message decides nothing either: a step is claimed only
+when PostgreSQL says it may run (admitted, due)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import pickle
+import re
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from docpipe.broker.messages import RUN_STEP
+from docpipe.broker.messages import RUN_STEP, Message
 from docpipe.broker.transport import CeleryPublisher
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.settings import Settings
+from docpipe.state.admission import admit_and_publish
 from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox
 from docpipe_dev.processes import ManagedProcess
@@ -89,3 +94,61 @@ def test_a_worker_refuses_pickled_messages_and_keeps_serving_json(
         )
     )
     assert not marker.exists()
+
+
+# --- a well-formed message cannot jump admission or a wait --------------------------------
+
+
+def forge_step_message(publisher: CeleryPublisher, run_id: str, queue: str) -> None:
+    """A JSON message for the run's first step that no outbox row sent (a duplicate, or a
+    message written to Redis by someone who can reach it)."""
+    publisher.publish(Message(id=0, topic="step", queue=queue, run_id=run_id, step=STEP1))
+
+
+def test_forged_messages_claim_no_step_before_admission_start_at_or_a_retry_wait(
+    db: Database,
+    broker: redis.Redis,
+    fake_llm: FakeLLM,
+    publisher: CeleryPublisher,
+    settings: Settings,
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    not_admitted = new_run(db, key="batch", lane="batch").run_id  # waits for admission
+    later = datetime.now(UTC) + timedelta(hours=1)
+    not_started = new_run(db, key="start-at", start_at=later).run_id  # parked in the outbox
+    waiting = new_run(db, key="retry-wait").run_id  # as after a transient error: 1 h to wait
+    execute(db, "UPDATE pipeline_step_result SET not_before = now() + interval '1 hour'"
+                " WHERE run_id = %s", waiting)  # fmt: skip
+    interactive = start_worker("interactive", concurrency=1)
+    batch = start_worker("batch", concurrency=1)
+
+    forge_step_message(publisher, not_admitted, "llm_batch")
+    for run_id in (not_started, waiting):
+        forge_step_message(publisher, run_id, QUEUE)
+    wait_until(lambda: handled(interactive) == 2 and handled(batch) == 1, 30)
+
+    for run_id in (not_admitted, not_started, waiting):
+        step = db.one("step_state", run_id=run_id, step=STEP1)
+        assert step is not None and (step["status"], step["run_status"]) == ("pending", "queued")
+    assert scalar(db, "SELECT sum(attempt) FROM pipeline_step_result") == 0
+    assert scalar(db, "SELECT count(*) FROM llm_call_log") == 0
+    assert fake_llm.stats()["requests_total"] == 0, "nothing was paid"
+    # The real messages still come at their time: the step is parked until then.
+    due = scalar(db, "SELECT min(available_at) FROM outbox WHERE run_id = %s AND"
+                     " published_at IS NULL", not_started)  # fmt: skip
+    assert abs(due - later) < timedelta(seconds=1)
+
+    # Admission then lets the batch run in, and it runs to the end.
+    assert admit_and_publish(db, publisher, settings) == 1
+    wait_until(lambda: scalar(db, "SELECT status FROM pipeline_run WHERE id = %s",
+                              not_admitted) == "done")  # fmt: skip
+
+
+def handled(worker: ManagedProcess) -> int:
+    """Messages the worker finished with (the task returned)."""
+    return len(re.findall(r"Task docpipe\.run_step\[[^\]]+\] succeeded", worker.log_text()))
+
+
+def execute(db: Database, sql: str, *params: Any) -> None:
+    with db.session() as s:
+        s.conn.execute(sql.encode(), params)

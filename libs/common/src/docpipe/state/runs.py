@@ -161,7 +161,8 @@ class Claim:
 
 def claim_step(db: Database, run_id: str, step: str, *, owner: str, lease_s: float) -> Claim | None:
     """Lease the step for ``owner`` (attempt + 1), or None if it is not claimable now: done,
-    leased by a live worker, not the run's current step, or the run has ended."""
+    leased by a live worker, not the run's current step, the run has ended or is not yet
+    admitted, or the step is not due yet (a retry's wait, start_at)."""
     return db.one_as(Claim, "claim_step", run_id=run_id, step=step, owner=owner, lease_s=lease_s)
 
 
@@ -173,6 +174,9 @@ class StepState:
     lease_live: bool | None
     run_status: str
     past_deadline: bool
+    admitted: bool  # a batch run waiting for admission is not
+    current: bool  # the run's current step
+    due_in_s: float  # until the step may be claimed (0: now)
 
 
 def step_state(db: Database, run_id: str, step: str) -> StepState | None:

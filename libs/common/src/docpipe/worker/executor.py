@@ -47,6 +47,9 @@ __all__ = ["StepExecutor", "StepOutcome", "worker_identity"]
 
 log = logging.getLogger(__name__)
 
+# The least wait before a step that was not due looks again (never a busy loop).
+_RECHECK_S = 0.05
+
 OutcomeKind = Literal["completed", "already_done", "busy", "stopped", "retry", "failed"]
 
 
@@ -192,11 +195,21 @@ class StepExecutor:
             return StepOutcome("stopped", error="no such run or step")
         if state.status == StepStatus.DONE:
             return StepOutcome("already_done", run_status=state.run_status)
-        if state.run_status in ACTIVE_RUN_STATUSES and state.past_deadline:
+        active = state.run_status in ACTIVE_RUN_STATUSES
+        if active and state.past_deadline:
             runs.expire_run(self.db, run_id)
             return StepOutcome("stopped", run_status=RunStatus.EXPIRED, error="deadline passed")
         if state.status == StepStatus.RUNNING and state.lease_live:
             return StepOutcome("busy", run_status=state.run_status)
+        if active and not state.admitted:
+            # A message ahead of admission (duplicated or forged): admission sends the real one.
+            return StepOutcome("stopped", run_status=state.run_status, error="not admitted")
+        if active and state.status == StepStatus.PENDING and state.current:
+            # Early (a clock ahead of PostgreSQL's, a duplicate of a waiting retry, start_at not
+            # reached; or due since the claim looked): try again when it is due.
+            delay = max(state.due_in_s, _RECHECK_S)
+            return StepOutcome("retry", run_status=state.run_status, retry_in_s=delay,
+                               error="not due yet")  # fmt: skip
         return StepOutcome("stopped", run_status=state.run_status, error="not claimable")
 
     def _wait_for_provider(

@@ -69,10 +69,12 @@ WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s
 
 -- name: enqueue_step
 -- Write the message for a run's pending current step into the outbox, for its lane's queue
--- (`queues`: lane -> queue name).
+-- (`queues`: lane -> queue name). A message parked until `available_at` (start_at, a long
+-- retry wait) also makes the step not claimable before then (claim_step).
 WITH target AS (
     UPDATE pipeline_step_result s
-    SET enqueued_at = greatest(now(), coalesce(%(available_at)s, now()))
+    SET enqueued_at = greatest(now(), coalesce(%(available_at)s, now())),
+        not_before = coalesce(%(available_at)s, s.not_before)
     FROM pipeline_run r
     WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND r.id = s.run_id
       AND s.status = 'pending' AND r.status IN ('queued', 'running') AND r.current_step = s.step
@@ -87,6 +89,8 @@ RETURNING id;
 -- name: claim_step
 -- Lease a run's current step: pending, or running under a lease that expired (dead worker);
 -- with what the step reads: the document text and the outputs of the steps done before it.
+-- Only once the run is admitted and the step is due (not_before: a retry's wait, start_at),
+-- so that a duplicated or forged message cannot jump admission or a wait.
 WITH claimed AS (
     UPDATE pipeline_step_result s
     SET status = 'running', attempt = s.attempt + 1, lease_owner = %(owner)s,
@@ -96,6 +100,8 @@ WITH claimed AS (
     WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND r.id = s.run_id
       AND r.status IN ('queued', 'running') AND r.current_step = s.step
       AND (r.deadline_at IS NULL OR r.deadline_at > now())
+      AND r.admitted_at IS NOT NULL
+      AND (s.not_before IS NULL OR s.not_before <= now())
       AND (s.status = 'pending' OR (s.status = 'running' AND s.lease_expires_at < now()))
     RETURNING s.run_id, s.step, s.attempt, s.generation
 ), started AS (
@@ -115,7 +121,9 @@ LEFT JOIN document d ON d.tenant_id = r.tenant_id AND d.id = r.document_id;
 -- name: step_state
 -- Why a step could not be claimed: its own state and its run's.
 SELECT s.status, s.lease_expires_at > now() AS lease_live, r.status AS run_status,
-       coalesce(r.deadline_at <= now(), false) AS past_deadline
+       coalesce(r.deadline_at <= now(), false) AS past_deadline,
+       r.admitted_at IS NOT NULL AS admitted, coalesce(r.current_step = s.step, false) AS current,
+       greatest(0, coalesce(extract(epoch FROM s.not_before - now()), 0))::float AS due_in_s
 FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
 WHERE s.run_id = %(run_id)s AND s.step = %(step)s;
 
@@ -129,8 +137,8 @@ WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
 RETURNING s.lease_expires_at;
 
 -- name: release_step
--- Give a leased step back after a transient failure; it may be claimed again at once. An
--- attempt that only waited for the provider limiter is refunded. Not once its run ended
+-- Give a leased step back after a transient failure; it may be claimed again once
+-- `retry_in_s` has passed. An attempt that only waited for the provider limiter is refunded. Not once its run ended
 -- (cancelled meanwhile): a retry would be a message nobody wants.
 UPDATE pipeline_step_result s
 SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, error = %(error)s,
