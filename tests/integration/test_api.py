@@ -25,6 +25,7 @@ import redis
 from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
+from docpipe.broker.transport import CeleryPublisher
 from docpipe.broker.transport import app as celery_app
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.settings import get_settings
@@ -498,6 +499,48 @@ def test_retry_reopens_an_ended_run_and_publishes_its_step(
     assert response.status_code == 202, response.text
     assert (response.json()["status"], response.json()["current_step"]) == ("queued", STEP1)
     assert broker_redis.llen(INTERACTIVE) == 1
+
+
+def test_retry_keeps_the_runs_deadline_and_refuses_once_it_has_passed(
+    client: TestClient, db: Database
+) -> None:
+    run_id = started_run(client, deadline_s=3600)
+    deadline = scalar(db, "SELECT deadline_at FROM pipeline_run WHERE id = %s", run_id)
+    client.post(f"/runs/{run_id}/cancel")
+    assert client.post(f"/runs/{run_id}/retry").status_code == 202
+    assert scalar(db, "SELECT deadline_at FROM pipeline_run WHERE id = %s", run_id) == deadline
+
+    client.post(f"/runs/{run_id}/cancel")
+    with db.session() as s:
+        s.conn.execute(b"UPDATE pipeline_run SET deadline_at = now() - interval '1 s'")
+    late = client.post(f"/runs/{run_id}/retry")
+    assert late.status_code == 409
+    assert "deadline passed" in late.json()["detail"]
+    assert client.get(f"/runs/{run_id}").json()["status"] == "cancelled"
+
+
+def test_a_retried_batch_lane_run_waits_for_admission_like_a_new_one(
+    client: TestClient, db: Database, broker_redis: redis.Redis
+) -> None:
+    window = get_settings().batch_admission_window
+    assert put_text(client).status_code in (200, 201)
+    retried = extract(client, key="retried", lane="batch").json()["run_id"]
+    client.post(f"/runs/{retried}/cancel")
+    in_flight = [extract(client, key=f"b-{i}", lane="batch").json()["run_id"]
+                 for i in range(window)]  # fmt: skip
+    broker_redis.delete("llm_batch")
+
+    response = client.post(f"/runs/{retried}/retry")
+
+    assert response.status_code == 202
+    assert response.json()["status"] == "queued"
+    assert broker_redis.llen("llm_batch") == 0, "the window is full: no message beyond it"
+    assert scalar(db, "SELECT admitted_at FROM pipeline_run WHERE id = %s", retried) is None
+    # A slot frees up: admission lets the retried run in, as it would a new one.
+    client.post(f"/runs/{in_flight[0]}/cancel")
+    assert admission.admit_and_publish(db, CeleryPublisher(), get_settings()) == 1
+    assert scalar(db, "SELECT admitted_at FROM pipeline_run WHERE id = %s", retried) is not None
+    assert broker_redis.llen("llm_batch") == 1
 
 
 def read_events(client: TestClient, run_id: str) -> list[tuple[str, dict[str, Any]]]:

@@ -277,7 +277,9 @@ def restart_run(
 ) -> CreatedRun:
     """Reopen an ended run at ``from_step`` (default: its first unfinished step), keeping
     and not re-paying the finished steps before it. It goes on with the definition of its
-    pipeline that is loaded now, which must have the same steps."""
+    pipeline that is loaded now, which must have the same steps, and keeps its deadline
+    (ConflictError once that has passed). A batch-lane run goes through admission again,
+    like a new one: no message is returned for it (the caller admits after commit)."""
     status = run_progress(db, tenant_id, run_id)
     pipeline = pipelines.get(status.pipeline)
     if [s.step for s in status.steps] != pipeline.step_names:
@@ -301,6 +303,12 @@ def restart_run(
         if not reopened:
             if status.status not in ENDED_RUN_STATUSES:
                 raise ConflictError(f"run {run_id} is {status.status}; only ended runs restart")
+            deadline = tx.one("run_deadline", run_id=run_id)
+            if deadline and deadline["passed"]:
+                raise ConflictError(
+                    f"run {run_id}'s deadline passed at {deadline['deadline_at'].isoformat()}; "
+                    "work after it is worth nothing to the caller: start a new run instead"
+                )
             batch = status.batch_id and tx.one("batch_status", batch_id=status.batch_id)
             if batch and batch["status"] in (BatchStatus.CANCELLED, BatchStatus.BUDGET_EXCEEDED):
                 raise ConflictError(
@@ -310,7 +318,7 @@ def restart_run(
             raise ConflictError(
                 f"run {run_id} cannot restart at {from_step!r}: an earlier step is not done"
             )
-        outbox_ids = enqueue_step(tx, run_id, from_step)
+        outbox_ids = () if status.lane == Lane.BATCH else enqueue_step(tx, run_id, from_step)
     return CreatedRun(run_id, created=False, outbox_ids=outbox_ids)
 
 

@@ -14,9 +14,11 @@ from fastapi.responses import StreamingResponse
 from docpipe import statuses
 from docpipe.errors import ConflictError
 from docpipe.state import runs
+from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox
-from docpipe_api.deps import BrokerDep, DatabaseDep, PipelinesDep, TenantDep
+from docpipe.statuses import Lane
+from docpipe_api.deps import BrokerDep, DatabaseDep, PipelinesDep, SettingsDep, TenantDep
 from docpipe_api.errors import error_responses
 from docpipe_api.schemas import RunStatus
 
@@ -86,6 +88,7 @@ def retry_run(
     db: DatabaseDep,
     broker: BrokerDep,
     pipelines: PipelinesDep,
+    settings: SettingsDep,
     tenant: TenantDep,
     from_step: Annotated[
         str | None,
@@ -94,7 +97,12 @@ def retry_run(
 ) -> RunStatus:
     restarted = runs.restart_run(db, tenant, run_id, from_step, pipelines=pipelines)
     publish_outbox(db, broker, restarted.outbox_ids)
-    return run_status(db, tenant, run_id)
+    status = run_status(db, tenant, run_id)
+    if status.lane == Lane.BATCH:
+        # It waits in PostgreSQL like a new batch run: admitted now if the window has room.
+        admit_after_commit(db, broker, settings)
+        status = run_status(db, tenant, run_id)
+    return status
 
 
 @router.get(

@@ -251,16 +251,19 @@ SELECT id FROM expired;
 
 -- name: restart_run
 -- Reopen an ended run at one step; the steps before it must be done and stay as they are.
--- A run of a cancelled (or over-budget) batch stays stopped; a run of a finished batch
--- reopens the batch, which finishes again with it.
+-- It keeps its deadline (not once that has passed). A batch-lane run waits for admission
+-- again, like a new one. A run of a cancelled (or over-budget) batch stays stopped; a run of
+-- a finished batch reopens the batch, which finishes again with it.
 WITH reopened AS (
     UPDATE pipeline_run r
     SET status = 'queued', current_step = %(step)s, steps_done = %(step_index)s, error = NULL,
-        finished_at = NULL, deadline_at = NULL, notified_at = NULL, updated_at = now(),
-        pipeline_hash = %(pipeline_hash)s
+        finished_at = NULL, notified_at = NULL, updated_at = now(),
+        pipeline_hash = %(pipeline_hash)s,
+        admitted_at = CASE WHEN r.lane = 'batch' THEN NULL ELSE r.admitted_at END
     WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s
       AND r.status IN ('done', 'failed', 'needs_review', 'cancelled', 'expired',
                        'budget_exceeded')
+      AND (r.deadline_at IS NULL OR r.deadline_at > now())
       AND NOT EXISTS (SELECT 1 FROM pipeline_step_result
                       WHERE run_id = %(run_id)s AND step_index < %(step_index)s
                         AND status <> 'done')
@@ -280,6 +283,10 @@ SET status = 'pending', attempt = 0, generation = s.generation + 1, output = NUL
 FROM reopened
 WHERE s.run_id = reopened.id AND s.step_index >= %(step_index)s
 RETURNING s.step;
+
+-- name: run_deadline
+-- A run's deadline, and whether it has passed (for error messages).
+SELECT deadline_at, deadline_at <= now() AS passed FROM pipeline_run WHERE id = %(run_id)s;
 
 -- name: run_status
 -- A run as its owner sees it, with its latest webhook delivery.
