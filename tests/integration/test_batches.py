@@ -105,6 +105,22 @@ def test_the_same_key_returns_the_same_batch_and_another_body_conflicts(
     assert scalar(db, "SELECT count(*) FROM batch") == 1
 
 
+def test_a_batch_of_documents_without_ids_replays_under_its_key(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    """Their ids are generated; the replay must not see other ids as another request."""
+    client = make_api_client()
+    body = {"documents": [{"text": CONTRACTS[0].text}, {"text": CONTRACTS[1].text}]}
+    first = submit(client, body, key="no-ids")
+    again = submit(client, body, key="no-ids")
+    assert (again["batch_id"], again["created"]) == (first["batch_id"], False)
+    assert scalar(db, "SELECT count(*) FROM document") == 2, "stored once"
+    other = {"documents": [{"text": CONTRACTS[0].text}, {"text": CONTRACTS[2].text}]}
+    conflict = client.post("/batches", json=other, headers={"Idempotency-Key": "no-ids"})
+    assert conflict.status_code == 409
+    assert scalar(db, "SELECT count(*) FROM batch") == 1
+
+
 def test_documents_stored_earlier_can_be_named_by_id(
     make_api_client: Callable[..., TestClient], db: Database
 ) -> None:

@@ -110,13 +110,14 @@ def _create(
     documents = [
         batches.BatchDocument(id=d.id or uuid.uuid4().hex, text=d.text) for d in batch.documents
     ]
-    # The fingerprint names each document by id and content hash: equal requests compare
-    # equal without keeping megabytes of text around.
+    # The fingerprint names each document as the request did (its id, or none) and by its
+    # content hash: equal requests compare equal without keeping megabytes of text around,
+    # and the ids generated above for documents without one do not make a replay differ.
     fingerprint = {
         "pipeline": pipeline.key,
         "documents": [
             [d.id, hashlib.sha256(d.text.encode()).hexdigest() if d.text is not None else None]
-            for d in documents
+            for d in batch.documents
         ],
         **batch.model_dump(mode="json", exclude={"documents", "pipeline", "priority"}),
         **({"priority": batch.priority} if batch.priority else {}),
