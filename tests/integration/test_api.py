@@ -501,6 +501,27 @@ def test_retry_reopens_an_ended_run_and_publishes_its_step(
     assert broker_redis.llen(INTERACTIVE) == 1
 
 
+def test_many_runs_are_read_in_one_request_in_the_order_asked(
+    client: TestClient, db: Database
+) -> None:
+    first = started_run(client)
+    second = extract(client, key="second").json()["run_id"]
+    unknown = str(uuid.uuid4())
+    finish = f"{second},{unknown},{first},{second}"
+    read = client.get("/runs", params={"ids": finish})
+    assert read.status_code == 200
+    assert [r["run_id"] for r in read.json()["runs"]] == [second, first]
+    assert read.json()["runs"][1] == client.get(f"/runs/{first}").json()
+
+    too_many = ",".join(str(uuid.uuid4()) for _ in range(101))
+    refused = client.get("/runs", params={"ids": too_many})
+    assert refused.status_code == 422
+    assert "101 ids, at most 100" in refused.json()["detail"]
+    for malformed in ("", "x", f"{first}, {second}", f"{first},", f"{first}\n"):
+        assert client.get("/runs", params={"ids": malformed}).status_code == 422, malformed
+    assert client.get("/runs").status_code == 422
+
+
 def test_retry_keeps_the_runs_deadline_and_refuses_once_it_has_passed(
     client: TestClient, db: Database
 ) -> None:
@@ -600,6 +621,7 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("get", "/documents/{document_id}"): {"200", "404"},
         ("delete", "/documents/{document_id}"): {"204", "404", "409"},
         ("post", "/documents/{document_id}/extract"): {"202", "404", "409", "413", "415", "422"},
+        ("get", "/runs"): {"200", "422"},
         ("get", "/runs/{run_id}"): {"200", "404"},
         ("post", "/runs/{run_id}/cancel"): {"200", "404", "409"},
         ("post", "/runs/{run_id}/retry"): {"202", "404", "409", "422"},

@@ -8,9 +8,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import redis
 from cryptography.fernet import Fernet
 
 from docpipe.state.db import Database
+from docpipe.state.tenants import create_api_key
 from docpipe_dev.processes import ManagedProcess
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
@@ -107,3 +109,33 @@ def test_webhook_secret_rotate_prints_the_secret_once_and_show_never(
     assert shown.returncode == 0, shown.stderr
     assert "previous secret whs_" in shown.stdout and "signs too until" in shown.stdout
     assert secret not in shown.stdout + shown.stderr
+
+
+def test_watching_twenty_runs_stays_under_the_keys_rate_limit_and_finishes(
+    db: Database, broker: redis.Redis, fake_llm: FakeLLM, tmp_path: Path,
+    start_api: Callable[..., str], start_worker: Callable[..., ManagedProcess],
+) -> None:  # fmt: skip
+    """One GET /runs?ids=... per poll (every second) for all of them: at most 60 requests a
+    minute however many runs, where a request per run and poll would make 20 a poll and
+    pass the limit within seconds (the counters count refused requests too)."""
+    rpm = 60
+    api = start_api(DOCPIPE_AUTH="keys", DOCPIPE_API_KEY_RPM=str(rpm))
+    submitter, watcher = create_api_key(db, "default"), create_api_key(db, "default")
+    samples = tmp_path / "samples"
+    assert docpipe("samples", str(samples), "--count", "20").returncode == 0
+    files = sorted(str(p) for p in samples.iterdir())
+    submitted = docpipe("submit", *files, "--api", api, "--api-key", submitter.plaintext)
+    run_ids = [line.split()[0] for line in submitted.stdout.splitlines()]
+    assert len(run_ids) == 20, submitted.stdout + submitted.stderr
+    start_worker(concurrency=2)  # the runs go on while they are watched
+
+    watched = docpipe("watch", *run_ids, "--api", api, "--api-key", watcher.plaintext)
+
+    assert watched.returncode == 0, watched.stdout[-2000:] + watched.stderr[-2000:]
+    assert "docpipe results" in watched.stdout
+    assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 20
+    # The watching key's request counters (one per minute window, docpipe_api.ratelimit).
+    counts = [int(broker.get(k) or 0)
+              for k in broker.scan_iter(f"docpipe:api-rate:{watcher.key.id}:*")]  # fmt: skip
+    assert counts and max(counts) <= rpm, counts
+    print(f"watch requests per minute window for 20 runs: {counts}")

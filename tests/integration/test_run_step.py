@@ -76,22 +76,24 @@ def test_every_sample_contract_goes_through_the_three_steps(
 ) -> None:
     run = new_run(db, contract.text, document_id=contract.slug)
     assert run_to_the_end(executor, run.run_id) == ["completed"] * 3
-    with db.session() as s:
-        steps = {r["step"]: r for r in s.all("run_steps", run_id=run.run_id, with_output=True)}
+    progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
+    steps = {s.step: s for s in progress.steps}
+    outputs = progress.result
+    assert outputs is not None
     for step in DOCUMENT_EXTRACT.steps:
-        jsonschema.validate(steps[step.name]["output"], step.output_schema)
-        assert steps[step.name]["prompt_version"] == step.prompt_version
-        assert steps[step.name]["model"] == step.model
+        jsonschema.validate(outputs[step.name], step.output_schema)
+        assert steps[step.name].prompt_version == step.prompt_version
+        assert steps[step.name].model == step.model
     # The fake really reads the text: the fields are the generator's ground truth.
-    assert steps[STEP2]["output"]["fields"] == contract.expected
-    sections = steps[STEP1]["output"]["sections"]
+    assert outputs[STEP2]["fields"] == contract.expected
+    sections = outputs[STEP1]["sections"]
     assert call_count(db, STEP2) == len(sections), "one call per section"
-    assert contract.expected["parties"][0]["name"] in steps[STEP3]["output"]["summary"]
+    assert contract.expected["parties"][0]["name"] in outputs[STEP3]["summary"]
     # Cost: the run's total is the sum of its calls, and so is each step's.
     total = Decimal(scalar(db, "SELECT sum(cost_usd) FROM llm_call_log"))
     assert total > 0
     assert scalar(db, "SELECT cost_usd FROM pipeline_run") == total
-    assert sum(r["cost_usd"] for r in steps.values()) == total
+    assert sum(r.cost_usd or 0 for r in steps.values()) == total
 
 
 def wait_is_over(db: Database) -> None:

@@ -208,6 +208,7 @@ def test_another_tenants_documents_runs_and_batches_are_not_found_on_every_route
 
     attempts: list[tuple[str, str, dict[str, Any]]] = [
         ("GET", "/documents/contract", {}),
+        ("DELETE", "/documents/contract", {}),
         ("POST", "/documents/contract/extract", {}),
         ("GET", f"/runs/{run_id}", {}),
         ("GET", f"/runs/{run_id}/events", {}),
@@ -223,9 +224,16 @@ def test_another_tenants_documents_runs_and_batches_are_not_found_on_every_route
         assert response.status_code == 404, (method, path, response.text)
         assert "not" in response.json()["detail"]
 
+    # Reading several runs at once, bob's answer leaves alice's run out.
+    both = f"{run_id},{uuid.uuid4()}"
+    assert client.get("/runs", params={"ids": both}, headers=bob).json() == {"runs": []}
+    assert [r["run_id"] for r in client.get("/runs", params={"ids": both},
+                                            headers=alice).json()["runs"]] == [run_id]  # fmt: skip
+
     assert client.get(f"/runs/{run_id}", headers=alice).json()["status"] == "queued"
     assert client.get(f"/batches/{batch_id}", headers=alice).json()["status"] == "running"
     assert scalar(db, "SELECT count(*) FROM pipeline_run") == 2, "bob created nothing"
+    assert client.get("/documents/contract", headers=alice).status_code == 200
 
 
 def test_tenants_have_separate_document_ids_and_idempotency_keys(

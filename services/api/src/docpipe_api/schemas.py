@@ -35,6 +35,7 @@ __all__ = [
     "PipelineSummary",
     "Readiness",
     "RunStatus",
+    "RunStatusList",
     "StepDetail",
     "StepStatus",
     "WebhookSecret",
@@ -201,6 +202,10 @@ class RunStatus(BaseModel):
     result: dict[str, Any] | None = Field(
         default=None, description="each step's output by step name, once the run is done"
     )
+
+
+class RunStatusList(BaseModel):
+    runs: list[RunStatus] = Field(description="in the order asked; unknown ids left out")
 
 
 class WebhookStatus(BaseModel):

@@ -1,15 +1,32 @@
-"""A small HTTP client for docpipe's API (used by the CLI and the benchmarks)."""
+"""A small HTTP client for docpipe's API (used by the CLI and the benchmarks).
+
+A 429 (this key's requests per minute) is waited out, as its Retry-After says, and so is a
+503 of a read (the database or Redis briefly away); a few times at most, each wait capped,
+then the error is the caller's. Nothing else is retried: a write that failed otherwise may
+have been done.
+"""
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 
-__all__ = ["DEFAULT_PIPELINE", "ApiError", "DocpipeClient"]
+from docpipe.backoff import retry_delay
+
+__all__ = ["DEFAULT_PIPELINE", "MAX_RUN_IDS", "ApiError", "DocpipeClient"]
 
 DEFAULT_PIPELINE = "document_extract:v1"
+MAX_RUN_IDS = 100  # per GET /runs?ids=...
+
+# Retries of a throttled request, and the longest wait before each (a Retry-After beyond it
+# is cut to it): a CLI command never hangs for long, and gives up with the API's answer.
+MAX_RETRIES = 5
+MAX_WAIT_S = 60.0
+_BACKOFF_BASE_S = 0.5
 
 
 class ApiError(RuntimeError):
@@ -20,9 +37,20 @@ class ApiError(RuntimeError):
 
 
 class DocpipeClient:
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 30) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 30,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(
+            base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
+        )
+        self._sleep = sleep
 
     def close(self) -> None:
         self._http.close()
@@ -34,7 +62,14 @@ class DocpipeClient:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
+        for attempt in range(1, MAX_RETRIES + 2):
+            response = self._http.request(method, path, **kwargs)
+            retriable = response.status_code == 429 or (
+                response.status_code == 503 and method == "GET"
+            )
+            if not retriable or attempt > MAX_RETRIES:
+                break
+            self._sleep(_wait_s(response, attempt))
         if response.status_code >= 400:
             try:
                 detail = str(response.json().get("detail"))
@@ -69,6 +104,16 @@ class DocpipeClient:
 
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/runs/{run_id}"))
+
+    def runs(self, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Several runs' status by id, one request per ``MAX_RUN_IDS``; unknown ids are
+        left out."""
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(run_ids), MAX_RUN_IDS):
+            chunk = ",".join(run_ids[start : start + MAX_RUN_IDS])
+            for status in self._call("GET", "/runs", params={"ids": chunk})["runs"]:
+                found[status["run_id"]] = status
+        return found
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/runs/{run_id}/cancel"))
@@ -117,3 +162,15 @@ class DocpipeClient:
 
     def webhook_secret(self) -> dict[str, Any]:
         return dict(self._call("GET", "/webhook-secret"))
+
+
+def _wait_s(response: httpx.Response, attempt: int) -> float:
+    """The answer's Retry-After (seconds) with jitter on top, else exponential backoff."""
+    try:
+        retry_after: float | None = float(response.headers["Retry-After"])
+    except (KeyError, ValueError):
+        retry_after = None
+    if retry_after is not None:
+        retry_after = min(max(retry_after, 0.0), MAX_WAIT_S)
+    return retry_delay(attempt, base_s=_BACKOFF_BASE_S, cap_s=MAX_WAIT_S,
+                       retry_after_s=retry_after)  # fmt: skip

@@ -12,11 +12,13 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
+from docpipe.cli.client import DEFAULT_PIPELINE, ApiError, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
 __all__ = ["register", "results_table", "submit_files", "watch_runs"]
+
+POLL_INTERVAL_S = 1.0  # one request per poll for every run watched
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,10 +97,14 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
             for doc_id, run_id in runs
         }
         while len(final) < len(runs):
-            for _, run_id in runs:
-                if run_id in final:
-                    continue
-                status = client.run(run_id)
+            # One request for every run still going (per 100), not one per run: watching
+            # many runs stays far below the key's requests per minute.
+            going = [run_id for _, run_id in runs if run_id not in final]
+            found = client.runs(going)
+            if missing := [run_id for run_id in going if run_id not in found]:
+                raise ApiError(404, f"no such runs: {', '.join(missing[:5])}")
+            for run_id in going:
+                status = found[run_id]
                 progress.update(
                     bars[run_id],
                     total=status["steps_total"],
@@ -109,7 +115,7 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
                 if status["status"] in ENDED_RUN_STATUSES:
                     final[run_id] = status
                     progress.stop_task(bars[run_id])
-            time.sleep(0.5)
+            time.sleep(POLL_INTERVAL_S)
     console.print(results_table([(doc, final[run_id]) for doc, run_id in runs]))
     return final
 

@@ -12,10 +12,11 @@ Each transition is one guarded statement; when it matches no row the caller lost
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
@@ -56,6 +57,7 @@ __all__ = [
     "request_hash",
     "restart_run",
     "run_progress",
+    "runs_progress",
 ]
 
 
@@ -374,14 +376,33 @@ class Progress:
 def run_progress(
     db: Database, tenant_id: str, run_id: str, *, with_output: bool = False
 ) -> Progress:
-    """Status, current step, steps done/total, cost so far and per-step detail."""
-    try:
-        uuid.UUID(run_id)
-    except ValueError:
-        raise NotFoundError(f"run {run_id!r} does not exist") from None
+    """Status, current step, steps done/total, cost so far and per-step detail (with each
+    step's output when asked for, once the run is done)."""
+    found = runs_progress(db, tenant_id, [run_id], with_output=with_output)
+    if not found:
+        raise NotFoundError(f"run {run_id[:100]!r} does not exist")
+    return found[0]
+
+
+def runs_progress(
+    db: Database, tenant_id: str, run_ids: Sequence[str], *, with_output: bool = False
+) -> list[Progress]:
+    """``run_progress`` of several runs in two queries, in the order asked; ids that are not
+    this tenant's runs (or not run ids at all) are left out."""
+    wanted = []
+    for run_id in run_ids:
+        with contextlib.suppress(ValueError):
+            wanted.append(str(uuid.UUID(run_id)))
+    if not wanted:
+        return []
+    params = {"tenant_id": tenant_id, "run_ids": wanted}
     with db.session() as s:
-        run = s.one_as(Progress, "run_status", tenant_id=tenant_id, run_id=run_id)
-        if run is None:
-            raise NotFoundError(f"run {run_id} does not exist")
-        steps = s.all_as(StepRow, "run_steps", run_id=run_id, with_output=with_output)
-    return replace(run, steps=steps)
+        found = {p.run_id: p for p in s.all_as(Progress, "run_status", **params)}
+        steps: dict[str, list[StepRow]] = {}
+        for row in s.all("run_steps", with_output=with_output, **params):
+            steps.setdefault(row.pop("run_id"), []).append(StepRow(**row))
+    return [
+        replace(found[run_id], steps=steps.get(run_id, []))
+        for run_id in dict.fromkeys(wanted)
+        if run_id in found
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from docpipe import statuses
-from docpipe.errors import ConflictError
+from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
@@ -20,7 +21,7 @@ from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane
 from docpipe_api.deps import BrokerDep, DatabaseDep, PipelinesDep, SettingsDep, TenantDep
 from docpipe_api.errors import error_responses
-from docpipe_api.schemas import RunStatus
+from docpipe_api.schemas import RunStatus, RunStatusList
 
 __all__ = ["router"]
 
@@ -46,10 +47,51 @@ KEEPALIVE_INTERVAL_S = 15.0
 
 def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
     """The run's status body; the result (step outputs) only once it is done."""
-    progress = runs.run_progress(db, tenant, run_id)
-    if progress.status == statuses.RunStatus.DONE:
-        progress = runs.run_progress(db, tenant, run_id, with_output=True)
-    return RunStatus.model_validate(progress)
+    return _with_results(db, tenant, [runs.run_progress(db, tenant, run_id)])[0]
+
+
+def _with_results(db: Database, tenant: str, found: list[runs.Progress]) -> list[RunStatus]:
+    """Status bodies, with the step outputs read again for the runs that are done only: a
+    poll of runs still going does not carry their outputs out of the database."""
+    done = [p.run_id for p in found if p.status == statuses.RunStatus.DONE]
+    full = {p.run_id: p for p in runs.runs_progress(db, tenant, done, with_output=True)}
+    return [RunStatus.model_validate(full.get(p.run_id, p)) for p in found]
+
+
+MAX_RUN_IDS = 100
+_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_RUN_IDS = re.compile(f"^{_UUID}(,{_UUID}){{0,{MAX_RUN_IDS - 1}}}$")
+
+
+@router.get(
+    "/runs",
+    response_model=RunStatusList,
+    summary=f"Several runs' status in one request (at most {MAX_RUN_IDS} ids)",
+    responses=error_responses(422, 503),
+)
+def read_runs(
+    ids: Annotated[
+        str,
+        Query(
+            description=f"run ids, comma-separated, at most {MAX_RUN_IDS}; ids of no run of "
+            "this tenant are left out of the answer",
+            json_schema_extra={"pattern": _RUN_IDS.pattern},
+        ),
+    ],
+    db: DatabaseDep,
+    tenant: TenantDep,
+) -> RunStatusList:
+    """Each run as GET /runs/{run_id} gives it, in the order asked: a client following many
+    runs (``docpipe watch``) makes one request where it would make one per run."""
+    if not _RUN_IDS.fullmatch(ids):
+        count = ids.count(",") + 1
+        raise InvalidRequestError(
+            f"ids: {count} ids, at most {MAX_RUN_IDS} are read at once"
+            if count > MAX_RUN_IDS
+            else "ids: run ids (UUIDs) separated by commas, without spaces"
+        )
+    found = runs.runs_progress(db, tenant, ids.split(","))
+    return RunStatusList(runs=_with_results(db, tenant, found))
 
 
 @router.get(

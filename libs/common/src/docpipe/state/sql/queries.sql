@@ -289,7 +289,8 @@ RETURNING s.step;
 SELECT deadline_at, deadline_at <= now() AS passed FROM pipeline_run WHERE id = %(run_id)s;
 
 -- name: run_status
--- A run as its owner sees it, with its latest webhook delivery.
+-- Runs as their owner sees them, with their latest webhook delivery (ids of other tenants'
+-- runs give nothing).
 SELECT r.id::text AS run_id, r.pipeline, r.document_id, r.lane, r.priority, r.batch_id::text,
        r.status,
        CASE WHEN r.status IN ('queued', 'running') THEN r.current_step END AS current_step,
@@ -301,14 +302,15 @@ SELECT r.id::text AS run_id, r.pipeline, r.document_id, r.lane, r.priority, r.ba
                                  FROM webhook_delivery WHERE run_id = r.id
                                  ORDER BY id DESC LIMIT 1) w) AS webhook
 FROM pipeline_run r
-WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s;
+WHERE r.id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s;
 
 -- name: run_steps
--- Every step of a run in pipeline order, with what it cost and where its calls went (model
--- and routing reason, counted over the step's current generation).
-SELECT s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version, s.input_tokens,
-       s.output_tokens, s.cost_usd, s.error, s.started_at, s.finished_at,
-       CASE WHEN %(with_output)s THEN s.output END AS output,
+-- Every step of these runs in pipeline order, with what it cost and where its calls went
+-- (model and routing reason, counted over the step's current generation); the outputs
+-- when asked for, of runs that are done.
+SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version,
+       s.input_tokens, s.output_tokens, s.cost_usd, s.error, s.started_at, s.finished_at,
+       CASE WHEN %(with_output)s AND r.status = 'done' THEN s.output END AS output,
        coalesce((SELECT jsonb_agg(jsonb_build_object('model', c.model, 'reason', c.reason,
                                                      'calls', c.calls)
                                   ORDER BY c.first_id)
@@ -318,9 +320,9 @@ SELECT s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version, s.i
                        WHERE run_id = s.run_id AND step = s.step
                          AND generation = s.generation AND route_reason IS NOT NULL
                        GROUP BY model, route_reason) c), '[]'::jsonb) AS model_choices
-FROM pipeline_step_result s
-WHERE s.run_id = %(run_id)s
-ORDER BY s.step_index;
+FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
+WHERE s.run_id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s
+ORDER BY s.run_id, s.step_index;
 
 -- name: check_and_start_call
 -- Before a call: its memoised answer if any, whether the run still runs and the step is
