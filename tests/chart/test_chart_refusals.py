@@ -7,7 +7,7 @@ from typing import Any
 import helm_python
 import pytest
 
-from tests.chart.helm import KEDA_API, render
+from tests.chart.helm import KEDA_API, named, render
 
 
 @pytest.mark.parametrize(
@@ -83,3 +83,13 @@ def test_keda_with_an_external_redis_needs_its_address() -> None:
     }  # fmt: skip
     with pytest.raises(helm_python.HelmRenderError, match=r"needs keda\.redisAddress"):
         render(values, api_versions=[KEDA_API])
+
+
+def test_auth_none_needs_a_second_explicit_value() -> None:
+    with pytest.raises(helm_python.HelmRenderError, match=r"set api\.allowUnauthenticated=true"):
+        render({"config": {"auth": "none"}})
+    objects = render({"config": {"auth": "none"}, "api": {"allowUnauthenticated": True}})
+    assert named(objects, "ConfigMap", "docpipe")["data"]["DOCPIPE_AUTH"] == "none"
+    # The consent alone changes nothing: keys are still asked.
+    alone = render({"api": {"allowUnauthenticated": True}})
+    assert named(alone, "ConfigMap", "docpipe")["data"]["DOCPIPE_AUTH"] == "keys"

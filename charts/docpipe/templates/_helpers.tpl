@@ -135,6 +135,9 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- if gt (float64 $c.retryBackoffBaseSeconds) (float64 $c.retryBackoffCapSeconds) }}
 {{- fail "config.retryBackoffBaseSeconds must not exceed config.retryBackoffCapSeconds" }}
 {{- end }}
+{{- if and (eq $c.auth "none") (not .Values.api.allowUnauthenticated) }}
+{{- fail "config.auth none serves every request without an API key, as tenant \"default\": set api.allowUnauthenticated=true as well to say so (development clusters only), or keep config.auth keys" }}
+{{- end }}
 {{- if and .Values.secrets.existingSecret (or .Values.postgresql.enabled .Values.redis.enabled) }}
 {{- fail "secrets.existingSecret is for external PostgreSQL and Redis: with postgresql.enabled or redis.enabled the chart creates the credentials itself" }}
 {{- end }}
