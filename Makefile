@@ -14,13 +14,17 @@ PYTEST_ARGS ?=
 WORKFLOWS := $(wildcard .github/workflows/*.yml .github/workflows/*.yaml)
 WORKFLOW_LINT := $(BIN)/jactionlint --no-online --shellcheck= --pyflakes=
 
-.PHONY: e2e-llm run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
+.PHONY: schemathesis e2e-llm run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
 
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
 
 test: deps venv ## the whole suite: unit, integration (real PostgreSQL, Redis, workers), chaos
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+schemathesis: deps venv ## schemathesis over the whole OpenAPI: every check and phase, stateful included, unbounded, random seed
+	DOCPIPE_SCHEMATHESIS_MAX_EXAMPLES=0 DOCPIPE_SCHEMATHESIS_SEED= $(BIN)/python -m pytest -s \
+		tests/integration/test_bad_input.py -k schemathesis_with_every_check $(PYTEST_ARGS)
 
 chaos: deps venv ## the chaos suite alone: crashes and outages during batches, then a table
 	$(BIN)/python -m pytest tests/chaos -ra $(PYTEST_ARGS)

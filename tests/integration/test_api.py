@@ -310,12 +310,13 @@ def test_extracting_an_unknown_document_is_not_found(client: TestClient, db: Dat
         ({"lane": "express"}, "body.lane"),
         ({"deadline_s": 0}, "body.deadline_s"),
         ({"budget_usd": -1}, "body.budget_usd"),
-        ({"budget_usd": 0.1234567}, "decimal places"),
+        ({"budget_usd": "0.1234567"}, "at most 6 places"),
+        ({"budget_usd": ""}, "body.budget_usd"),
+        ({"budget_usd": 0.0000004}, "from 0.000001"),
         ({"callback_url": "ftp://example.org/x"}, "body.callback_url"),
         ({"start_at": "2030-01-01T00:00:00"}, "timezone"),
         ({"pipeline": "nope:v9"}, "unknown pipeline"),
         ({"lane": "batch", "start_at": "2030-01-01T00:00:00Z"}, "interactive lane only"),
-        ({"deadline_s": 60, "start_at": "2030-01-01T00:00:00Z"}, "before the deadline"),
     ],
 )
 def test_malformed_options_are_refused_with_422(
@@ -350,6 +351,20 @@ def test_options_are_stored_with_the_run(client: TestClient, db: Database) -> No
     remaining = row["deadline_at"] - datetime.now(UTC)
     assert timedelta(minutes=59) < remaining <= timedelta(hours=1)
     assert (str(row["budget_usd"]), row["callback_url"]) == ("0.250000", "https://example.org/hook")
+
+
+def test_a_later_start_counts_the_deadline_from_then(client: TestClient, db: Database) -> None:
+    start_at = datetime.now(UTC) + timedelta(days=2)
+    run_id = started_run(client, start_at=start_at.isoformat(), deadline_s=60)
+    deadline = scalar(db, "SELECT deadline_at FROM pipeline_run WHERE id = %s", run_id)
+    assert abs(deadline - (start_at + timedelta(seconds=60))) < timedelta(seconds=1)
+
+
+def test_a_json_number_budget_is_kept_in_micro_dollars(client: TestClient, db: Database) -> None:
+    run_id = started_run(client, budget_usd=0.1234567)
+    assert str(scalar(db, "SELECT budget_usd FROM pipeline_run WHERE id = %s", run_id)) == (
+        "0.123457"
+    )
 
 
 def test_a_future_start_is_parked_in_postgres_not_in_redis(
@@ -482,7 +497,7 @@ def test_retry_refuses_active_runs_and_unknown_steps(client: TestClient) -> None
     assert "only ended runs restart" in active.json()["detail"]
     client.post(f"/runs/{run_id}/cancel")
     unknown = client.post(f"/runs/{run_id}/retry", params={"from_step": "nope"})
-    assert unknown.status_code == 422
+    assert unknown.status_code == 409
     assert "has no step 'nope'" in unknown.json()["detail"]
     later = client.post(f"/runs/{run_id}/retry", params={"from_step": STEP2})
     assert later.status_code == 409
@@ -620,13 +635,21 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("post", "/documents"): {"201", "413", "415", "422"},
         ("get", "/documents/{document_id}"): {"200", "404"},
         ("delete", "/documents/{document_id}"): {"204", "404", "409"},
-        ("post", "/documents/{document_id}/extract"): {"202", "404", "409", "413", "415", "422"},
+        ("post", "/documents/{document_id}/extract"): {
+            "202",
+            "403",
+            "404",
+            "409",
+            "413",
+            "415",
+            "422",
+        },
         ("get", "/runs"): {"200", "422"},
         ("get", "/runs/{run_id}"): {"200", "404"},
         ("post", "/runs/{run_id}/cancel"): {"200", "404", "409"},
         ("post", "/runs/{run_id}/retry"): {"202", "404", "409", "422"},
         ("get", "/runs/{run_id}/events"): {"200", "404"},
-        ("post", "/batches"): {"202", "404", "409", "413", "415", "422"},
+        ("post", "/batches"): {"202", "403", "404", "409", "413", "415", "422"},
         ("get", "/batches/{batch_id}"): {"200", "404"},
         ("get", "/batches/{batch_id}/runs"): {"200", "404", "422"},
         ("post", "/batches/{batch_id}/cancel"): {"200", "404", "409"},

@@ -9,6 +9,9 @@ and batches, unknown runs, malformed Idempotency-Keys of /extract.)
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +20,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
@@ -29,6 +33,7 @@ from docpipe_api.main import create_app
 from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.processes import ManagedProcess, api_argv
 from tests.factories import scalar
+from tests.fakellm import FakeLLM
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
@@ -105,6 +110,57 @@ def test_every_operation_answers_as_documented_and_never_5xx(
     case.call_and_validate(
         base_url=live_api.url, headers=live_api.headers, checks=CHECKS, timeout=10
     )
+
+
+# --- the schemathesis command, every check and phase ---------------------------------------
+
+# Bounded and seeded in `make test`; `make schemathesis` runs the same with schemathesis' own
+# number of examples and a random seed (0 and empty).
+CLI_MAX_EXAMPLES = int(os.environ.get("DOCPIPE_SCHEMATHESIS_MAX_EXAMPLES", "10"))
+CLI_SEED = os.environ.get("DOCPIPE_SCHEMATHESIS_SEED", "17")
+
+
+@pytest.fixture
+def deployed_api(
+    db: Database,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_api: Callable[..., str],
+    start_worker: Callable[..., ManagedProcess],
+) -> LiveApi:
+    """The stack as `docpipe stack up` runs it (API keys, default limits, webhooks on, both
+    worker pools, so that streamed runs end), without the rate limit, so that every
+    generated request reaches the routes; one tenant's key."""
+    url = start_api(DOCPIPE_AUTH="keys", DOCPIPE_API_KEY_RPM="0",
+                    DOCPIPE_WEBHOOKS_ENABLED="true",
+                    DOCPIPE_SECRETS_KEY=Fernet.generate_key().decode())  # fmt: skip
+    for lane in ("interactive", "batch"):
+        start_worker(lane, concurrency=1)
+    key = create_api_key(db, f"st-{uuid.uuid4().hex[:8]}").plaintext
+    return LiveApi(url, {"Authorization": f"Bearer {key}"})
+
+
+def test_schemathesis_with_every_check_and_phase_finds_nothing(
+    deployed_api: LiveApi, tmp_path: Path
+) -> None:
+    """The issue's command: no 5xx, no answer the document does not describe, no request
+    it allows refused as malformed, and the stateful phase follows the links."""
+    argv = [
+        str(Path(sys.executable).with_name("schemathesis")), "run",
+        f"{deployed_api.url}/openapi.json",
+        "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful",
+        "-H", f"Authorization: {deployed_api.headers['Authorization']}",
+        "--workers", "1",
+    ] + (["--max-examples", str(CLI_MAX_EXAMPLES)] if CLI_MAX_EXAMPLES else []) + (
+        ["--seed", CLI_SEED, "--generation-deterministic"] if CLI_SEED else []
+    )  # fmt: skip
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                          check=False)  # fmt: skip
+    summary = done.stdout[done.stdout.find("SUMMARY") :]
+    print(summary)  # make schemathesis shows it
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "Tested: 20" in summary and "failure" not in summary, summary
+    assert "✅ Stateful" in summary, summary
 
 
 # --- what schemathesis found ----------------------------------------------------------------

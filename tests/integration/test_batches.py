@@ -121,6 +121,21 @@ def test_a_batch_of_documents_without_ids_replays_under_its_key(
     assert scalar(db, "SELECT count(*) FROM batch") == 1
 
 
+def test_a_document_named_twice_runs_twice_and_other_text_under_its_id_conflicts(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    client = make_api_client()
+    twice = {"documents": [{"id": "0", "text": "TEXT"}, {"id": "0"}, {"id": "0", "text": "TEXT"}]}
+    assert submit(client, twice)["runs_total"] == 3
+    assert scalar(db, "SELECT count(*) FROM document") == 1
+    assert scalar(db, "SELECT count(DISTINCT id) FROM pipeline_run WHERE document_id = '0'") == 3
+    other = {"documents": [{"id": "1", "text": "one"}, {"id": "1", "text": "another"}]}
+    conflict = client.post("/batches", json=other)
+    assert conflict.status_code == 409
+    assert "'1'" in conflict.json()["detail"]
+    assert scalar(db, "SELECT count(*) FROM batch") == 1, "the refused batch left nothing"
+
+
 def test_documents_stored_earlier_can_be_named_by_id(
     make_api_client: Callable[..., TestClient], db: Database
 ) -> None:
@@ -141,7 +156,7 @@ def test_documents_stored_earlier_can_be_named_by_id(
     [
         ({"documents": []}, 422, "documents"),
         ({"documents": [{}]}, 422, "text, its stored id, or both"),
-        ({"documents": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}, 422, "unique"),
+        ({"documents": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}, 409, "given twice"),
         ({"documents": [{"id": "../x", "text": "x"}]}, 422, "not a valid id"),
         ({"documents": [{"text": "x"}], "colour": "red"}, 422, "colour"),
         ({"documents": [{"text": "x"}], "budget_usd": -1}, 422, "budget_usd"),

@@ -239,7 +239,7 @@ def test_restart_refuses_active_runs_and_unknown_steps(db: Database) -> None:
     runs.cancel_run(db, TENANT, run.run_id)
     with pytest.raises(ConflictError, match="an earlier step is not done"):
         runs.restart_run(db, TENANT, run.run_id, STEP3, pipelines=catalog())
-    with pytest.raises(InvalidRequestError, match="has no step"):
+    with pytest.raises(ConflictError, match="has no step"):
         runs.restart_run(db, TENANT, run.run_id, "nope", pipelines=catalog())
 
 

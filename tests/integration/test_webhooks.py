@@ -134,7 +134,7 @@ def test_a_deployment_without_webhooks_makes_no_secret_and_takes_no_callback_url
     assert refused.status_code == 409 and "DOCPIPE_WEBHOOKS_ENABLED" in refused.json()["detail"]
     client.put("/documents/d1", content=b"TITLE\nText.\n", headers={"Content-Type": "text/plain"})
     answer = client.post("/documents/d1/extract", json={"callback_url": "https://example.com/h"})
-    assert answer.status_code == 422 and "sends no webhooks" in answer.json()["detail"]
+    assert answer.status_code == 409 and "sends no webhooks" in answer.json()["detail"]
 
 
 def test_a_callback_url_needs_the_tenants_secret_first(
@@ -144,10 +144,10 @@ def test_a_callback_url_needs_the_tenants_secret_first(
     client.put("/documents/d1", content=b"TITLE\nText.\n", headers={"Content-Type": "text/plain"})
     options = {"callback_url": "https://example.com/hook"}
     refused = client.post("/documents/d1/extract", json=options)
-    assert refused.status_code == 422
+    assert refused.status_code == 409
     assert "POST /webhook-secret" in refused.json()["detail"]
     batch = {"documents": [{"id": "d1"}], **options}
-    assert client.post("/batches", json=batch).status_code == 422
+    assert client.post("/batches", json=batch).status_code == 409
     assert scalar(db, "SELECT count(*) FROM pipeline_run") == 0, "a refusal changes nothing"
     client.post("/webhook-secret")
     assert client.post("/documents/d1/extract", json=options).status_code == 202
@@ -167,7 +167,7 @@ def test_a_callback_url_to_an_internal_address_is_refused_at_submission(
     client.post("/webhook-secret")
     client.put("/documents/d1", content=b"TITLE\nText.\n", headers={"Content-Type": "text/plain"})
     answer = client.post("/documents/d1/extract", json={"callback_url": url})
-    assert answer.status_code == 422, answer.text
+    assert answer.status_code == 403, answer.text
     assert answer.json()["detail"].startswith("callback_url")
     assert scalar(db, "SELECT count(*) FROM pipeline_run") == 0
 

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _DESCRIPTIONS = {
     401: "No API key, or one that is malformed, unknown or revoked",
+    403: "Refused by policy: a callback_url to a destination webhooks may not reach",
     404: "No such document, run, batch or pipeline",
     409: "The request contradicts stored state",
     413: "The body is larger than allowed",

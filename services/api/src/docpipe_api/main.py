@@ -23,6 +23,7 @@ from docpipe.state.definitions import check_running_definitions
 from docpipe_api.deps import Resources, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
+from docpipe_api.openapi import describe_pipelines
 from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
 
 __all__ = ["app", "create_app"]
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolved = settings or get_settings()
         # A broken pipeline definition stops the API before it serves anything.
         catalog = load_catalog(resolved)
+        describe_pipelines(app, catalog)
         database = Database.from_settings(resolved)
         _check_definitions(database, catalog)
         broker_redis = redis_client(resolved)
@@ -61,6 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Durable LLM extraction pipelines for contracts",
         lifespan=lifespan,
+        # Operation ids are the route functions' names: stable, and what links name.
+        generate_unique_id_function=lambda route: route.name,
     )
     install_error_handlers(app)
     install_observability(app)

@@ -5,16 +5,28 @@ error, not a guess; JSON numbers and decimal strings both give a Decimal."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from decimal import Decimal
-from typing import Any, Literal
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, HttpUrl, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    WithJsonSchema,
+    model_validator,
+)
 
+from docpipe.state.documents import DOCUMENT_ID
 from docpipe.statuses import DeliveryStatus, Lane, Priority
 
 __all__ = [
     "DEFAULT_PIPELINE",
+    "DOCUMENT_ID_ECMA",
     "MAX_DEADLINE_S",
     "NO_NUL",
     "BatchAccepted",
@@ -52,6 +64,49 @@ ANSWER_MODEL = ConfigDict(from_attributes=True)
 # PostgreSQL text cannot hold NUL characters, so documents must not contain them.
 NO_NUL = "^[^\\u0000]*$"
 MAX_DEADLINE_S = 30 * 24 * 3600.0
+# Document ids as OpenAPI (ECMA-262) writes the pattern, where $ is \Z.
+DOCUMENT_ID_ECMA = DOCUMENT_ID.pattern.replace("\\Z", "$")
+
+# Amounts of US dollars as PostgreSQL keeps them (numeric(14,6)): from one micro-dollar to
+# just under 10^8. A JSON number in that range is rounded to micro-dollars; a string must
+# be a plain decimal of at most 6 places, no sign, no exponent, no leading zeros. The
+# OpenAPI document says exactly this, so every value it allows is accepted.
+USD_MIN = Decimal("0.000001")
+USD_MAX = Decimal("99999999.999999")
+USD_STRING = re.compile(
+    r"^(?:[1-9][0-9]{0,7}(?:\.[0-9]{1,6})?"
+    r"|0\.(?:[1-9][0-9]{0,5}|0[1-9][0-9]{0,4}|00[1-9][0-9]{0,3}|000[1-9][0-9]{0,2}"
+    r"|0000[1-9][0-9]?|00000[1-9]))$"
+)
+
+
+def _usd(value: Any) -> Any:
+    if isinstance(value, str):
+        if not USD_STRING.fullmatch(value):
+            raise ValueError(
+                "a decimal string of dollars such as '0.25': digits with at most 6 places, no "
+                "sign, exponent or leading zeros, at least 0.000001"
+            )
+        return Decimal(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        amount = Decimal(repr(value))  # the JSON number as written, not its binary float
+        if not amount.is_finite() or not USD_MIN <= amount <= USD_MAX:
+            raise ValueError(f"must be from {USD_MIN} to {USD_MAX} dollars")
+        return amount.quantize(USD_MIN, rounding=ROUND_HALF_EVEN)
+    raise ValueError("a number of dollars, or a decimal string")
+
+
+Usd = Annotated[
+    Decimal,
+    BeforeValidator(_usd),
+    WithJsonSchema({
+        "anyOf": [
+            {"type": "number", "minimum": float(USD_MIN), "maximum": float(USD_MAX),
+             "description": "rounded to micro-dollars (6 places)"},
+            {"type": "string", "pattern": USD_STRING.pattern},
+        ]
+    }),
+]  # fmt: skip
 
 
 def request_body_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -100,7 +155,15 @@ class DocumentOut(BaseModel):
 class ExtractRequest(BaseModel):
     """Options of an extraction run; every field may be left out."""
 
-    model_config = REQUEST_MODEL
+    # start_at is for the interactive lane (batch runs start when admission lets them).
+    model_config = REQUEST_MODEL | ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["lane", "start_at"],
+                "properties": {"lane": {"const": "batch"}, "start_at": {"type": "string"}},
+            }
+        }
+    )
 
     pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
     lane: Lane = Lane.INTERACTIVE
@@ -109,13 +172,11 @@ class ExtractRequest(BaseModel):
         gt=0,
         le=MAX_DEADLINE_S,
         allow_inf_nan=False,
-        description="the run must finish within this many seconds of the request",
+        description="the run must finish within this many seconds of the request (of start_at, "
+        "when that is later)",
     )
-    budget_usd: Decimal | None = Field(
+    budget_usd: Usd | None = Field(
         default=None,
-        gt=0,
-        max_digits=14,
-        decimal_places=6,
         description="the run stops as budget_exceeded once its provider calls cost more",
     )
     callback_url: HttpUrl | None = Field(
@@ -268,7 +329,9 @@ class BatchDocumentIn(BaseModel):
         }
     )
 
-    id: str | None = Field(default=None, min_length=1, max_length=128)
+    id: str | None = Field(
+        default=None, min_length=1, max_length=128, json_schema_extra={"pattern": DOCUMENT_ID_ECMA}
+    )
     text: str | None = Field(default=None, json_schema_extra={"pattern": NO_NUL})
 
     @model_validator(mode="after")
@@ -285,14 +348,13 @@ class BatchRequest(BaseModel):
 
     documents: list[BatchDocumentIn] = Field(min_length=1)
     pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
-    budget_usd: Decimal | None = Field(
-        default=None, gt=0, max_digits=14, decimal_places=6,
+    budget_usd: Usd | None = Field(
+        default=None,
         description="the whole batch stops as budget_exceeded once its calls cost more",
-    )  # fmt: skip
-    run_budget_usd: Decimal | None = Field(
-        default=None, gt=0, max_digits=14, decimal_places=6,
-        description="each run stops as budget_exceeded once its calls cost more",
-    )  # fmt: skip
+    )
+    run_budget_usd: Usd | None = Field(
+        default=None, description="each run stops as budget_exceeded once its calls cost more"
+    )
     callback_url: HttpUrl | None = Field(
         default=None, description="called once the batch has ended (http or https)"
     )

@@ -21,12 +21,14 @@ import jsonschema
 
 from docpipe.errors import DocpipeError, InvalidRequestError
 
-__all__ = ["JSONSchema", "Pipeline", "PipelineError", "Step", "StepInput"]
+__all__ = ["NAME_PATTERN", "JSONSchema", "Pipeline", "PipelineError", "Step", "StepInput"]
 
 JSONSchema = Mapping[str, Any]
 
-# Names end up in keys, call logs, metrics labels and file names: keep them plain.
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}\Z")
+# Names end up in keys, call logs, metrics labels and file names: keep them plain. The
+# pattern as OpenAPI (ECMA-262) writes it; Python's "$" would also match before a newline.
+NAME_PATTERN = "^[a-z][a-z0-9_]{0,62}$"
+_NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 MAX_STEP_ATTEMPTS = 50
 
 

@@ -292,6 +292,12 @@ def restart_run(
         from_step = next(
             (s.step for s in status.steps if s.status != StepStatus.DONE), pipeline.steps[0].name
         )
+    if from_step not in pipeline.step_names:
+        # Well-formed, but not a step of this run's pipeline: the run, not the request, says so.
+        raise ConflictError(
+            f"run {run_id}'s pipeline {pipeline.key} has no step {from_step!r} "
+            f"(steps: {', '.join(pipeline.step_names)})"
+        )
     index = pipeline.index_of(from_step)
     with db.transaction() as tx:
         reopened = tx.all(
@@ -377,7 +383,7 @@ def run_progress(
     db: Database, tenant_id: str, run_id: str, *, with_output: bool = False
 ) -> Progress:
     """Status, current step, steps done/total, cost so far and per-step detail (with each
-    step's output when asked for, once the run is done)."""
+    step's output when asked for)."""
     found = runs_progress(db, tenant_id, [run_id], with_output=with_output)
     if not found:
         raise NotFoundError(f"run {run_id[:100]!r} does not exist")

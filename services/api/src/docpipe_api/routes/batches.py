@@ -32,6 +32,7 @@ from docpipe_api.deps import (
     require_json,
 )
 from docpipe_api.errors import describe_validation_errors, error_responses
+from docpipe_api.links import follow
 from docpipe_api.schemas import (
     BatchAccepted,
     BatchRequest,
@@ -51,7 +52,10 @@ router = APIRouter(tags=["batches"])
     status_code=202,
     response_model=BatchAccepted,
     summary="Submit many documents (inline texts or stored ids) for the batch lane",
-    responses=error_responses(404, 409, 413, 415, 422, 503),
+    responses={
+        202: follow("batch_id", "batch_id", "read_batch", "list_batch_runs", "cancel_batch"),
+        **error_responses(403, 404, 409, 413, 415, 422, 503),
+    },
     openapi_extra={
         "requestBody": {
             "required": True,

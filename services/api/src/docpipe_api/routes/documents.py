@@ -15,7 +15,6 @@ from docpipe.observability import metrics, tracing
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.documents import (
-    DOCUMENT_ID,
     StoredDocument,
     delete_document,
     get_document,
@@ -35,7 +34,9 @@ from docpipe_api.deps import (
     TenantDep,
 )
 from docpipe_api.errors import error_responses
+from docpipe_api.links import follow
 from docpipe_api.schemas import (
+    DOCUMENT_ID_ECMA,
     NO_NUL,
     DocumentOut,
     DocumentText,
@@ -50,9 +51,7 @@ router = APIRouter(tags=["documents"])
 
 # Documented, not enforced here: put_document refuses other ids with a clear 422, and
 # reading one that cannot exist is a 404. OpenAPI patterns are ECMA-262, where $ is \Z.
-DocumentIdPath = Annotated[
-    str, Path(json_schema_extra={"pattern": DOCUMENT_ID.pattern.replace("\\Z", "$")})
-]
+DocumentIdPath = Annotated[str, Path(json_schema_extra={"pattern": DOCUMENT_ID_ECMA})]
 
 _DOCUMENT_BODY: dict[str, Any] = {
     "requestBody": {
@@ -72,6 +71,11 @@ _EXTRACT_BODY: dict[str, Any] = {
 }
 
 
+_RUN_LINKS = follow("run_id", "run_id", "read_run", "cancel_run", "retry_run", "stream_run_events")
+_DOCUMENT_LINKS = follow("document_id", "id", "read_document", "start_extraction",
+                         "remove_document")  # fmt: skip
+
+
 def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
     response.headers["Location"] = f"/documents/{stored.id}"
     return DocumentOut.model_validate(stored)
@@ -83,7 +87,9 @@ def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
     response_model=DocumentOut,
     summary="Store a document under this id",
     responses={
-        200: {"model": DocumentOut, "description": "The same text was already stored"},
+        200: {"model": DocumentOut, "description": "The same text was already stored"}
+        | _DOCUMENT_LINKS,
+        201: _DOCUMENT_LINKS,
         **error_responses(409, 413, 415, 422, 503),
     },
     openapi_extra=_DOCUMENT_BODY,
@@ -107,7 +113,7 @@ def store_document(
     status_code=201,
     response_model=DocumentOut,
     summary="Store a document under a new id",
-    responses=error_responses(413, 415, 422, 503),
+    responses={201: _DOCUMENT_LINKS, **error_responses(413, 415, 422, 503)},
     openapi_extra=_DOCUMENT_BODY,
 )
 def create_document(
@@ -149,7 +155,10 @@ def remove_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: Tenant
     status_code=202,
     response_model=ExtractAccepted,
     summary="Start an extraction run (idempotent with an Idempotency-Key)",
-    responses=error_responses(404, 409, 413, 415, 422, 503),
+    responses={
+        202: _RUN_LINKS,
+        **error_responses(403, 404, 409, 413, 415, 422, 503),
+    },
     openapi_extra=_EXTRACT_BODY,
 )
 def start_extraction(
@@ -165,13 +174,11 @@ def start_extraction(
 ) -> ExtractAccepted:
     """The same Idempotency-Key returns the same run; with other options it is a 409."""
     pipeline = pipelines.get(options.pipeline)
-    now = datetime.now(UTC)
-    deadline_at = now + timedelta(seconds=options.deadline_s) if options.deadline_s else None
-    if options.start_at is not None:
-        if options.lane != Lane.INTERACTIVE:
-            raise InvalidRequestError("start_at applies to the interactive lane only")
-        if deadline_at is not None and options.start_at >= deadline_at:
-            raise InvalidRequestError("start_at must be before the deadline (now + deadline_s)")
+    if options.start_at is not None and options.lane != Lane.INTERACTIVE:
+        raise InvalidRequestError("start_at applies to the interactive lane only")
+    # A run that is to start later has its time from then on.
+    starts = max(datetime.now(UTC), options.start_at or datetime.now(UTC))
+    deadline_at = starts + timedelta(seconds=options.deadline_s) if options.deadline_s else None
     callback_url = accepted_callback_url(db, settings, tenant, options.callback_url)
     with db.transaction() as tx:
         get_document(tx, tenant, document_id)  # 404 before the foreign key can object

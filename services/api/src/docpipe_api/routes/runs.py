@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 
 from docpipe import statuses
 from docpipe.errors import ConflictError, InvalidRequestError
+from docpipe.pipelines.model import NAME_PATTERN
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
@@ -21,6 +22,7 @@ from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane
 from docpipe_api.deps import BrokerDep, DatabaseDep, PipelinesDep, SettingsDep, TenantDep
 from docpipe_api.errors import error_responses
+from docpipe_api.links import follow
 from docpipe_api.schemas import RunStatus, RunStatusList
 
 __all__ = ["router"]
@@ -108,7 +110,10 @@ def read_run(run_id: str, db: DatabaseDep, tenant: TenantDep) -> RunStatus:
     "/runs/{run_id}/cancel",
     response_model=RunStatus,
     summary="Stop a run; no further steps start",
-    responses=error_responses(404, 409, 422, 503),
+    responses={
+        200: follow("run_id", "run_id", "read_run", "retry_run"),
+        **error_responses(404, 409, 422, 503),
+    },
 )
 def cancel_run(run_id: str, db: DatabaseDep, tenant: TenantDep) -> RunStatus:
     runs.run_progress(db, tenant, run_id)  # 404 for unknown runs
@@ -123,7 +128,10 @@ def cancel_run(run_id: str, db: DatabaseDep, tenant: TenantDep) -> RunStatus:
     status_code=202,
     response_model=RunStatus,
     summary="Reopen an ended run at a step, keeping the finished steps before it",
-    responses=error_responses(404, 409, 422, 503),
+    responses={
+        202: follow("run_id", "run_id", "read_run", "cancel_run", "stream_run_events"),
+        **error_responses(404, 409, 422, 503),
+    },
 )
 def retry_run(
     run_id: str,
@@ -134,7 +142,11 @@ def retry_run(
     tenant: TenantDep,
     from_step: Annotated[
         str | None,
-        Query(min_length=1, max_length=200, description="default: the run's first step not done"),
+        Query(
+            pattern=NAME_PATTERN,
+            description="a step name (a malformed one: 422; one the run's pipeline lacks: "
+            "409); default: the run's first step not done",
+        ),
     ] = None,
 ) -> RunStatus:
     restarted = runs.restart_run(db, tenant, run_id, from_step, pipelines=pipelines)

@@ -10,6 +10,7 @@ from docpipe.errors import ConflictError, NotFoundError
 from docpipe.state.webhook_secrets import describe_secrets, rotate_secret
 from docpipe_api.deps import DatabaseDep, SettingsDep, TenantDep
 from docpipe_api.errors import error_responses
+from docpipe_api.links import follow
 from docpipe_api.schemas import WebhookSecret, WebhookSecretCreated, WebhookSecrets
 
 __all__ = ["MAX_ROTATION_WINDOW_S", "router"]
@@ -24,7 +25,10 @@ MAX_ROTATION_WINDOW_S = 30 * 86_400.0
     status_code=201,
     response_model=WebhookSecretCreated,
     summary="Create the tenant's webhook signing secret, or rotate it; the secret is shown once",
-    responses=error_responses(409, 422, 503),
+    responses={
+        201: follow("", "", "read_webhook_secret"),
+        **error_responses(409, 422, 503),
+    },
 )
 def create_or_rotate_webhook_secret(
     db: DatabaseDep,

@@ -307,10 +307,10 @@ WHERE r.id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s;
 -- name: run_steps
 -- Every step of these runs in pipeline order, with what it cost and where its calls went
 -- (model and routing reason, counted over the step's current generation); the outputs
--- when asked for, of runs that are done.
+-- when asked for.
 SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version,
        s.input_tokens, s.output_tokens, s.cost_usd, s.error, s.started_at, s.finished_at,
-       CASE WHEN %(with_output)s AND r.status = 'done' THEN s.output END AS output,
+       CASE WHEN %(with_output)s THEN s.output END AS output,
        coalesce((SELECT jsonb_agg(jsonb_build_object('model', c.model, 'reason', c.reason,
                                                      'calls', c.calls)
                                   ORDER BY c.first_id)
