@@ -35,7 +35,7 @@ from docpipe_dev.localstack import LocalRedis, free_port
 from tests.factories import scalar
 from tests.processes import use_celery_broker
 
-STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
+EXTRACT, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
 TENANT = "default"
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
 MAX_DOCUMENT_BYTES = 2000
@@ -124,8 +124,16 @@ def test_a_document_is_stored_once_and_never_changed(client: TestClient) -> None
     assert first.status_code == 201, first.text
     assert first.headers["location"] == "/documents/doc-1"
     body = first.json()
-    assert set(body) == {"id", "sha256", "size_bytes", "created_at"}
+    assert set(body) == {"id", "sha256", "size_bytes", "created_at", "format", "extracted",
+                         "pages", "ocr_pages", "ocr", "warnings"}  # fmt: skip
     assert (body["id"], body["size_bytes"]) == ("doc-1", len(TEXT.encode()))
+    # A text is its own text: one page, no OCR, nothing to extract.
+    assert (body["format"], body["extracted"], body["pages"], body["ocr"]) == (
+        "text",
+        True,
+        1,
+        False,
+    )
 
     again = put_text(client)
     assert again.status_code == 200
@@ -239,7 +247,7 @@ def test_extract_creates_a_run_and_publishes_its_first_step(
     assert broker_redis.llen(INTERACTIVE) == 1
     message = json.loads(broker_redis.lindex(INTERACTIVE, 0))  # type: ignore[arg-type]
     assert message["headers"]["task"] == "docpipe.run_step"
-    assert message["headers"]["argsrepr"] == repr((body["run_id"], STEP1))
+    assert message["headers"]["argsrepr"] == repr((body["run_id"], EXTRACT))
 
 
 def test_the_same_idempotency_key_returns_the_same_run_and_sends_nothing_more(
@@ -421,18 +429,19 @@ def test_a_new_run_reports_its_status_and_steps(client: TestClient) -> None:
         "lane": "interactive",
         "priority": "normal",
         "status": "queued",
-        "current_step": STEP1,
+        "current_step": EXTRACT,
     }
-    assert (body["steps_done"], body["steps_total"], body["cost_so_far_usd"]) == (0, 3, 0)
+    assert (body["steps_done"], body["steps_total"], body["cost_so_far_usd"]) == (0, 4, 0)
     assert body["result"] is None
-    assert [s["step"] for s in body["steps"]] == [STEP1, STEP2, STEP3]
+    assert [s["step"] for s in body["steps"]] == [EXTRACT, STEP1, STEP2, STEP3]
     assert all(set(s) == STEP_FIELDS and s["status"] == "pending" for s in body["steps"])
 
 
 def test_a_finished_run_includes_every_steps_output(client: TestClient, db: Database) -> None:
     run_id = started_run(client)
-    outputs = {STEP1: {"sections": []}, STEP2: {"fields": {}, "found_in": {}}, STEP3: {"s": 1}}
-    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+    outputs = {EXTRACT: {"format": "text"}, STEP1: {"sections": []},
+               STEP2: {"fields": {}, "found_in": {}}, STEP3: {"s": 1}}  # fmt: skip
+    for step, nxt in ((EXTRACT, STEP1), (STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
         claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
         assert claim is not None
         runs.record_step_result(
@@ -445,9 +454,9 @@ def test_a_finished_run_includes_every_steps_output(client: TestClient, db: Data
             next_step=nxt,
         )
     body = client.get(f"/runs/{run_id}").json()
-    assert (body["status"], body["current_step"], body["steps_done"]) == ("done", None, 3)
+    assert (body["status"], body["current_step"], body["steps_done"]) == ("done", None, 4)
     assert body["result"] == outputs
-    assert body["steps"][0]["prompt_version"] == f"{STEP1}@v1"
+    assert body["steps"][1]["prompt_version"] == f"{STEP1}@v1"
     assert body["finished_at"] is not None
 
 
@@ -496,7 +505,7 @@ def test_retry_reopens_an_ended_run_and_publishes_its_step(
     broker_redis.delete(INTERACTIVE)
     response = client.post(f"/runs/{run_id}/retry")
     assert response.status_code == 202, response.text
-    assert (response.json()["status"], response.json()["current_step"]) == ("queued", STEP1)
+    assert (response.json()["status"], response.json()["current_step"]) == ("queued", EXTRACT)
     assert broker_redis.llen(INTERACTIVE) == 1
 
 
@@ -532,7 +541,7 @@ def test_the_event_stream_reports_progress_until_the_run_ends(
         cancel_later.join()
     assert [name for name, _ in events] == ["progress", "end"]
     progress, end = events[0][1], events[1][1]
-    assert (progress["status"], progress["current_step"]) == ("queued", STEP1)
+    assert (progress["status"], progress["current_step"]) == ("queued", EXTRACT)
     assert "result" not in progress
     assert end["status"] == "cancelled"
 

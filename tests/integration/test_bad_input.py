@@ -30,7 +30,7 @@ from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.processes import ManagedProcess, api_argv
 from tests.factories import scalar
 
-STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
+STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names[1:]  # after extract_text
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
 EXAMPLES_PER_OPERATION = 40
 

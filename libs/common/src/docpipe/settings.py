@@ -113,7 +113,31 @@ class Settings(BaseSettings):
     pipelines_dir: Path | None = None
     pipeline_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
+    # Uploads (text, PDF or DOCX) larger than this are refused with 413; PDF and DOCX keep
+    # their original bytes in PostgreSQL, so this bounds a document row too.
     max_document_bytes: int = Field(default=1_000_000, ge=1)
+    # Text extraction (README, "Documents: formats, limits, OCR"). A PDF or DOCX with more
+    # pages fails as too_many_pages before any page is read.
+    max_document_pages: int = Field(default=500, ge=1, le=100_000)
+    # Tesseract's language(s) for pages without a text layer ("eng", "eng+deu"): its
+    # traineddata must be installed in the worker image (Debian: tesseract-ocr-<lang>).
+    ocr_language: str = Field(default="eng", pattern=r"^[a-z][a-z_]{2,}(\+[a-z][a-z_]{2,})*$")
+    # One page's OCR; a page that takes longer is left without text, with a warning. Unset:
+    # half the soft time limit, so that a page started in time ends before the step is
+    # interrupted (when set: it must be below the soft time limit).
+    ocr_page_timeout_s: Seconds | None = None
+    # Pages are rendered at this resolution for OCR ...
+    ocr_render_dpi: int = Field(default=300, ge=72, le=600)
+    # ... but never into more pixels than this (larger pages are rendered at a lower dpi).
+    max_page_pixels: int = Field(default=25_000_000, ge=1_000_000, le=200_000_000)
+    # A PDF page whose text layer has fewer non-blank characters than this is OCRed.
+    ocr_min_text_chars: int = Field(default=16, ge=1)
+    # A page read with a lower mean word confidence (0-100) gets a warning.
+    ocr_low_confidence: float = Field(default=60.0, ge=0, le=100)
+    # A DOCX is a zip: refused when its members expand past this many bytes or this many
+    # times its own size (declared in its directory, or found while inflating).
+    docx_max_expanded_bytes: int = Field(default=100_000_000, ge=1_000_000)
+    docx_max_expansion_ratio: float = Field(default=100.0, ge=2)
     # Independent calls of one step (a section each) in flight at once, per step.
     step_call_concurrency: int = Field(default=4, ge=1, le=64)
 
@@ -290,6 +314,14 @@ class Settings(BaseSettings):
                 f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}"
             )
         self._client_timeouts_are_coherent()
+        if self.ocr_page_timeout_s is not None and not (
+            self.ocr_page_timeout_s < self.task_soft_time_limit_s
+        ):
+            raise ValueError(
+                f"DOCPIPE_OCR_PAGE_TIMEOUT_S={self.ocr_page_timeout_s:g} must be below "
+                f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}: a page's OCR "
+                f"ends at its own limit, before the soft limit interrupts the step"
+            )
         if self.webhook_timeout_s >= self.task_soft_time_limit_s:
             raise ValueError(
                 f"DOCPIPE_WEBHOOK_TIMEOUT_S={self.webhook_timeout_s:g} must be below "
@@ -327,6 +359,13 @@ class Settings(BaseSettings):
             (provider,),
             {name: dataclasses.replace(m, provider=provider) for name, m in table.models.items()},
         )
+
+    @property
+    def ocr_page_timeout(self) -> float:
+        """One page's OCR time limit: the setting, or half the soft time limit."""
+        if self.ocr_page_timeout_s is not None:
+            return self.ocr_page_timeout_s
+        return self.task_soft_time_limit_s / 2
 
     @property
     def provider_table(self) -> ProviderTable:

@@ -13,7 +13,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
 from docpipe.broker.messages import Broker
-from docpipe.errors import InvalidRequestError
+from docpipe.errors import InvalidRequestError, UnreadableDocumentError
+from docpipe.extraction import DocumentFormat, check_upload, sniff_format
+from docpipe.extraction.zipguard import ZipBounds
 from docpipe.pipelines.catalog import Catalog
 from docpipe.settings import Settings
 from docpipe.state.db import Database
@@ -26,7 +28,7 @@ __all__ = [
     "DEFAULT_TENANT",
     "BrokerDep",
     "DatabaseDep",
-    "DocumentTextDep",
+    "DocumentUploadDep",
     "ExtractRequestDep",
     "IdempotencyKeyDep",
     "PipelinesDep",
@@ -34,6 +36,7 @@ __all__ = [
     "Resources",
     "SettingsDep",
     "TenantDep",
+    "Upload",
     "current_tenant",
     "read_capped",
     "require_json",
@@ -185,29 +188,52 @@ async def read_capped(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def _document_text(request: Request, settings: SettingsDep) -> str:
+@dataclass(frozen=True)
+class Upload:
+    """A document as uploaded: text, or a file (PDF, DOCX) with the format its bytes show."""
+
+    format: DocumentFormat
+    text: str = ""
+    data: bytes = b""
+
+
+async def _document_upload(request: Request, settings: SettingsDep) -> Upload:
+    """The body as a document. Its format comes from its bytes: a PDF or DOCX whatever the
+    Content-Type says; text only as declared (text/plain in UTF-8, or JSON {"text"}), as
+    before; anything else 415. 413 past DOCPIPE_MAX_DOCUMENT_BYTES."""
     media_type, params = _media_type(request)
+    body = await read_capped(request, settings.max_document_bytes)
+    if (fmt := sniff_format(body)) is not None:
+        try:
+            check_upload(body, fmt, _zip_bounds(settings))
+        except UnreadableDocumentError as exc:
+            raise InvalidRequestError(f"the {fmt.upper()} cannot be read: {exc}") from None
+        return Upload(fmt, data=body)
     if media_type not in ("text/plain", "application/json"):
         raise HTTPException(
             415,
-            f"send the document as text/plain (UTF-8) or as application/json "
-            f'{{"text": "..."}}, not {media_type or "without a Content-Type"}',
+            "send a PDF or DOCX file, or the document as text/plain (UTF-8) or as "
+            f'application/json {{"text": "..."}}; these bytes are none of them (Content-Type '
+            f"{media_type or 'missing'})",
         )
     charset = params.get("charset", "utf-8")
     if media_type == "text/plain" and charset not in ("utf-8", "utf8", "us-ascii"):
         raise HTTPException(415, f"documents must be UTF-8 text, not charset={charset}")
-    body = await read_capped(request, settings.max_document_bytes)
     if media_type == "text/plain":
         try:
-            return body.decode("utf-8")
+            return Upload(DocumentFormat.TEXT, text=body.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise InvalidRequestError(
                 f"the document is not valid UTF-8 (byte {exc.start}: {exc.reason})"
             ) from None
     try:
-        return DocumentText.model_validate_json(body).text
+        return Upload(DocumentFormat.TEXT, text=DocumentText.model_validate_json(body).text)
     except ValidationError as exc:
         raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
+
+
+def _zip_bounds(settings: Settings) -> ZipBounds:
+    return ZipBounds(settings.docx_max_expanded_bytes, settings.docx_max_expansion_ratio)
 
 
 async def _extract_request(request: Request) -> ExtractRequest:
@@ -225,5 +251,5 @@ async def _extract_request(request: Request) -> ExtractRequest:
         raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
 
 
-DocumentTextDep = Annotated[str, Depends(_document_text)]
+DocumentUploadDep = Annotated[Upload, Depends(_document_upload)]
 ExtractRequestDep = Annotated[ExtractRequest, Depends(_extract_request)]

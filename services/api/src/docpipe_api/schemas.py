@@ -91,9 +91,20 @@ class DocumentOut(BaseModel):
     model_config = ANSWER_MODEL
 
     id: str
-    sha256: str = Field(description="SHA-256 of the UTF-8 text, hex")
+    sha256: str = Field(description="SHA-256 of the uploaded bytes (a text's UTF-8), hex")
     size_bytes: int
     created_at: datetime
+    format: Literal["text", "pdf", "docx"] = Field(description="as its bytes showed")
+    extracted: bool = Field(description="its text is known (a PDF's or DOCX's once a run's "
+                            "extract_text step read it; a text's always)")  # fmt: skip
+    pages: int | None = Field(description="pages of its text; null until extracted")
+    ocr_pages: int | None = Field(description="pages read by OCR (no text layer); null until "
+                                  "extracted")  # fmt: skip
+    ocr: bool | None = Field(description="whether any page needed OCR; null until extracted")
+    warnings: list[str] | None = Field(
+        description="what extraction noticed (low OCR confidence, pages without text); null "
+        "until extracted"
+    )
 
 
 class ExtractRequest(BaseModel):

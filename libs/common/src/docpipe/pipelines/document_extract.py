@@ -1,4 +1,5 @@
-"""``document_extract:v1``: contract -> sections -> fields (one call per section) -> summary."""
+"""``document_extract:v1``: contract -> text (docpipe's ``extract_text``) -> sections ->
+fields (one call per section) -> summary."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from docpipe.errors import PermanentLLMError
 from docpipe.pipelines.model import Pipeline, Step, StepInput
+from docpipe.pipelines.text_extraction import with_text_extraction
 
 __all__ = ["DOCUMENT_EXTRACT", "FIELDS_SCHEMA"]
 
@@ -198,58 +200,62 @@ def summarize(ctx: StepInput) -> dict[str, Any]:
     return ctx.ask("summary", json.dumps(brief, ensure_ascii=False), SUMMARY_SCHEMA)
 
 
-DOCUMENT_EXTRACT = Pipeline(
-    name="document_extract",
-    version=1,
-    source="builtin (docpipe.pipelines.document_extract)",
-    steps=(
-        Step(
-            name="extract_sections",
-            prompt_version="extract_sections@v1",
-            model=PRIMARY_MODEL,
-            fallback_model=FALLBACK_MODEL,
-            instructions=(
-                "You split a commercial contract into its numbered sections. Answer with a "
-                'JSON object {"sections": [{"number", "title", "heading"}]} where heading '
-                "is the section's heading line exactly as written in the text."
+# Defined with its first step, as the catalog would add it: code that names this object
+# (tests, tools) sees the same steps and definition hash as the workers.
+DOCUMENT_EXTRACT = with_text_extraction(
+    Pipeline(
+        name="document_extract",
+        version=1,
+        source="builtin (docpipe.pipelines.document_extract)",
+        steps=(
+            Step(
+                name="extract_sections",
+                prompt_version="extract_sections@v1",
+                model=PRIMARY_MODEL,
+                fallback_model=FALLBACK_MODEL,
+                instructions=(
+                    "You split a commercial contract into its numbered sections. Answer with a "
+                    'JSON object {"sections": [{"number", "title", "heading"}]} where heading '
+                    "is the section's heading line exactly as written in the text."
+                ),
+                output_schema=SECTIONS_SCHEMA,
+                execute=extract_sections,
+                candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+                answer_schemas=(_SECTIONS_ANSWER,),
             ),
-            output_schema=SECTIONS_SCHEMA,
-            execute=extract_sections,
-            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
-            answer_schemas=(_SECTIONS_ANSWER,),
-        ),
-        Step(
-            name="extract_fields",
-            prompt_version="extract_fields@v1",
-            model=PRIMARY_MODEL,
-            fallback_model=FALLBACK_MODEL,
-            instructions=(
-                "You read one section of a commercial contract and extract the fields it "
-                'states. Answer with a JSON object {"fields": {...}} holding only the '
-                "fields this section states: parties [{name, role}], contract_type, "
-                "effective_date (YYYY-MM-DD), term_months, total_value {amount, currency}, "
-                "payment_terms_days, termination_notice_days, liability_cap {amount, "
-                "currency}, confidentiality_years, governing_law, auto_renewal."
+            Step(
+                name="extract_fields",
+                prompt_version="extract_fields@v1",
+                model=PRIMARY_MODEL,
+                fallback_model=FALLBACK_MODEL,
+                instructions=(
+                    "You read one section of a commercial contract and extract the fields it "
+                    'states. Answer with a JSON object {"fields": {...}} holding only the '
+                    "fields this section states: parties [{name, role}], contract_type, "
+                    "effective_date (YYYY-MM-DD), term_months, total_value {amount, currency}, "
+                    "payment_terms_days, termination_notice_days, liability_cap {amount, "
+                    "currency}, confidentiality_years, governing_law, auto_renewal."
+                ),
+                output_schema=EXTRACTED_SCHEMA,
+                execute=extract_fields,
+                candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+                answer_schemas=(_FIELDS_ANSWER,),
             ),
-            output_schema=EXTRACTED_SCHEMA,
-            execute=extract_fields,
-            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
-            answer_schemas=(_FIELDS_ANSWER,),
-        ),
-        Step(
-            name="summarize",
-            prompt_version="summarize@v1",
-            model=PRIMARY_MODEL,
-            fallback_model=FALLBACK_MODEL,
-            instructions=(
-                "You summarise a commercial contract for a busy account manager from its "
-                'extracted fields. Answer with a JSON object {"summary": "2-4 sentences", '
-                '"key_points": [...], "risk_flags": [...]}.'
+            Step(
+                name="summarize",
+                prompt_version="summarize@v1",
+                model=PRIMARY_MODEL,
+                fallback_model=FALLBACK_MODEL,
+                instructions=(
+                    "You summarise a commercial contract for a busy account manager from its "
+                    'extracted fields. Answer with a JSON object {"summary": "2-4 sentences", '
+                    '"key_points": [...], "risk_flags": [...]}.'
+                ),
+                output_schema=SUMMARY_SCHEMA,
+                execute=summarize,
+                candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+                answer_schemas=(SUMMARY_SCHEMA,),
             ),
-            output_schema=SUMMARY_SCHEMA,
-            execute=summarize,
-            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
-            answer_schemas=(SUMMARY_SCHEMA,),
         ),
-    ),
+    )
 )

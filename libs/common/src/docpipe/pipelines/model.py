@@ -37,10 +37,18 @@ class PipelineError(DocpipeError):
 class StepInput(Protocol):
     """What a step may read (the document, earlier steps' outputs) and do (ask the step's
     model, memoised: a retried step gets the answers of calls that already finished from the
-    log, and only the others are sent again)."""
+    log, and only the others are sent again).
+
+    ``document`` is the document's text: a PDF's or DOCX's as the ``extract_text`` step
+    extracted it. ``page_starts``: offset in ``document`` where each page starts ((0,) for
+    plain text).
+    """
 
     @property
     def document(self) -> str: ...
+
+    @property
+    def page_starts(self) -> tuple[int, ...]: ...
 
     @property
     def outputs(self) -> Mapping[str, Any]: ...

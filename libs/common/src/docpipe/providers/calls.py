@@ -69,9 +69,12 @@ class StepCalls:
     _stopping: bool = field(default=False, init=False)
     _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
 
-    def input(self, document: str, outputs: Mapping[str, Any]) -> StepInput:
-        """What the step's code gets: the document, earlier outputs, ``ask`` and ``ask_all``."""
-        return _Input(self, document, MappingProxyType(dict(outputs)))
+    def input(
+        self, document: str, outputs: Mapping[str, Any], page_starts: Sequence[int] = (0,)
+    ) -> StepInput:
+        """What the step's code gets: the document with its page map, earlier outputs,
+        ``ask`` and ``ask_all``."""
+        return _Input(self, document, tuple(page_starts), MappingProxyType(dict(outputs)))
 
     def ask_all(
         self,
@@ -295,11 +298,18 @@ def call_request_id(call_id: int) -> str:
 class _Input:
     """A step's view of its run (docpipe.pipelines.StepInput), and nothing else of it."""
 
-    __slots__ = ("_calls", "document", "outputs")
+    __slots__ = ("_calls", "document", "outputs", "page_starts")
 
-    def __init__(self, calls: StepCalls, document: str, outputs: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        calls: StepCalls,
+        document: str,
+        page_starts: tuple[int, ...],
+        outputs: Mapping[str, Any],
+    ) -> None:
         self._calls = calls
         self.document = document
+        self.page_starts = page_starts
         self.outputs = outputs
 
     def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:

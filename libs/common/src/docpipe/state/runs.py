@@ -151,6 +151,7 @@ class Claim:
     batch_id: str | None
     # What the step reads, fetched with the claim: None if the document is gone.
     document: str | None = field(default=None, repr=False)
+    page_starts: list[int] = field(default_factory=lambda: [0], repr=False)
     outputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
 

@@ -1,4 +1,5 @@
-"""Documents: store a contract once, read its metadata, start an extraction run on it."""
+"""Documents: store a contract once (text, PDF or DOCX), read its metadata, start an
+extraction run on it."""
 
 from __future__ import annotations
 
@@ -9,23 +10,32 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 
 from docpipe.errors import InvalidRequestError
+from docpipe.extraction import DocumentFormat
 from docpipe.faults import crash_point
 from docpipe.observability import metrics, tracing
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
-from docpipe.state.documents import DOCUMENT_ID, StoredDocument, get_document, put_document
+from docpipe.state.db import Session
+from docpipe.state.documents import (
+    DOCUMENT_ID,
+    StoredDocument,
+    get_document,
+    put_document,
+    put_file,
+)
 from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane, Priority
 from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
-    DocumentTextDep,
+    DocumentUploadDep,
     ExtractRequestDep,
     IdempotencyKeyDep,
     PipelinesDep,
     SettingsDep,
     TenantDep,
+    Upload,
 )
 from docpipe_api.errors import error_responses
 from docpipe_api.schemas import (
@@ -47,13 +57,19 @@ DocumentIdPath = Annotated[
     str, Path(json_schema_extra={"pattern": DOCUMENT_ID.pattern.replace("\\Z", "$")})
 ]
 
+_DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 _DOCUMENT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "description": 'The contract text: UTF-8 text/plain, or JSON {"text": "..."}',
+        "description": (
+            "The contract: a PDF or DOCX file (recognised from its bytes, whatever the "
+            'Content-Type), or its text as UTF-8 text/plain or JSON {"text": "..."}'
+        ),
         "content": {
             "text/plain": {"schema": {"type": "string", "pattern": NO_NUL}},
             "application/json": {"schema": DocumentText.model_json_schema()},
+            "application/pdf": {"schema": {"type": "string", "format": "binary"}},
+            _DOCX_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
         },
     }
 }
@@ -63,6 +79,12 @@ _EXTRACT_BODY: dict[str, Any] = {
         "content": {"application/json": {"schema": request_body_schema(ExtractRequest)}},
     }
 }
+
+
+def _store(tx: Session, tenant: str, document_id: str, upload: Upload) -> StoredDocument:
+    if upload.format is DocumentFormat.TEXT:
+        return put_document(tx, tenant, document_id, upload.text)
+    return put_file(tx, tenant, document_id, upload.data, upload.format)
 
 
 def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
@@ -83,14 +105,14 @@ def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
 )
 def store_document(
     document_id: DocumentIdPath,
-    text: DocumentTextDep,
+    upload: DocumentUploadDep,
     db: DatabaseDep,
     tenant: TenantDep,
     response: Response,
 ) -> DocumentOut:
-    """201 when stored, 200 when this text was already stored, 409 for other text."""
+    """201 when stored, 200 when this content was already stored, 409 for other content."""
     with db.transaction() as tx:
-        stored = put_document(tx, tenant, document_id, text)
+        stored = _store(tx, tenant, document_id, upload)
     response.status_code = 201 if stored.created else 200
     return _stored_out(stored, response)
 
@@ -104,10 +126,10 @@ def store_document(
     openapi_extra=_DOCUMENT_BODY,
 )
 def create_document(
-    text: DocumentTextDep, db: DatabaseDep, tenant: TenantDep, response: Response
+    upload: DocumentUploadDep, db: DatabaseDep, tenant: TenantDep, response: Response
 ) -> DocumentOut:
     with db.transaction() as tx:
-        stored = put_document(tx, tenant, uuid.uuid4().hex, text)
+        stored = _store(tx, tenant, uuid.uuid4().hex, upload)
     return _stored_out(stored, response)
 
 

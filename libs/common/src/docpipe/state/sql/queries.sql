@@ -2,24 +2,72 @@
 -- Transitions are single guarded statements: a lost race matches no row and returns nothing.
 
 -- name: put_document
--- Store a document once; an existing id keeps its content (the caller compares hashes).
+-- Store a document once; an existing id keeps its content (the caller compares hashes). A PDF
+-- or DOCX keeps its bytes in original; its content is written by extraction.
 WITH inserted AS (
-    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes)
-    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s)
+    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes, format, original)
+    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s, %(format)s,
+            %(original)s)
     ON CONFLICT (tenant_id, id) DO NOTHING
-    RETURNING id, content_sha256 AS sha256, size_bytes, created_at, true AS created
+    RETURNING id, content_sha256 AS sha256, true AS created
 )
 SELECT * FROM inserted
 UNION ALL
-SELECT id, content_sha256, size_bytes, created_at, false AS created
+SELECT id, content_sha256, false AS created
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND NOT EXISTS (SELECT 1 FROM inserted);
 
 -- name: get_document
--- A document's metadata.
-SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created
+-- A document's metadata, with what extraction found (a text document needs none).
+SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created, format,
+       (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
+       CASE WHEN format = 'text' THEN 1 ELSE cardinality(page_starts) END AS pages,
+       CASE WHEN format = 'text' THEN 0 ELSE ocr_pages END AS ocr_pages,
+       CASE WHEN format = 'text' THEN '[]'::jsonb ELSE extraction_warnings END AS warnings
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+
+-- name: document_for_extraction
+-- What the extract_text step reads: the format and bytes, or the text once extracted.
+SELECT format, original, content,
+       (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
+       coalesce(page_starts, '{0}') AS page_starts, coalesce(ocr_pages, 0) AS ocr_pages,
+       coalesce(extraction_warnings, '[]'::jsonb) AS warnings
+FROM document
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+
+-- name: start_page
+-- Put a page on record before it is read (as a provider call is before it is sent): a
+-- page already read returns nothing; a page started before (a killed worker) counts again.
+INSERT INTO document_page AS p (tenant_id, document_id, page)
+VALUES (%(tenant_id)s, %(document_id)s, %(page)s)
+ON CONFLICT (tenant_id, document_id, page) DO UPDATE
+SET attempts = p.attempts + 1, started_at = now()
+WHERE p.finished_at IS NULL
+RETURNING attempts;
+
+-- name: finish_page
+-- Record what a page gave; the memo that later attempts and other runs read.
+UPDATE document_page
+SET text = %(text)s, ocr = %(ocr)s, confidence = %(confidence)s, warning = %(warning)s,
+    seconds = %(seconds)s, finished_at = now()
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s
+  AND finished_at IS NULL;
+
+-- name: finished_pages
+-- The pages of a document read so far, in order.
+SELECT page, text, ocr, confidence, warning
+FROM document_page
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND finished_at IS NOT NULL
+ORDER BY page;
+
+-- name: record_extraction
+-- Write the extracted text and page map onto the document, once: a document never changes
+-- after, so every run reads the same text (a concurrent run's identical write matches no row).
+UPDATE document
+SET content = %(content)s, page_starts = %(page_starts)s, ocr_pages = %(ocr_pages)s,
+    extraction_warnings = %(warnings)s, extracted_at = now()
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND extracted_at IS NULL AND format <> 'text';
 
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.
@@ -83,6 +131,7 @@ WITH claimed AS (
 )
 SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline,
        r.pipeline_hash, r.document_id, r.lane, r.batch_id::text, d.content AS document,
+       coalesce(d.page_starts, '{0}') AS page_starts,
        coalesce((SELECT jsonb_object_agg(s.step, s.output)
                  FROM pipeline_step_result s
                  WHERE s.run_id = c.run_id AND s.status = 'done'), '{}'::jsonb) AS outputs
