@@ -20,6 +20,8 @@ __all__ = ["PdfReader"]
 # PDFium's FPDF_GetLastError codes (fpdfview.h).
 _ERR_FORMAT, _ERR_PASSWORD, _ERR_SECURITY = 3, 4, 5
 _POINTS_PER_INCH = 72
+# Two lines further apart than this many line heights belong to different paragraphs.
+_PARAGRAPH_GAP = 0.8
 # Every PDF body is "N G obj ... endobj"; a file with the magic number and none of these is
 # something else wearing a PDF header.
 _OBJECT = re.compile(rb"\d+\s+\d+\s+obj\b")
@@ -58,7 +60,7 @@ class PdfReader:
             ) from None
         try:
             text_page = page.get_textpage()
-            native = _normalised(text_page.get_text_bounded())
+            native = _text_layer(text_page)
             text_page.close()
             if len(re.sub(r"\s", "", native)) >= self._limits.ocr_min_text_chars:
                 return PageText(index, native, ocr=False, seconds=time.monotonic() - started)
@@ -98,6 +100,38 @@ class PdfReader:
         finally:
             bitmap.close()
         return _Rendered(buffer.getvalue(), dpi, reduced)
+
+
+def _text_layer(text_page: pdfium.PdfTextPage) -> str:
+    """The page's text line by line, with a blank line where the vertical gap between two
+    lines says a new paragraph starts (PDF keeps no paragraphs, only placed lines; later
+    steps read paragraphs and sentences)."""
+    rects = [text_page.get_rect(i) for i in range(text_page.count_rects())]
+    if not rects:
+        return _normalised(text_page.get_text_bounded())
+    lines: list[list[tuple[float, float, float, float]]] = []
+    for rect in sorted(rects, key=lambda r: (-r[3], r[0])):
+        _, bottom, _, top = rect
+        same_line = lines and abs((top + bottom) / 2 - _middle(lines[-1])) < (top - bottom) / 2
+        if same_line:
+            lines[-1].append(rect)
+        else:
+            lines.append([rect])
+    heights = sorted(max(r[3] for r in line) - min(r[1] for r in line) for line in lines)
+    paragraph_gap = _PARAGRAPH_GAP * heights[len(heights) // 2]
+    parts: list[str] = []
+    previous_bottom: float | None = None
+    for line in lines:
+        top, bottom = max(r[3] for r in line), min(r[1] for r in line)
+        if previous_bottom is not None:
+            parts.append("\n\n" if previous_bottom - top > paragraph_gap else "\n")
+        parts.append(" ".join(text_page.get_text_bounded(*r).strip() for r in line))
+        previous_bottom = bottom
+    return _normalised("".join(parts))
+
+
+def _middle(line: list[tuple[float, float, float, float]]) -> float:
+    return (max(r[3] for r in line) + min(r[1] for r in line)) / 2
 
 
 def _normalised(text: str) -> str:

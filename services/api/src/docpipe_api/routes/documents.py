@@ -57,7 +57,6 @@ DocumentIdPath = Annotated[
     str, Path(json_schema_extra={"pattern": DOCUMENT_ID.pattern.replace("\\Z", "$")})
 ]
 
-_DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 _DOCUMENT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -68,8 +67,8 @@ _DOCUMENT_BODY: dict[str, Any] = {
         "content": {
             "text/plain": {"schema": {"type": "string", "pattern": NO_NUL}},
             "application/json": {"schema": DocumentText.model_json_schema()},
-            "application/pdf": {"schema": {"type": "string", "format": "binary"}},
-            _DOCX_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+            # The file's bytes under any media type (application/pdf, ...); documented once.
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
         },
     }
 }
