@@ -112,6 +112,9 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- if not (lt (float64 $c.webhookTimeoutSeconds) (float64 .soft)) }}
 {{- fail (printf "config.webhookTimeoutSeconds=%v must be below %s=%v: a webhook delivery attempt ends at its own deadline, before the soft limit interrupts it" $c.webhookTimeoutSeconds .softName .soft) }}
 {{- end }}
+{{- if not (lt (float64 $c.ocrPageTimeoutSeconds) (float64 .soft)) }}
+{{- fail (printf "config.ocrPageTimeoutSeconds=%v must be below %s=%v: a page's OCR ends at its own limit, before the soft limit interrupts its step" $c.ocrPageTimeoutSeconds .softName .soft) }}
+{{- end }}
 {{- if not (lt (float64 $c.limiterMaxWaitSeconds) (float64 .soft)) }}
 {{- fail (printf "config.limiterMaxWaitSeconds=%v must be below %s=%v: a call waiting for the provider limiter hands its step back before the soft limit interrupts it" $c.limiterMaxWaitSeconds .softName .soft) }}
 {{- end }}
@@ -179,6 +182,8 @@ databasePoolTimeoutSeconds: DOCPIPE_DATABASE_POOL_TIMEOUT_S
 databaseSocketTimeoutSeconds: DOCPIPE_DATABASE_SOCKET_TIMEOUT_S
 databaseStatementTimeoutSeconds: DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S
 defaultMaxTokens: DOCPIPE_DEFAULT_MAX_TOKENS
+docxMaxExpandedBytes: DOCPIPE_DOCX_MAX_EXPANDED_BYTES
+docxMaxExpansionRatio: DOCPIPE_DOCX_MAX_EXPANSION_RATIO
 heartbeatIntervalSeconds: DOCPIPE_HEARTBEAT_INTERVAL_S
 leaseTtlSeconds: DOCPIPE_LEASE_TTL_S
 limiterDecreaseFactor: DOCPIPE_LIMITER_DECREASE_FACTOR
@@ -191,7 +196,11 @@ llmTimeoutSeconds: DOCPIPE_LLM_TIMEOUT_S
 maxBatchBytes: DOCPIPE_MAX_BATCH_BYTES
 maxBatchDocuments: DOCPIPE_MAX_BATCH_DOCUMENTS
 maxDocumentBytes: DOCPIPE_MAX_DOCUMENT_BYTES
+maxDocumentPages: DOCPIPE_MAX_DOCUMENT_PAGES
+maxPagePixels: DOCPIPE_MAX_PAGE_PIXELS
 maxStepAttempts: DOCPIPE_MAX_STEP_ATTEMPTS
+ocrPageTimeoutSeconds: DOCPIPE_OCR_PAGE_TIMEOUT_S
+ocrRenderDpi: DOCPIPE_OCR_RENDER_DPI
 outboxGraceSeconds: DOCPIPE_OUTBOX_GRACE_S
 outboxSweepIntervalSeconds: DOCPIPE_OUTBOX_SWEEP_INTERVAL_S
 parkDelaysOverSeconds: DOCPIPE_PARK_DELAYS_OVER_S

@@ -7,13 +7,25 @@ from __future__ import annotations
 import io
 import random
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import docx
 import pypdfium2 as pdfium
 from fpdf import FPDF
 from PIL import Image, ImageFilter
 
-__all__ = ["FORMATS", "SUFFIXES", "contract_docx", "contract_pdf", "contract_scan"]
+if TYPE_CHECKING:
+    from docpipe_dev.samples import SampleContract
+
+__all__ = [
+    "FORMATS",
+    "SUFFIXES",
+    "contract_docx",
+    "contract_pdf",
+    "contract_scan",
+    "write_contract",
+]
 
 FORMATS = ("text", "pdf", "docx", "scan")
 SUFFIXES = {"text": ".txt", "pdf": ".pdf", "docx": ".docx", "scan": ".scan.pdf"}
@@ -94,3 +106,15 @@ def _scanned(page: Image.Image, rng: random.Random) -> Image.Image:
     noise = Image.effect_noise(rotated.size, 28).point(lambda v: 0 if v < 22 else 255)
     speckled = Image.composite(rotated, noise, noise).filter(ImageFilter.GaussianBlur(0.4))
     return speckled.point(lambda v: 255 if v > 150 else 0).convert("1")
+
+
+def write_contract(directory: Path, contract: SampleContract, fmt: str, *, seed: int = 0) -> Path:
+    """Write ``contract`` in ``fmt`` (one of FORMATS) as ``<slug><suffix>``; its path."""
+    path = directory / f"{contract.slug}{SUFFIXES[fmt]}"
+    if fmt == "text":
+        path.write_text(contract.text, encoding="utf-8")
+    else:
+        makers = {"pdf": contract_pdf, "docx": contract_docx}
+        data = contract_scan(contract.text, seed) if fmt == "scan" else makers[fmt](contract.text)
+        path.write_bytes(data)
+    return path

@@ -36,6 +36,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         add_api_flags(parser)
 
 
+# Sent as files (the API reads their format from their bytes); anything else as UTF-8 text.
+_FILE_SUFFIXES = (".pdf", ".docx")
+
+
 def submit_files(
     client: DocpipeClient, files: Sequence[Path], lane: str, pipeline: str = DEFAULT_PIPELINE
 ) -> list[tuple[str, str]]:
@@ -43,8 +47,11 @@ def submit_files(
     (document, run_id)."""
     started = []
     for path in files:
-        doc_id = path.stem
-        client.put_document(doc_id, path.read_text(encoding="utf-8"))
+        doc_id = path.stem  # "contract.scan.pdf": "contract.scan", a document of its own
+        if path.suffix.lower() in _FILE_SUFFIXES:
+            client.put_file(doc_id, path.read_bytes())
+        else:
+            client.put_document(doc_id, path.read_text(encoding="utf-8"))
         key = f"cli:{doc_id}:{lane}:{pipeline}"
         run = client.extract(doc_id, idempotency_key=key, lane=lane, pipeline=pipeline)
         started.append((doc_id, run["run_id"]))
@@ -116,7 +123,8 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
 
 def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
     table = Table(title="docpipe results")
-    columns = ("document", "pipeline", "status", "found", "tokens", "cost USD", "attempts", "note")
+    columns = ("document", "format", "pipeline", "status", "found", "tokens", "cost USD",
+               "attempts", "note")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right" if column in ("tokens", "cost USD") else "left")
     total_cost = 0.0
@@ -126,6 +134,7 @@ def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
         total_cost += status["cost_so_far_usd"]
         table.add_row(
             doc,
+            _format(status.get("result") or {}),
             status["pipeline"],
             status["status"],
             _found(status.get("result") or {}),
@@ -135,8 +144,18 @@ def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
             (status.get("error") or "")[:60],
         )
     table.add_section()
-    table.add_row("total", "", "", "", "", f"{total_cost:.6f}", "", "")
+    table.add_row("total", "", "", "", "", "", f"{total_cost:.6f}", "", "")
     return table
+
+
+def _format(result: dict[str, Any]) -> str:
+    """What the document was, from its extract_text output: "pdf, OCR 4/4 pages"."""
+    extracted = result.get("extract_text") or {}
+    if not extracted:
+        return ""
+    if extracted.get("ocr_pages"):
+        return f"{extracted['format']}, OCR {extracted['ocr_pages']}/{extracted['pages']} pages"
+    return str(extracted["format"])
 
 
 def _found(result: dict[str, Any]) -> str:
