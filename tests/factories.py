@@ -24,11 +24,12 @@ def new_run(
     key: str = "key-1",
     lane: str = "interactive",
     tenant_id: str = TENANT,
-    extracted: bool = True,
+    extracted: bool = False,
     **options: Any,
 ) -> CreatedRun:
-    """A run of document_extract:v1 on ``text``; with ``extracted``, its extract_text step is
-    done (as a worker does it), so that the run waits at extract_sections."""
+    """A run of document_extract:v1 on ``text``, as the API creates it; with ``extracted``,
+    its extract_text step is done too (as a worker does it): the run waits at
+    extract_sections, for tests that drive the model steps by hand."""
     with db.transaction() as tx:
         put_document(tx, tenant_id, document_id, text)
         created = create_run(

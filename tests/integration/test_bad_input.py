@@ -30,7 +30,7 @@ from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.processes import ManagedProcess, api_argv
 from tests.factories import scalar
 
-STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names[1:]  # after extract_text
+EXTRACT, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
 EXAMPLES_PER_OPERATION = 40
 
@@ -301,7 +301,7 @@ def test_an_empty_retry_step_is_refused_with_422(
 
 def finish_run(db: Database, run_id: str) -> None:
     """Run every step to done in-process (no workers)."""
-    for step, next_step in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+    for step, next_step in ((EXTRACT, STEP1), (STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
         claim = runs.claim_step(db, run_id, step, owner="test", lease_s=30)
         assert claim is not None
         runs.record_step_result(db, claim, owner="test", output={}, model="gpt-4o-mini",
@@ -322,7 +322,7 @@ def test_a_finished_run_cannot_be_cancelled_but_can_be_retried_once(
 
     retried = client.post(f"/runs/{run_id}/retry", params={"from_step": STEP3})
     assert retried.status_code == 202
-    assert (retried.json()["status"], retried.json()["steps_done"]) == ("queued", 2)
+    assert (retried.json()["status"], retried.json()["steps_done"]) == ("queued", 3)
     again = client.post(f"/runs/{run_id}/retry", params={"from_step": STEP3})
     assert again.status_code == 409
     assert "only ended runs restart" in again.json()["detail"]

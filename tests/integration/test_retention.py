@@ -108,7 +108,7 @@ def test_calls_are_pruned_sooner_than_their_runs(db: Database) -> None:
     deleted = prune(db)
     assert deleted == {"llm_call_log": 1, "outbox": 0, "pipeline_run": 0, "batch": 0}
     assert runs_left(db) == {run_id}
-    assert scalar(db, "SELECT steps_total FROM pipeline_run") == 3, "the run's summary stays"
+    assert scalar(db, "SELECT steps_total FROM pipeline_run") == 4, "the run's summary stays"
 
 
 def test_only_published_outbox_rows_are_pruned(db: Database) -> None:

@@ -15,16 +15,11 @@ from docpipe.state import call_log, runs
 from docpipe.state.call_log import CallKey
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
-from tests import factories
-from tests.factories import TENANT, scalar
+from tests.factories import TENANT, new_run, scalar
 
 # The machine does not care what a step does: these are document_extract's four steps, the
 # first of them extract_text, all driven by hand here.
 STEP1, STEP2, STEP3, STEP4 = DOCUMENT_EXTRACT.step_names
-
-
-def new_run(db: Database, **options: object) -> runs.CreatedRun:
-    return factories.new_run(db, extracted=False, **options)  # type: ignore[arg-type]
 
 
 def test_same_idempotency_key_twice_gives_one_run(db: Database) -> None:

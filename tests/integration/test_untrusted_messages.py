@@ -24,7 +24,7 @@ from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
 
-STEP1 = DOCUMENT_EXTRACT.step_names[1]  # after extract_text
+STEP1 = DOCUMENT_EXTRACT.step_names[0]
 QUEUE = "llm_interactive"
 
 
