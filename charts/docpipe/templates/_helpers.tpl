@@ -112,9 +112,6 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- if not (lt (float64 $c.webhookTimeoutSeconds) (float64 .soft)) }}
 {{- fail (printf "config.webhookTimeoutSeconds=%v must be below %s=%v: a webhook delivery attempt ends at its own deadline, before the soft limit interrupts it" $c.webhookTimeoutSeconds .softName .soft) }}
 {{- end }}
-{{- if not (lt (float64 $c.ocrPageTimeoutSeconds) (float64 .soft)) }}
-{{- fail (printf "config.ocrPageTimeoutSeconds=%v must be below %s=%v: a page's OCR ends at its own limit, before the soft limit interrupts its step" $c.ocrPageTimeoutSeconds .softName .soft) }}
-{{- end }}
 {{- if not (lt (float64 $c.limiterMaxWaitSeconds) (float64 .soft)) }}
 {{- fail (printf "config.limiterMaxWaitSeconds=%v must be below %s=%v: a call waiting for the provider limiter hands its step back before the soft limit interrupts it" $c.limiterMaxWaitSeconds .softName .soft) }}
 {{- end }}
@@ -122,6 +119,9 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- if not (lt (float64 (index $c $key)) (float64 $.soft)) }}
 {{- fail (printf "config.%s=%v must be below %s=%v: a client waiting on PostgreSQL or Redis gives up before the soft limit interrupts its step" $key (index $c $key) $.softName $.soft) }}
 {{- end }}
+{{- end }}
+{{- if and (not (kindIs "invalid" $c.ocrPageTimeoutSeconds)) (not (lt (float64 $c.ocrPageTimeoutSeconds) (float64 .soft))) }}
+{{- fail (printf "config.ocrPageTimeoutSeconds=%v must be below %s=%v: a page's OCR ends at its own limit, before the soft limit interrupts its step" $c.ocrPageTimeoutSeconds .softName .soft) }}
 {{- end }}
 {{- end }}
 
@@ -199,7 +199,8 @@ maxDocumentBytes: DOCPIPE_MAX_DOCUMENT_BYTES
 maxDocumentPages: DOCPIPE_MAX_DOCUMENT_PAGES
 maxPagePixels: DOCPIPE_MAX_PAGE_PIXELS
 maxStepAttempts: DOCPIPE_MAX_STEP_ATTEMPTS
-ocrPageTimeoutSeconds: DOCPIPE_OCR_PAGE_TIMEOUT_S
+ocrLowConfidence: DOCPIPE_OCR_LOW_CONFIDENCE
+ocrMinTextChars: DOCPIPE_OCR_MIN_TEXT_CHARS
 ocrRenderDpi: DOCPIPE_OCR_RENDER_DPI
 outboxGraceSeconds: DOCPIPE_OUTBOX_GRACE_S
 outboxSweepIntervalSeconds: DOCPIPE_OUTBOX_SWEEP_INTERVAL_S

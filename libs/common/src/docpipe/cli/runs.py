@@ -149,13 +149,12 @@ def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
 
 
 def _format(result: dict[str, Any]) -> str:
-    """What the document was, from its extract_text output: "pdf, OCR 4/4 pages"."""
+    """What the document was, from its extract_text output: "pdf", "pdf+ocr" (some pages
+    read by OCR)."""
     extracted = result.get("extract_text") or {}
     if not extracted:
         return ""
-    if extracted.get("ocr_pages"):
-        return f"{extracted['format']}, OCR {extracted['ocr_pages']}/{extracted['pages']} pages"
-    return str(extracted["format"])
+    return f"{extracted['format']}{'+ocr' if extracted.get('ocr_pages') else ''}"
 
 
 def _found(result: dict[str, Any]) -> str:
