@@ -19,8 +19,7 @@ from tests.fakellm import FakeLLM
 def docpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "docpipe.cli", *args],
-        # Wide enough for the results table's notes on one line each.
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
