@@ -125,7 +125,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         folder = Path(args.state_dir) / "samples"
         contracts = write_samples(folder, args.count, with_dummy=True)
         # The first contract once more as a PDF, a Word file and a scan: one of each format.
-        contracts += [write_contract(folder, sample_contracts(1)[0], fmt)
+        first = sample_contracts(1)[0]
+        contracts += [write_contract(folder, first.slug, first.text, fmt)
                       for fmt in ("pdf", "docx", "scan")]  # fmt: skip
         ndas = write_ndas(folder / "nda", count=2)
         console.print(

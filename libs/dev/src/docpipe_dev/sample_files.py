@@ -8,15 +8,11 @@ import io
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import docx
 import pypdfium2 as pdfium
 from fpdf import FPDF
 from PIL import Image, ImageFilter
-
-if TYPE_CHECKING:
-    from docpipe_dev.samples import SampleContract
 
 __all__ = [
     "FORMATS",
@@ -108,13 +104,13 @@ def _scanned(page: Image.Image, rng: random.Random) -> Image.Image:
     return speckled.point(lambda v: 255 if v > 150 else 0).convert("1")
 
 
-def write_contract(directory: Path, contract: SampleContract, fmt: str, *, seed: int = 0) -> Path:
-    """Write ``contract`` in ``fmt`` (one of FORMATS) as ``<slug><suffix>``; its path."""
-    path = directory / f"{contract.slug}{SUFFIXES[fmt]}"
+def write_contract(directory: Path, slug: str, text: str, fmt: str, *, seed: int = 0) -> Path:
+    """Write a contract's ``text`` in ``fmt`` (one of FORMATS) as ``<slug><suffix>``; its
+    path."""
+    path = directory / f"{slug}{SUFFIXES[fmt]}"
     if fmt == "text":
-        path.write_text(contract.text, encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
     else:
         makers = {"pdf": contract_pdf, "docx": contract_docx}
-        data = contract_scan(contract.text, seed) if fmt == "scan" else makers[fmt](contract.text)
-        path.write_bytes(data)
+        path.write_bytes(contract_scan(text, seed) if fmt == "scan" else makers[fmt](text))
     return path

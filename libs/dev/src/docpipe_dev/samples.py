@@ -270,9 +270,11 @@ def write_samples(
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     if with_dummy:
-        paths.append(write_contract(directory, dummy_document(), "text"))
+        dummy = dummy_document()
+        paths.append(write_contract(directory, dummy.slug, dummy.text, "text"))
     for i, contract in enumerate(sample_contracts(count, seed)):
-        paths += [write_contract(directory, contract, fmt, seed=i) for fmt in formats]
+        paths += [write_contract(directory, contract.slug, contract.text, fmt, seed=i)
+                  for fmt in formats]  # fmt: skip
     return paths
 
 
