@@ -125,8 +125,14 @@ class Settings(BaseSettings):
     admission_interval_s: Seconds = 1.0
     # Fair admission remembers how much each tenant was served for this long.
     batch_fairness_memory_s: Seconds = 600.0
+    # A batch body is read as it arrives and refused (413) once it passes max_batch_bytes;
+    # an API process holds at most max_batch_bodies_in_flight bodies at once (more: 503 with
+    # Retry-After). A body costs at most ~3.5 times its size while it is read, parsed and
+    # stored (bench/api_memory.py), so the API needs ~95 MiB + bytes x bodies x 3.5: with
+    # the defaults ~310 MiB, under the chart's 512Mi (values.yaml, api.resources).
     max_batch_documents: int = Field(default=10_000, ge=1)
-    max_batch_bytes: int = Field(default=64_000_000, ge=1)
+    max_batch_bytes: int = Field(default=32_000_000, ge=1)
+    max_batch_bodies_in_flight: int = Field(default=2, ge=1, le=64)
 
     # The provider limit shared by every worker (in Redis). 0 requests/min: no rate limit.
     provider_rpm: int = Field(default=0, ge=0)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated
 
+import anyio
 import redis
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -24,6 +25,7 @@ from docpipe_api.schemas import DocumentText, ExtractRequest
 
 __all__ = [
     "DEFAULT_TENANT",
+    "BatchBodiesDep",
     "BrokerDep",
     "DatabaseDep",
     "DocumentTextDep",
@@ -54,6 +56,8 @@ class Resources:
     broker: Broker
     redis: redis.Redis
     pipelines: Catalog
+    # Batch bodies this process may hold at once (DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT).
+    batch_bodies: anyio.Semaphore
 
 
 def _resources(request: Request) -> Resources:
@@ -80,6 +84,10 @@ def _redis(request: Request) -> redis.Redis:
 
 def _pipelines(request: Request) -> Catalog:
     return _resources(request).pipelines
+
+
+def _batch_bodies(request: Request) -> anyio.Semaphore:
+    return _resources(request).batch_bodies
 
 
 _bearer = HTTPBearer(
@@ -124,6 +132,7 @@ DatabaseDep = Annotated[Database, Depends(_database)]
 BrokerDep = Annotated[Broker, Depends(_broker)]
 RedisDep = Annotated[redis.Redis, Depends(_redis)]
 PipelinesDep = Annotated[Catalog, Depends(_pipelines)]
+BatchBodiesDep = Annotated[anyio.Semaphore, Depends(_batch_bodies)]
 TenantDep = Annotated[str, Depends(current_tenant)]
 
 
@@ -170,9 +179,10 @@ def require_json(request: Request) -> None:
         )
 
 
-async def read_capped(request: Request, limit: int) -> bytes:
+async def read_capped(request: Request, limit: int) -> bytearray:
     """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes: from
-    Content-Length before reading, else while reading (never more than limit + one chunk)."""
+    Content-Length before reading, else while reading (never more than limit + one chunk).
+    A bytearray, not bytes: copying a body at the limit would double what it holds."""
     too_large = HTTPException(413, f"the body is larger than the limit of {limit} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -182,7 +192,7 @@ async def read_capped(request: Request, limit: int) -> bytes:
         body += chunk
         if len(body) > limit:
             raise too_large
-    return bytes(body)
+    return body
 
 
 async def _document_text(request: Request, settings: SettingsDep) -> str:

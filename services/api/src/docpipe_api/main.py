@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import psycopg
 from fastapi import Depends, FastAPI
 
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             broker=CeleryPublisher(),
             redis=broker_redis,
             pipelines=catalog,
+            batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
         )
         try:
             with serving_metrics(resolved):

@@ -278,7 +278,12 @@ class BatchRequest(BaseModel):
 
     model_config = REQUEST_MODEL
 
-    documents: list[BatchDocumentIn] = Field(min_length=1)
+    documents: list[BatchDocumentIn] = Field(
+        min_length=1,
+        description="at most DOCPIPE_MAX_BATCH_DOCUMENTS documents (default 10000; more: "
+        "422), each text at most DOCPIPE_MAX_DOCUMENT_BYTES of UTF-8 (default 1000000; more: "
+        "413), the whole body at most DOCPIPE_MAX_BATCH_BYTES (default 32000000; more: 413)",
+    )
     pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
     budget_usd: Decimal | None = Field(
         default=None, gt=0, max_digits=14, decimal_places=6,
