@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 import redis
@@ -152,3 +154,70 @@ def test_texts_inside_a_batch_are_held_to_the_document_limit_in_utf8_bytes(
     )
     assert client.post("/batches", json={"documents": [{"text": "é" * 50}]}).status_code == 202
     assert scalar(db, "SELECT count(*) FROM document") == 1
+
+
+# --- how far ahead, and how much ------------------------------------------------------------
+
+
+def _stored_document(client: TestClient) -> None:
+    stored = client.put("/documents/doc-1", content=b"TEXT", headers={"Content-Type": "text/plain"})
+    assert stored.status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"start_at": "9999-12-31T23:59:59Z"}, "too far ahead: at most 604800 s (7 days, "
+         "DOCPIPE_MAX_START_DELAY_S) from now"),
+        ({"deadline_s": 8 * 86_400}, "deadline_s=691200 is beyond the limit of 604800 s "
+         "(7 days, DOCPIPE_MAX_DEADLINE_S)"),
+        ({"budget_usd": "100.01"}, "budget_usd=100.01 is more than a run may cost: the limit "
+         "is 100 (DOCPIPE_MAX_RUN_BUDGET_USD)"),
+    ],
+)  # fmt: skip
+def test_a_run_too_far_ahead_or_too_dear_is_refused_with_the_setting_named(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    options: dict[str, object],
+    message: str,
+) -> None:
+    client = make_api_client()
+    _stored_document(client)
+    refused = client.post("/documents/doc-1/extract", json=options)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"].endswith(message)
+    assert scalar(db, "SELECT count(*) FROM pipeline_run") == 0
+
+
+def test_runs_within_the_bounds_start_and_runs_without_a_budget_get_the_default(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    client = make_api_client()
+    _stored_document(client)
+    soon = (datetime.now(UTC) + timedelta(days=6)).isoformat()
+    for options in ({"start_at": soon}, {"deadline_s": 7 * 86_400}, {"budget_usd": 100}, {}):
+        assert client.post("/documents/doc-1/extract", json=options).status_code == 202
+    budgets = db_column(db, "SELECT budget_usd FROM pipeline_run ORDER BY created_at")
+    assert budgets == [Decimal(1), Decimal(1), Decimal(100), Decimal(1)]
+
+
+def test_batches_are_held_to_the_same_deadline_and_run_budget_bounds(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    client = make_api_client(default_run_budget_usd="0.5", max_run_budget_usd="2")
+    documents = [{"text": "x"}]
+    too_late = client.post("/batches", json={"documents": documents, "deadline_s": 8 * 86_400})
+    assert too_late.status_code == 422, too_late.text
+    assert "DOCPIPE_MAX_DEADLINE_S" in too_late.json()["detail"]
+    too_dear = client.post("/batches", json={"documents": documents, "run_budget_usd": 3})
+    assert too_dear.status_code == 422, too_dear.text
+    assert "run_budget_usd=3 is more than a run may cost" in too_dear.json()["detail"]
+    assert scalar(db, "SELECT count(*) FROM batch") == 0
+    assert client.post("/batches", json={"documents": documents}).status_code == 202
+    assert db_column(db, "SELECT budget_usd FROM pipeline_run") == [Decimal("0.5")]
+    assert db_column(db, "SELECT run_budget_usd FROM batch") == [Decimal("0.5")]
+
+
+def db_column(db: Database, sql: str) -> list[object]:
+    with db.session() as s:
+        return [next(iter(row.values())) for row in s.conn.execute(sql.encode()).fetchall()]

@@ -114,6 +114,15 @@ class Settings(BaseSettings):
     pipeline_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     max_document_bytes: int = Field(default=1_000_000, ge=1)
+    # What a run may cost: a request that names no budget gets the default (0: none), one
+    # that names more than the maximum is refused (422). Each run stops as budget_exceeded
+    # once its calls cost more.
+    default_run_budget_usd: Decimal = Field(default=Decimal("1.00"), ge=0, decimal_places=6)
+    max_run_budget_usd: Decimal = Field(default=Decimal("100"), gt=0, decimal_places=6)
+    # How far ahead a request may place its run: deadline_s, and start_at (from now); more
+    # is refused (422) instead of keeping rows and parked messages around for years.
+    max_deadline_s: float = Field(default=7 * 86_400.0, gt=0, le=30 * 86_400.0)
+    max_start_delay_s: float = Field(default=7 * 86_400.0, gt=0, le=365 * 86_400.0)
     # Independent calls of one step (a section each) in flight at once, per step.
     step_call_concurrency: int = Field(default=4, ge=1, le=64)
 
@@ -301,6 +310,11 @@ class Settings(BaseSettings):
                 f"DOCPIPE_WEBHOOK_TIMEOUT_S={self.webhook_timeout_s:g} must be below "
                 f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}: a delivery "
                 f"attempt ends at its own deadline, not by the soft limit's interruption"
+            )
+        if self.default_run_budget_usd > self.max_run_budget_usd:
+            raise ValueError(
+                f"DOCPIPE_DEFAULT_RUN_BUDGET_USD={self.default_run_budget_usd} must not exceed "
+                f"DOCPIPE_MAX_RUN_BUDGET_USD={self.max_run_budget_usd}"
             )
         if self.retry_backoff_base_s > self.retry_backoff_cap_s:
             raise ValueError(

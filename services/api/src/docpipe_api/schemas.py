@@ -50,6 +50,7 @@ REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
 ANSWER_MODEL = ConfigDict(from_attributes=True)
 # PostgreSQL text cannot hold NUL characters, so documents must not contain them.
 NO_NUL = "^[^\\u0000]*$"
+# The most DOCPIPE_MAX_DEADLINE_S may allow; the setting (7 days by default) is what applies.
 MAX_DEADLINE_S = 30 * 24 * 3600.0
 
 
@@ -108,21 +109,25 @@ class ExtractRequest(BaseModel):
         gt=0,
         le=MAX_DEADLINE_S,
         allow_inf_nan=False,
-        description="the run must finish within this many seconds of the request",
+        description="the run must finish within this many seconds of the request; at "
+        "most DOCPIPE_MAX_DEADLINE_S (default 604800, 7 days; more: 422)",
     )
     budget_usd: Decimal | None = Field(
         default=None,
         gt=0,
         max_digits=14,
         decimal_places=6,
-        description="the run stops as budget_exceeded once its provider calls cost more",
+        description="the run stops as budget_exceeded once its provider calls cost more; "
+        "at most DOCPIPE_MAX_RUN_BUDGET_USD (default 100; more: 422); left out: "
+        "DOCPIPE_DEFAULT_RUN_BUDGET_USD (default 1.00)",
     )
     callback_url: HttpUrl | None = Field(
         default=None, description="called once the run has ended (http or https)"
     )
     start_at: AwareDatetime | None = Field(
         default=None,
-        description="start no earlier than this (ISO 8601 with a time zone); interactive lane",
+        description="start no earlier than this (ISO 8601 with a time zone); interactive "
+        "lane; at most DOCPIPE_MAX_START_DELAY_S (default 604800, 7 days) ahead (more: 422)",
     )
     priority: Priority | None = Field(
         default=None,
@@ -291,14 +296,17 @@ class BatchRequest(BaseModel):
     )  # fmt: skip
     run_budget_usd: Decimal | None = Field(
         default=None, gt=0, max_digits=14, decimal_places=6,
-        description="each run stops as budget_exceeded once its calls cost more",
+        description="each run stops as budget_exceeded once its calls cost more; at most "
+        "DOCPIPE_MAX_RUN_BUDGET_USD (default 100; more: 422); left out: "
+        "DOCPIPE_DEFAULT_RUN_BUDGET_USD (default 1.00)",
     )  # fmt: skip
     callback_url: HttpUrl | None = Field(
         default=None, description="called once the batch has ended (http or https)"
     )
     deadline_s: float | None = Field(
         default=None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
-        description="every run must finish within this many seconds of the request",
+        description="every run must finish within this many seconds of the request; at "
+        "most DOCPIPE_MAX_DEADLINE_S (default 604800, 7 days; more: 422)",
     )  # fmt: skip
     priority: Priority | None = Field(
         default=None, description="the runs' priority (see ExtractRequest); default: low"

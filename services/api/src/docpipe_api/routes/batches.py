@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Annotated
 
 import anyio
@@ -21,6 +23,7 @@ from docpipe.state import batches
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
 from docpipe.statuses import Lane, Priority
+from docpipe_api.bounds import checked_deadline, run_budget
 from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
     BatchBodiesDep,
@@ -92,11 +95,15 @@ async def submit_batch(
     try:
         batch = _checked_batch(await read_capped(request, settings.max_batch_bytes), settings)
         pipeline = pipelines.get(batch.pipeline)
+        limits = _RunLimits(
+            deadline_at=checked_deadline(batch.deadline_s, datetime.now(UTC), settings),
+            run_budget_usd=run_budget(batch.run_budget_usd, settings, field="run_budget_usd"),
+        )
         callback_url = await run_sync(
             accepted_callback_url, db, settings, tenant, batch.callback_url
         )
         # Creating thousands of runs blocks for a while: keep it off the event loop.
-        created = await run_sync(_create, db, tenant, pipeline, batch, key, callback_url)
+        created = await run_sync(_create, db, tenant, pipeline, batch, limits, key, callback_url)
     finally:
         bodies.release()
     if created.created:
@@ -138,11 +145,21 @@ def _checked_batch(body: bytearray, settings: Settings) -> BatchRequest:
     return batch
 
 
+@dataclass(frozen=True)
+class _RunLimits:
+    """What every run of the batch gets, the request's options checked against the settings
+    (the fingerprint keeps the options as they were asked)."""
+
+    deadline_at: datetime | None
+    run_budget_usd: Decimal | None
+
+
 def _create(
     db: Database,
     tenant: str,
     pipeline: Pipeline,
     batch: BatchRequest,
+    limits: _RunLimits,
     key: str | None,
     callback_url: str | None,
 ) -> batches.CreatedBatch:
@@ -160,9 +177,6 @@ def _create(
         **batch.model_dump(mode="json", exclude={"documents", "pipeline", "priority"}),
         **({"priority": batch.priority} if batch.priority else {}),
     }
-    deadline_at = (
-        datetime.now(UTC) + timedelta(seconds=batch.deadline_s) if batch.deadline_s else None
-    )
     with db.transaction() as tx:
         return batches.create_batch(
             tx,
@@ -172,10 +186,10 @@ def _create(
             idempotency_key=key or uuid.uuid4().hex,
             request=fingerprint,
             budget_usd=batch.budget_usd,
-            run_budget_usd=batch.run_budget_usd,
+            run_budget_usd=limits.run_budget_usd,
             priority=batch.priority or Priority.default_for(Lane.BATCH),
             callback_url=callback_url,
-            deadline_at=deadline_at,
+            deadline_at=limits.deadline_at,
         )
 
 
