@@ -4,16 +4,21 @@ event streams, request floods. (bench/api_memory.py measures the memory side in 
 
 from __future__ import annotations
 
+import secrets
 import socket
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
 from docpipe.state.db import Database
+from docpipe.state.tenants import create_api_key
+from docpipe_api.ratelimit import WINDOW_S
 from docpipe_dev.big_requests import (
     Answer,
     batch_body_chunks,
@@ -103,21 +108,24 @@ def test_a_process_holding_its_batch_bodies_answers_503_to_one_more(
     url, _ = api_process(DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT="1")
     # A client that sends half a body and stalls holds the process' one slot, so another
     # batch is told to come back, and nothing of it is read or stored.
-    stalled, busy = wait_until(lambda: _stall_then_post(url), timeout_s=30)
+    stalled, _ = wait_until(lambda: _stall_then_post(url), timeout_s=30)
     with stalled:
-        assert busy.status == 503, busy.body
+        stored = scalar(db, "SELECT count(*) FROM batch")
+        busy = _post_one(url, unless=None)
+        assert busy is not None and busy.status == 503, busy
         assert int(busy.headers["retry-after"]) >= 1
         assert b"as many batches as it may hold in memory" in busy.body
-        assert scalar(db, "SELECT count(*) FROM batch") == 0
+        assert scalar(db, "SELECT count(*) FROM batch") == stored
     # Once the stalled client is gone, its slot is free again.
     accepted = wait_until(lambda: _post_one(url, unless=503), timeout_s=30)
     assert accepted.status == 202, accepted.body
-    assert scalar(db, "SELECT count(*) FROM batch") == 1
+    assert scalar(db, "SELECT count(*) FROM batch") == stored + 1
 
 
 def _stall_then_post(url: str) -> tuple[socket.socket, Answer] | None:
     """A stalled batch, and the answer to one more; None (and the stalled client gone) if
-    the second came first and took the slot, or the stalled one was answered."""
+    the second came first and took the slot (and was stored), or the stalled one was
+    answered."""
     stalled = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=30)
     stalled.sendall(
         b"POST /batches HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\n"
@@ -221,3 +229,60 @@ def test_batches_are_held_to_the_same_deadline_and_run_budget_bounds(
 def db_column(db: Database, sql: str) -> list[object]:
     with db.session() as s:
         return [next(iter(row.values())) for row in s.conn.execute(sql.encode()).fetchall()]
+
+
+# --- requests per client address ------------------------------------------------------------
+
+
+def _clear_of_a_window_boundary() -> None:
+    """Start counting at least a few seconds before the next one-minute window, so a test's
+    requests are counted in one window (setup, not an assertion on time)."""
+    left = WINDOW_S - time.time() % WINDOW_S
+    if left < 5:
+        time.sleep(left + 0.1)
+
+
+def _guess() -> dict[str, str]:
+    return {"Authorization": f"Bearer dp_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"}
+
+
+def test_an_address_over_its_rate_is_refused_before_any_key_is_checked(
+    api_process: Callable[..., tuple[str, ManagedProcess]], db: Database, broker: redis.Redis
+) -> None:
+    url, _ = api_process(DOCPIPE_AUTH="keys", DOCPIPE_CLIENT_IP_RPM="5", DOCPIPE_API_KEY_RPM="0")
+    key = create_api_key(db, "acme")
+    _clear_of_a_window_boundary()
+    with httpx.Client(base_url=url) as http:
+        guesses = [http.get("/runs/x", headers=_guess()).status_code for _ in range(5)]
+        assert guesses == [401] * 5
+        refused = http.get("/runs/x", headers={"Authorization": f"Bearer {key.plaintext}"})
+        assert refused.status_code == 429, refused.text
+        assert 1 <= int(refused.headers["retry-after"]) <= WINDOW_S
+        assert "this address made more than 5 requests this minute" in refused.json()["detail"]
+        assert http.get("/healthz").status_code == 200, "probes are never limited"
+    # The valid key was never looked up: its use was not even noted.
+    assert scalar(db, "SELECT last_used_at FROM api_key WHERE id = %s", key.key.id) is None
+
+
+def test_the_client_address_comes_from_x_forwarded_for_only_through_a_trusted_proxy(
+    api_process: Callable[..., tuple[str, ManagedProcess]], db: Database, broker: redis.Redis
+) -> None:
+    # uvicorn trusts X-Forwarded-For from 127.0.0.1 by default: this test client is a proxy.
+    url, _ = api_process(DOCPIPE_CLIENT_IP_RPM="2")
+    _clear_of_a_window_boundary()
+    with httpx.Client(base_url=url) as http:
+
+        def status(client_address: str) -> int:
+            return http.get("/runs/x", headers={"X-Forwarded-For": client_address}).status_code
+
+        assert [status("203.0.113.1") for _ in range(3)] == [404, 404, 429]
+        assert status("203.0.113.2") == 404, "another client behind the proxy has its own count"
+    # A peer that is not a trusted proxy cannot pick its address: its header is ignored.
+    url, _ = api_process(DOCPIPE_CLIENT_IP_RPM="2", FORWARDED_ALLOW_IPS="192.0.2.1")
+    _clear_of_a_window_boundary()
+    with httpx.Client(base_url=url) as http:
+        codes = [
+            http.get("/runs/x", headers={"X-Forwarded-For": f"203.0.113.{i}"}).status_code
+            for i in range(3)
+        ]
+    assert codes == [404, 404, 429]

@@ -190,6 +190,10 @@ class Settings(BaseSettings):
     auth: Literal["keys", "none"] = "keys"
     # Requests per minute allowed to one API key (a fixed window in Redis); 0: no limit.
     api_key_rpm: int = Field(default=600, ge=0)
+    # Requests per minute allowed to one client address, counted before the API key is
+    # checked (key guessing, floods without a key); 0: no limit. Behind a proxy every client
+    # shares the proxy's address unless uvicorn trusts it (--forwarded-allow-ips).
+    client_ip_rpm: int = Field(default=1200, ge=0)
 
     # Retention: beat deletes what is older than this many days (0: keep forever), in
     # batches of retention_batch_size rows, each its own short transaction.

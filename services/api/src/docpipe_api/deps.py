@@ -37,6 +37,7 @@ __all__ = [
     "SettingsDep",
     "TenantDep",
     "current_tenant",
+    "limit_client_address",
     "read_capped",
     "require_json",
 ]
@@ -103,6 +104,7 @@ def _unauthorized(detail: str, *, invalid_token: bool) -> HTTPException:
 
 
 def current_tenant(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     resources: Annotated[Resources, Depends(_resources)],
 ) -> str:
@@ -122,9 +124,25 @@ def current_tenant(
         key_id, tenant = verify_api_key(resources.database, credentials.credentials)
     except InvalidApiKey as exc:  # its message never contains the key
         raise _unauthorized(str(exc), invalid_token=True) from None
+    request.state.api_key_id = key_id
     if settings.api_key_rpm:
-        enforce_rate_limit(resources.redis, key_id, settings.api_key_rpm)
+        enforce_rate_limit(resources.redis, f"key:{key_id}", settings.api_key_rpm,
+                           who="this API key")  # fmt: skip
     return tenant
+
+
+def limit_client_address(
+    request: Request, resources: Annotated[Resources, Depends(_resources)]
+) -> None:
+    """429 once the client's address sent more than DOCPIPE_CLIENT_IP_RPM requests this
+    minute. Runs before the API key is looked at, so guessing keys and floods without one
+    are cut off before they reach PostgreSQL. The address is the peer's, or the one a
+    trusted proxy put in X-Forwarded-For (uvicorn's --forwarded-allow-ips: README,
+    "Security" > "Bounds")."""
+    limit = resources.settings.client_ip_rpm
+    if limit:
+        address = request.client.host if request.client else "unknown"
+        enforce_rate_limit(resources.redis, f"ip:{address}", limit, who="this address")
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]

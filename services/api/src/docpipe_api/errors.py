@@ -36,7 +36,8 @@ _DESCRIPTIONS = {
     413: "The body, or a document in it, is larger than allowed",
     415: "The body's Content-Type is not accepted",
     422: "The request is malformed",
-    429: "This API key sent too many requests this minute; retry after Retry-After seconds",
+    429: "This client address or API key sent too many requests this minute, or the key "
+    "has as many event streams open as it may; retry after Retry-After seconds",
     503: "PostgreSQL or Redis is unavailable, the rows to change stayed busy, or the process "
     "holds as many batch bodies as it may; retry after Retry-After seconds",
 }

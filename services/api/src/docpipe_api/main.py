@@ -21,7 +21,7 @@ from docpipe.pipelines.catalog import Catalog, load_catalog
 from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
-from docpipe_api.deps import Resources, current_tenant
+from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
@@ -66,8 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     install_observability(app)
-    # Every route but the probes (and /docs, /openapi.json) needs a tenant's API key; the
-    # check runs before the route reads its body.
+    # Every route but the probes (and /docs, /openapi.json) is limited per client address
+    # and then needs a tenant's API key; both checks run before the route reads its body.
     for router in (
         documents.router,
         runs.router,
@@ -76,7 +76,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         webhook_secrets.router,
     ):
         app.include_router(
-            router, dependencies=[Depends(current_tenant)], responses=error_responses(401, 429)
+            router,
+            dependencies=[Depends(limit_client_address), Depends(current_tenant)],
+            responses=error_responses(401, 429),
         )
     app.include_router(health.router)
     return app
