@@ -4,10 +4,12 @@ event streams, request floods. (bench/api_memory.py measures the memory side in 
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -17,7 +19,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from docpipe.state.db import Database
-from docpipe.state.tenants import create_api_key
+from docpipe.state.tenants import create_api_key, revoke_api_key
 from docpipe_api.ratelimit import WINDOW_S
 from docpipe_dev.big_requests import (
     Answer,
@@ -27,7 +29,7 @@ from docpipe_dev.big_requests import (
     post_in_chunks,
     reset_peak_rss,
 )
-from docpipe_dev.localstack import free_port
+from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.processes import ManagedProcess, api_argv
 from tests.factories import scalar
 from tests.processes import ProcessFactory, wait_until
@@ -286,3 +288,122 @@ def test_the_client_address_comes_from_x_forwarded_for_only_through_a_trusted_pr
             for i in range(3)
         ]
     assert codes == [404, 404, 429]
+
+
+# --- event streams ------------------------------------------------------------------------
+
+
+def _bearer(plaintext: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {plaintext}"}
+
+
+def _queued_run(http: httpx.Client, headers: dict[str, str]) -> str:
+    """A run that stays queued: no worker serves it."""
+    document = http.post(
+        "/documents", content=b"TEXT", headers={**headers, "Content-Type": "text/plain"}
+    )
+    assert document.status_code == 201, document.text
+    started = http.post(f"/documents/{document.json()['id']}/extract", headers=headers)
+    assert started.status_code == 202, started.text
+    return str(started.json()["run_id"])
+
+
+def _events(lines: Iterator[str]) -> list[tuple[str, dict[str, object]]]:
+    """Every event of a stream's lines until the server ends it."""
+    events, name = [], None
+    for line in lines:
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: ") and name is not None:
+            events.append((name, json.loads(line.removeprefix("data: "))))
+    return events
+
+
+def test_an_event_stream_ends_at_its_maximum_duration_telling_the_client_to_reconnect(
+    api_process: Callable[..., tuple[str, ManagedProcess]], db: Database, broker: redis.Redis
+) -> None:
+    url, _ = api_process(DOCPIPE_EVENT_STREAM_MAX_S="2")
+    with httpx.Client(base_url=url, timeout=60) as http:
+        run_id = _queued_run(http, {})
+        with http.stream("GET", f"/runs/{run_id}/events") as response:
+            assert response.status_code == 200
+            events = _events(response.iter_lines())
+    assert [name for name, _ in events] == ["progress", "reconnect"]
+    assert "open a new one to go on" in str(events[-1][1]["detail"])
+    assert broker.keys("docpipe:api-streams:*") == [], "the stream gave its slot back"
+
+
+def test_open_streams_per_key_are_capped_across_api_processes(
+    api_process: Callable[..., tuple[str, ManagedProcess]], db: Database, broker: redis.Redis
+) -> None:
+    env = {"DOCPIPE_AUTH": "keys", "DOCPIPE_EVENT_STREAMS_PER_KEY": "2"}
+    first_url, _ = api_process(**env)
+    second_url, _ = api_process(**env)
+    busy, other = (
+        _bearer(create_api_key(db, "acme").plaintext),
+        _bearer(create_api_key(db, "acme").plaintext),
+    )
+    with httpx.Client(base_url=first_url) as setup:
+        run_id = _queued_run(setup, busy)
+    with ExitStack() as open_streams, httpx.Client(timeout=60) as http:
+        for url in (first_url, second_url):  # one stream on each process
+            stream = open_streams.enter_context(
+                http.stream("GET", f"{url}/runs/{run_id}/events", headers=busy)
+            )
+            assert stream.status_code == 200
+        refused = http.get(f"{first_url}/runs/{run_id}/events", headers=busy)
+        assert refused.status_code == 429, refused.text
+        assert int(refused.headers["retry-after"]) >= 1
+        assert "has 2 event streams open" in refused.json()["detail"]
+        with http.stream("GET", f"{second_url}/runs/{run_id}/events", headers=other) as own:
+            assert own.status_code == 200, "another key has streams of its own"
+    # The streams were closed by their client: their slots come back.
+    with httpx.Client(timeout=60) as http:
+
+        def opens() -> bool:
+            with http.stream("GET", f"{first_url}/runs/{run_id}/events", headers=busy) as again:
+                return again.status_code == 200
+
+        assert wait_until(opens, timeout_s=30)
+
+
+def test_a_revoked_keys_open_stream_ends(
+    api_process: Callable[..., tuple[str, ManagedProcess]], db: Database, broker: redis.Redis
+) -> None:
+    url, _ = api_process(DOCPIPE_AUTH="keys")
+    key = create_api_key(db, "acme")
+    with httpx.Client(base_url=url, timeout=60) as http:
+        run_id = _queued_run(http, _bearer(key.plaintext))
+        with http.stream("GET", f"/runs/{run_id}/events", headers=_bearer(key.plaintext)) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            assert next(lines) == "event: progress"
+            revoke_api_key(db, key.key.id)
+            events = _events(lines)  # returns once the server ends the stream
+    assert [name for name, _ in events][-1] == "revoked"
+    assert events[-1][1] == {"detail": "the API key of this stream was revoked"}
+
+
+def test_streams_are_capped_per_process_while_redis_is_down(
+    make_api_client: Callable[..., TestClient], db: Database, redis_server: LocalRedis
+) -> None:
+    client = make_api_client(event_streams_per_key=1, event_stream_max_s=3)
+    run_id = _queued_run_in_process(client)
+    redis_server.stop()
+    try:
+        with client.stream("GET", f"/runs/{run_id}/events") as first:
+            assert first.status_code == 200
+            second = client.get(f"/runs/{run_id}/events")
+            assert second.status_code == 429, second.text
+            assert [name for name, _ in _events(first.iter_lines())][-1] == "reconnect"
+        with client.stream("GET", f"/runs/{run_id}/events") as again:
+            assert again.status_code == 200, "the slot came back"
+    finally:
+        redis_server.start()
+
+
+def _queued_run_in_process(client: TestClient) -> str:
+    client.put("/documents/doc-1", content=b"TEXT", headers={"Content-Type": "text/plain"})
+    started = client.post("/documents/doc-1/extract")
+    assert started.status_code == 202, started.text
+    return str(started.json()["run_id"])

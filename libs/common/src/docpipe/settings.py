@@ -194,6 +194,11 @@ class Settings(BaseSettings):
     # checked (key guessing, floods without a key); 0: no limit. Behind a proxy every client
     # shares the proxy's address unless uvicorn trusts it (--forwarded-allow-ips).
     client_ip_rpm: int = Field(default=1200, ge=0)
+    # Event streams (GET /runs/{id}/events): each ends after this long with an event telling
+    # the client to reconnect, and one API key (or, without keys, one tenant) may hold this
+    # many open at once across every API process (more: 429).
+    event_stream_max_s: Seconds = 900.0
+    event_streams_per_key: int = Field(default=10, ge=1, le=10_000)
 
     # Retention: beat deletes what is older than this many days (0: keep forever), in
     # batches of retention_batch_size rows, each its own short transaction.

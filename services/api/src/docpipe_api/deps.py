@@ -22,9 +22,11 @@ from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
 from docpipe_api.errors import describe_validation_errors
 from docpipe_api.ratelimit import enforce_rate_limit
 from docpipe_api.schemas import DocumentText, ExtractRequest
+from docpipe_api.streams import StreamSlots
 
 __all__ = [
     "DEFAULT_TENANT",
+    "ApiKeyIdDep",
     "BatchBodiesDep",
     "BrokerDep",
     "DatabaseDep",
@@ -35,6 +37,7 @@ __all__ = [
     "RedisDep",
     "Resources",
     "SettingsDep",
+    "StreamSlotsDep",
     "TenantDep",
     "current_tenant",
     "limit_client_address",
@@ -59,6 +62,7 @@ class Resources:
     pipelines: Catalog
     # Batch bodies this process may hold at once (DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT).
     batch_bodies: anyio.Semaphore
+    stream_slots: StreamSlots
 
 
 def _resources(request: Request) -> Resources:
@@ -89,6 +93,16 @@ def _pipelines(request: Request) -> Catalog:
 
 def _batch_bodies(request: Request) -> anyio.Semaphore:
     return _resources(request).batch_bodies
+
+
+def _stream_slots(request: Request) -> StreamSlots:
+    return _resources(request).stream_slots
+
+
+def _api_key_id(request: Request) -> str | None:
+    """The id of the request's API key (set by current_tenant); None without API keys."""
+    key_id = getattr(request.state, "api_key_id", None)
+    return key_id if isinstance(key_id, str) else None
 
 
 _bearer = HTTPBearer(
@@ -151,6 +165,8 @@ BrokerDep = Annotated[Broker, Depends(_broker)]
 RedisDep = Annotated[redis.Redis, Depends(_redis)]
 PipelinesDep = Annotated[Catalog, Depends(_pipelines)]
 BatchBodiesDep = Annotated[anyio.Semaphore, Depends(_batch_bodies)]
+StreamSlotsDep = Annotated[StreamSlots, Depends(_stream_slots)]
+ApiKeyIdDep = Annotated[str | None, Depends(_api_key_id)]
 TenantDep = Annotated[str, Depends(current_tenant)]
 
 

@@ -25,6 +25,7 @@ from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
+from docpipe_api.streams import StreamSlots
 
 __all__ = ["app", "create_app"]
 
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             redis=broker_redis,
             pipelines=catalog,
             batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
+            stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
         )
         try:
             with serving_metrics(resolved):

@@ -899,6 +899,10 @@ WITH touched AS (
 )
 SELECT id, tenant_id, key_sha256, revoked_at FROM api_key WHERE id = %(id)s;
 
+-- name: api_key_is_active
+-- Whether the key with this id exists and is not revoked (an open event stream asks again).
+SELECT id FROM api_key WHERE id = %(id)s AND revoked_at IS NULL;
+
 -- name: list_api_keys
 -- Every key (of one tenant, when given), without its hash.
 SELECT id, tenant_id, name, created_at, revoked_at, last_used_at
