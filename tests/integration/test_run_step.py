@@ -324,3 +324,22 @@ def _messages(step: str, text: str) -> list[dict[str, str]]:
         {"role": "system", "content": DOCUMENT_EXTRACT.step(step).system_prompt},
         {"role": "user", "content": text},
     ]
+
+
+def test_a_fan_out_over_the_cap_sends_none_of_its_calls_and_goes_to_review(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    run = new_run(db, CONTRACTS[0].text)
+    assert (
+        StepExecutor(db, llm, settings, owner="w").run_step(run.run_id, STEP1).kind == "completed"
+    )
+    sections = scalar(db, "SELECT jsonb_array_length(output->'sections') FROM "
+                          "pipeline_step_result WHERE step = %s", STEP1)  # fmt: skip
+    capped = settings.model_copy(update={"max_fanout_calls": sections - 1})
+    outcome = StepExecutor(db, llm, capped, owner="w").run_step(run.run_id, STEP2)
+    assert (outcome.kind, outcome.run_status, outcome.calls_sent) == ("failed", "needs_review", 0)
+    assert f"fans out to {sections} calls; the most one fan-out may send is {sections - 1}" in (
+        outcome.error or ""
+    )
+    assert call_count(db, STEP2) == 0
+    assert fake_llm.stats()["requests_total"] == 1, "only step 1's call was paid"

@@ -1,8 +1,9 @@
+import jsonschema
 import pytest
 
 from docpipe.errors import InvalidRequestError
 from docpipe.pipelines.catalog import get_pipeline, pipelines
-from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, locate_sections
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, MAX_SECTIONS, locate_sections
 
 DOC = "SUPPLY AGREEMENT\nParties here.\n1. DEFINITIONS\nWords.\n2. PRICE\nMoney.\n"
 
@@ -108,3 +109,13 @@ def test_a_step_name_and_bounds_are_checked_when_it_is_defined() -> None:
         Step("a", nothing, {"type": "array"})
     with pytest.raises(PipelineError, match="a fallback_model needs a model"):
         Step("a", nothing, {"type": "object"}, fallback_model="gpt-4o")
+
+
+def test_the_sections_a_model_may_name_are_bounded_for_they_are_paid_calls() -> None:
+    answer_schema = DOCUMENT_EXTRACT.step("extract_sections").answer_schemas[0]
+    headings = [{"number": str(i), "title": "T", "heading": f"H{i}"} for i in range(61)]
+    jsonschema.validate({"sections": headings[:MAX_SECTIONS]}, answer_schema)
+    with pytest.raises(jsonschema.ValidationError, match="is too long"):
+        jsonschema.validate({"sections": headings}, answer_schema)
+    output = DOCUMENT_EXTRACT.step("extract_sections").output_schema
+    assert output["properties"]["sections"]["maxItems"] == MAX_SECTIONS + 1  # + the preamble

@@ -30,6 +30,7 @@ GOOD = dedent(
           properties:
             items:
               type: array
+              maxItems: 3
               items:
                 type: object
                 properties: {text: {type: string}, amount: {type: number}}
@@ -185,6 +186,43 @@ def test_a_map_over_more_items_than_its_bound_fails_into_review_before_any_call(
               - name: a
                 kind: ask
                 prompt: "{{ document }}"
+                output_schema: {type: object, properties: {items: {type: array}}}
+              - name: b
+                kind: map
+                over: outputs.a.items
+                prompt: "{{ item }}"
+                output_schema: {type: object}
+            """,
+            r"invoice\.yaml:11: step 'b': outputs\.a\.items has no maxItems in its schema",
+        ),
+        (
+            """\
+            name: x
+            version: 1
+            defaults: {model: gpt-4o-mini}
+            steps:
+              - name: a
+                kind: ask
+                prompt: "{{ document }}"
+                output_schema: {type: object, properties: {items: {type: array, maxItems: 500}}}
+              - name: b
+                kind: map
+                over: outputs.a.items
+                prompt: "{{ item }}"
+                output_schema: {type: object}
+            """,
+            r"invoice\.yaml:11: step 'b': outputs\.a\.items may hold 500 items \(maxItems\), "
+            r"more than this step maps \(max_items 100\)",
+        ),
+        (
+            """\
+            name: x
+            version: 1
+            defaults: {model: gpt-4o-mini}
+            steps:
+              - name: a
+                kind: ask
+                prompt: "{{ document }}"
                 output_schema: {type: object, properties: {n: {type: number}}}
               - name: b
                 kind: reduce
@@ -272,6 +310,8 @@ def test_a_map_over_more_items_than_its_bound_fails_into_review_before_any_call(
         "invalid-output-schema",
         "unknown-variable",
         "unknown-step-reference",
+        "unbounded-fan-out",
+        "fan-out-beyond-max-items",
         "undeclared-field",
         "map-first",
         "no-model",

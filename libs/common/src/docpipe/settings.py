@@ -125,6 +125,10 @@ class Settings(BaseSettings):
     max_start_delay_s: float = Field(default=7 * 86_400.0, gt=0, le=365 * 86_400.0)
     # Independent calls of one step (a section each) in flight at once, per step.
     step_call_concurrency: int = Field(default=4, ge=1, le=64)
+    # The most calls one fan-out (a step's ask_all over a list: sections, a map step's
+    # items) may send; a longer list fails the step into review before any is sent. Every
+    # pipeline's lists are bounded in their schemas too; this bounds Python pipelines' code.
+    max_fanout_calls: int = Field(default=100, ge=1, le=10_000)
 
     # The batch lane: how many batch runs may be in flight (admitted, not ended) at once;
     # the rest wait in PostgreSQL. Set it to the batch workers' total concurrency: more only

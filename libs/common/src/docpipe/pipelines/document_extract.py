@@ -56,12 +56,17 @@ FIELDS_SCHEMA: dict[str, Any] = {
 
 # --- extract_sections ---------------------------------------------------------------------
 
+# Each section is a paid call of extract_fields: the model may name at most this many
+# headings (strict output mode tells it so), and a longer answer fails its schema.
+MAX_SECTIONS = 60
+
 _SECTIONS_ANSWER = {
     "type": "object",
     "required": ["sections"],
     "properties": {
         "sections": {
             "type": "array",
+            "maxItems": MAX_SECTIONS,
             "items": {
                 "type": "object",
                 "required": ["number", "title", "heading"],
@@ -88,7 +93,15 @@ _SECTION = {
 SECTIONS_SCHEMA = {
     "type": "object",
     "required": ["sections"],
-    "properties": {"sections": {"type": "array", "minItems": 1, "items": _SECTION}},
+    # The headings the model named, and the preamble before them.
+    "properties": {
+        "sections": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_SECTIONS + 1,
+            "items": _SECTION,
+        }
+    },
 }
 
 
