@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import httpx
 import pytest
@@ -407,3 +408,27 @@ def _queued_run_in_process(client: TestClient) -> str:
     started = client.post("/documents/doc-1/extract")
     assert started.status_code == 202, started.text
     return str(started.json()["run_id"])
+
+
+def test_the_openapi_document_states_this_deployments_bounds(
+    make_api_client: Callable[..., TestClient],
+) -> None:
+    client = make_api_client(max_deadline_s=3600, max_run_budget_usd=5, max_batch_documents=7)
+    paths = client.get("/openapi.json").json()["paths"]
+
+    def body(path: str) -> dict[str, Any]:
+        content = paths[path]["post"]["requestBody"]["content"]["application/json"]
+        return dict(content["schema"]["properties"])
+
+    def number(prop: dict[str, Any]) -> dict[str, Any]:
+        return next(v for v in prop["anyOf"] if v.get("type") == "number")
+
+    extract, batch = body("/documents/{document_id}/extract"), body("/batches")
+    assert (
+        number(extract["deadline_s"])["maximum"] == number(batch["deadline_s"])["maximum"] == 3600
+    )
+    assert (
+        number(extract["budget_usd"])["maximum"] == number(batch["run_budget_usd"])["maximum"] == 5
+    )
+    assert "maximum" not in number(batch["budget_usd"]), "a batch's total is not a run's budget"
+    assert batch["documents"]["maxItems"] == 7

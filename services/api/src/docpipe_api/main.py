@@ -24,6 +24,7 @@ from docpipe.state.definitions import check_running_definitions
 from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
+from docpipe_api.openapi import serve_with_live_bounds
 from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
 from docpipe_api.streams import StreamSlots
 
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    serve_with_live_bounds(app, lambda: settings or get_settings())
     install_observability(app)
     # Every route but the probes (and /docs, /openapi.json) is limited per client address
     # and then needs a tenant's API key; both checks run before the route reads its body.
