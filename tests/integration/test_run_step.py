@@ -14,6 +14,7 @@ import pytest
 
 from docpipe.errors import PermanentLLMError, TransientLLMError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.pipelines.evidence import normalised
 from docpipe.providers.client import ChatRequest, LLMClient
 from docpipe.providers.gate import CallTicket
 from docpipe.settings import Settings
@@ -84,6 +85,12 @@ def test_every_sample_contract_goes_through_the_three_steps(
         assert steps[step.name]["model"] == step.model
     # The fake really reads the text: the fields are the generator's ground truth.
     assert steps[STEP2]["output"]["fields"] == contract.expected
+    # Every value's quote was found where the evidence says, on page 1 (plain text).
+    evidence = steps[STEP2]["output"]["evidence"]
+    assert {e["field"] for e in evidence} == set(contract.expected)
+    for e in evidence:
+        assert e["supported"] and e["page"] == 1, e
+        assert normalised(contract.text[e["start"] : e["end"]]) == normalised(e["quote"])
     sections = steps[STEP1]["output"]["sections"]
     assert call_count(db, STEP2) == len(sections), "one call per section"
     assert contract.expected["parties"][0]["name"] in steps[STEP3]["output"]["summary"]

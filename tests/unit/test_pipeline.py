@@ -88,8 +88,10 @@ def test_a_step_sees_the_document_earlier_outputs_and_ask_and_nothing_else() -> 
         "ask_all",
         "document",
         "outputs",
+        "page_starts",
     }
     assert seen.document == "the text"
+    assert seen.page_starts == (0,)  # plain text is one page
     with pytest.raises(TypeError):  # earlier outputs are read-only
         seen.outputs["extract_sections"] = {}  # type: ignore[index]
 

@@ -43,6 +43,9 @@ class StepInput(Protocol):
     def document(self) -> str: ...
 
     @property
+    def page_starts(self) -> tuple[int, ...]: ...
+
+    @property
     def outputs(self) -> Mapping[str, Any]: ...
 
     def ask(self, call_key: str, user: str, schema: JSONSchema) -> dict[str, Any]:
