@@ -101,6 +101,30 @@ def test_every_sample_contract_goes_through_the_three_steps(
     assert sum(r["cost_usd"] for r in steps.values()) == total
 
 
+def test_a_value_with_an_invented_quote_is_kept_flagged_and_sends_the_run_to_review(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    contract = CONTRACTS[0]
+    # One call at a time: the preamble (parties, type, date) is the call the fault meets.
+    one_by_one = settings.model_copy(update={"step_call_concurrency": 1})
+    executor = StepExecutor(db, llm, one_by_one, owner="test-worker")
+    fake_llm.add_fault("invented_quote", count=1, step=STEP2)
+    run = new_run(db, contract.text)
+    assert run_to_the_end(executor, run.run_id) == ["completed"] * 3
+    progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
+    assert progress.status == "needs_review"
+    assert progress.error == (
+        "unsupported_evidence: 3 value(s) whose quote is not in the document "
+        "(parties, contract_type, effective_date)"
+    )
+    output = next(s.output for s in progress.steps if s.step == STEP2)
+    assert output is not None and output["fields"] == contract.expected  # kept, not dropped
+    flagged = {e["field"]: e for e in output["evidence"] if not e["supported"]}
+    assert set(flagged) == {"parties", "contract_type", "effective_date"}
+    assert all(e["start"] is None and e["page"] is None for e in flagged.values())
+    assert sum(e["supported"] for e in output["evidence"]) == len(contract.expected) - 3
+
+
 @pytest.mark.parametrize("parallel", [1, 4])
 def test_a_transient_error_in_step_2_resends_only_the_calls_that_did_not_finish(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM, parallel: int

@@ -7,6 +7,7 @@ import pytest
 from docpipe.pipelines.evidence import (
     MAX_QUOTE_CHARS,
     evidence_for,
+    evidence_records,
     locate_quote,
     normalised,
     page_of,
@@ -149,18 +150,21 @@ def test_evidence_of_an_invented_quote_is_unsupported_and_kept() -> None:
     }
 
 
+def record(field: str, supported: bool) -> dict[str, object]:
+    found = evidence_for(DOC, "TERMINATION" if supported else "Nowhere.", page_starts=(0,),
+                         sections=[])  # fmt: skip
+    return {"field": field, "value": 1, **found}
+
+
 def test_unsupported_values_are_read_from_every_step_that_records_evidence() -> None:
     outputs = {
         "extract_sections": {"sections": []},
-        "extract_fields": {
-            "evidence": [
-                {"field": "term_months", "supported": True},
-                {"field": "liability_cap", "supported": False},
-            ]
-        },
+        "extract_fields": {"evidence": [record("term_months", True), record("cap", False)]},
         "summarize": {"summary": "x", "evidence": "not a list"},
+        "own_data": {"evidence": [{"field": "x", "supported": False}, "text"]},  # not records
     }
-    assert unsupported_values(outputs) == ["liability_cap"]
+    assert [r["field"] for r in evidence_records(outputs)] == ["term_months", "cap"]
+    assert unsupported_values(outputs) == ["cap"]
 
 
 def test_a_spaced_dash_and_a_hyphen_copied_without_its_line_break_are_found() -> None:

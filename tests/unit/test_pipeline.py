@@ -1,6 +1,7 @@
 import pytest
 
 from docpipe.errors import InvalidRequestError
+from docpipe.pipelines import Pipeline, PipelineError, Step
 from docpipe.pipelines.catalog import get_pipeline, pipelines
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, locate_sections
 
@@ -110,3 +111,35 @@ def test_a_step_name_and_bounds_are_checked_when_it_is_defined() -> None:
         Step("a", nothing, {"type": "array"})
     with pytest.raises(PipelineError, match="a fallback_model needs a model"):
         Step("a", nothing, {"type": "object"}, fallback_model="gpt-4o")
+
+
+def _evidence_step(name: str = "read") -> Step:
+    schema = {"type": "object", "properties": {"evidence": {"type": "array"}}}
+    return Step(name=name, execute=lambda ctx: {"evidence": []}, output_schema=schema)
+
+
+def test_document_extract_sends_runs_with_unsupported_evidence_to_review() -> None:
+    def record(field: str, supported: bool) -> dict[str, object]:
+        return {"field": field, "value": 1, "quote": "q", "start": None, "end": None,
+                "page": None, "section": None, "supported": supported}  # fmt: skip
+
+    assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence",)
+    supported = {"extract_fields": {"evidence": [record("term_months", True)]}}
+    assert DOCUMENT_EXTRACT.review_reasons(supported) == []
+    invented = {"extract_fields": {"evidence": [record("term_months", True),
+                                                record("liability_cap", False)]}}  # fmt: skip
+    assert DOCUMENT_EXTRACT.review_reasons(invented) == [
+        "unsupported_evidence: 1 value(s) whose quote is not in the document (liability_cap)"
+    ]
+
+
+def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
+    with pytest.raises(PipelineError, match="unknown review_if rule 'typo' \\(known: "):
+        Pipeline("p", 1, (_evidence_step(),), review_if=("typo",))
+    plain = Step(name="plain", execute=lambda ctx: {}, output_schema={"type": "object"})
+    with pytest.raises(PipelineError, match="needs a step that records evidence"):
+        Pipeline("p", 1, (plain,), review_if=("unsupported_evidence",))
+    ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("unsupported_evidence",))
+    unruled = Pipeline("p", 1, (_evidence_step(),))
+    assert ruled.definition_hash != unruled.definition_hash
+    assert unruled.review_reasons({"read": {"evidence": [{"supported": False}]}}) == []

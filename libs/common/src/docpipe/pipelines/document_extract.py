@@ -163,18 +163,7 @@ EXTRACTED_SCHEMA = {
         "fields": FIELDS_SCHEMA,
         "found_in": {"type": "object", "additionalProperties": {"type": "string"}},
         # One entry per value as read (the parties a later section adds are one more).
-        "evidence": {
-            "type": "array",
-            "items": {
-                **EVIDENCE_SCHEMA,
-                "required": ["field", "value", *EVIDENCE_SCHEMA["required"]],
-                "properties": {
-                    "field": {"type": "string"},
-                    "value": {},
-                    **EVIDENCE_SCHEMA["properties"],
-                },
-            },
-        },
+        "evidence": {"type": "array", "items": EVIDENCE_SCHEMA},
     },
 }
 
@@ -253,6 +242,7 @@ DOCUMENT_EXTRACT = Pipeline(
     name="document_extract",
     version=1,
     source="builtin (docpipe.pipelines.document_extract)",
+    review_if=("unsupported_evidence",),
     steps=(
         Step(
             name="extract_sections",

@@ -17,10 +17,13 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import jsonschema
+
 __all__ = [
     "EVIDENCE_SCHEMA",
     "MAX_QUOTE_CHARS",
     "evidence_for",
+    "evidence_records",
     "locate_quote",
     "normalised",
     "page_of",
@@ -46,11 +49,15 @@ _STRAIGHT_QUOTES = str.maketrans(
 _QUOTE_MARKS = {'"': f"[{_DOUBLE_QUOTES}]", "'": f"[{_SINGLE_QUOTES}]"}
 _SPACES = re.compile(r"\s+")
 
-# One value's evidence as stored with the step output and shown by GET /runs/{id}.
+# One value with its evidence, as a step records it in the ``evidence`` list of its output
+# and GET /runs/{id} shows it: offsets into the document text (``end`` exclusive), the
+# 1-based page and the section holding ``start``; all null when the quote is not found.
 EVIDENCE_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["quote", "start", "end", "page", "section", "supported"],
+    "required": ["field", "value", "quote", "start", "end", "page", "section", "supported"],
     "properties": {
+        "field": {"type": "string"},
+        "value": {},
         "quote": {"type": "string", "maxLength": MAX_QUOTE_CHARS},
         "start": {"type": ["integer", "null"], "minimum": 0},
         "end": {"type": ["integer", "null"], "minimum": 0},
@@ -124,8 +131,9 @@ def evidence_for(
     sections: Sequence[Mapping[str, Any]],
     near: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """A value's evidence (:data:`EVIDENCE_SCHEMA`): where ``quote`` stands, on which page
-    and in which section; ``supported`` is False, and the rest null, when it is not found."""
+    """Where ``quote`` stands, on which page and in which section (the evidence of
+    :data:`EVIDENCE_SCHEMA` but its field and value); ``supported`` is False, and the rest
+    null, when it is not found."""
     span = locate_quote(document, quote, near=near)
     if span is None:
         return {"quote": quote, "start": None, "end": None, "page": None, "section": None,
@@ -142,13 +150,22 @@ def evidence_for(
     }
 
 
-def unsupported_values(outputs: Mapping[str, Any]) -> list[str]:
-    """The fields, across step outputs, whose recorded evidence was not found in the
-    document: a step records evidence as ``"evidence": [{"field", ..., "supported"}]``."""
+def evidence_records(outputs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The well-formed evidence records (:data:`EVIDENCE_SCHEMA`) of every step output, in
+    step order: a step records them as the ``evidence`` list of its output. Anything else
+    under that name (a user's step may use the word for its own data) is not evidence."""
     return [
-        str(item.get("field", "?"))
+        dict(item)
         for output in outputs.values()
         if isinstance(output, Mapping) and isinstance(output.get("evidence"), list)
         for item in output["evidence"]
-        if isinstance(item, Mapping) and item.get("supported") is False
+        if _RECORD.is_valid(item)
     ]
+
+
+def unsupported_values(outputs: Mapping[str, Any]) -> list[str]:
+    """The fields whose recorded evidence was not found in the document."""
+    return [r["field"] for r in evidence_records(outputs) if not r["supported"]]
+
+
+_RECORD = jsonschema.Draft202012Validator(EVIDENCE_SCHEMA)
