@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.catalog import Catalog
+from docpipe.pipelines.evidence import evidence_records
 from docpipe.pipelines.model import Pipeline
 from docpipe.state.db import Database, Session
 from docpipe.state.outbox import LANE_QUEUES_PARAM
@@ -359,6 +360,13 @@ class Progress:
         if self.status != RunStatus.DONE:
             return None
         return {s.step: s.output for s in self.steps}
+
+    @property
+    def values(self) -> list[dict[str, Any]] | None:
+        """Each extracted value with its evidence, from the outputs read with the run (None
+        when no step output was read or none records evidence)."""
+        outputs = {s.step: s.output for s in self.steps if s.output is not None}
+        return evidence_records(outputs) or None
 
 
 def run_progress(
