@@ -396,7 +396,7 @@ def test_a_batch_lane_run_whose_admission_fails_is_stored_and_left_to_beat(
 RUN_FIELDS = {
     "run_id", "pipeline", "document_id", "lane", "priority", "batch_id", "status", "current_step",
     "steps_done", "steps_total", "cost_so_far_usd", "error", "created_at", "finished_at",
-    "steps", "webhook", "result",
+    "steps", "webhook", "result", "values",
 }  # fmt: skip
 STEP_FIELDS = {
     "step", "status", "attempt", "model", "model_choices", "prompt_version", "input_tokens",
