@@ -26,6 +26,7 @@ __all__ = [
     "DocumentOut",
     "DocumentText",
     "ErrorBody",
+    "EvidencedValue",
     "ExtractAccepted",
     "ExtractRequest",
     "Health",
@@ -184,6 +185,28 @@ class StepStatus(BaseModel):
     finished_at: datetime | None
 
 
+class EvidencedValue(BaseModel):
+    """An extracted value with the evidence of the quote it was read from."""
+
+    model_config = ANSWER_MODEL
+
+    field: str = Field(description="the field the value is for, e.g. liability_cap")
+    value: Any = Field(description="the value as read (for a list such as parties: the items "
+                       "this quote supports)")  # fmt: skip
+    quote: str = Field(description="the passage the model says it read the value from")
+    start: int | None = Field(description="where the quote starts in the document's text "
+                              "(offset in characters); null when it is not there")  # fmt: skip
+    end: int | None = Field(description="where it ends (exclusive): text[start:end] is the "
+                            "passage as the document has it")  # fmt: skip
+    page: int | None = Field(description="1-based page of start (1 for plain text)")
+    section: str | None = Field(description="number of the section holding start")
+    section_title: str | None = None
+    supported: bool = Field(description="false: the quote was not found in the document "
+                            "(whitespace, hyphenation and quotation marks aside); the value "
+                            "is kept, flagged, and a pipeline with review_if: "
+                            "[unsupported_evidence] ends needs_review")  # fmt: skip
+
+
 class RunStatus(BaseModel):
     model_config = ANSWER_MODEL
 
@@ -205,6 +228,11 @@ class RunStatus(BaseModel):
     webhook: WebhookStatus | None = None
     result: dict[str, Any] | None = Field(
         default=None, description="each step's output by step name, once the run is done"
+    )
+    values: list[EvidencedValue] | None = Field(
+        default=None,
+        description="once the run is done or needs_review: each extracted value with its "
+        "evidence, for pipelines whose steps record it (document_extract does)",
     )
 
 

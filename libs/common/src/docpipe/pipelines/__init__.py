@@ -4,8 +4,9 @@ This module is all a pipeline author needs (README, "Write your own pipeline")::
 
     from docpipe.pipelines import Pipeline, Step, StepInput
 
-A step's code gets a :class:`StepInput`: the document's text, the earlier steps' outputs,
-and ``ask`` / ``ask_all`` for memoised model calls; the database, the limiter and the
+A step's code gets a :class:`StepInput`: the document's text, ``page_starts`` (offset in
+``document`` where each page starts ((0,) for plain text)), the earlier steps' outputs, and
+``ask`` / ``ask_all`` for memoised model calls; the database, the limiter and the
 settings stay out of its reach. Register a pipeline through the ``docpipe.pipelines`` entry
 point of your package or DOCPIPE_PIPELINE_MODULES, or write it as a file in
 DOCPIPE_PIPELINES_DIR (docpipe.pipelines.files). The built-in pipelines are

@@ -73,7 +73,8 @@ def load_pipeline_file(text: str, origin: str) -> Pipeline:
         except (PipelineError, TemplateError) as exc:
             raise fail(path, f"step {spec['name']!r}: {exc}") from None
     try:
-        return Pipeline(data["name"], data["version"], tuple(steps), source=origin)
+        return Pipeline(data["name"], data["version"], tuple(steps), source=origin,
+                        review_if=tuple(data.get("review_if", ())))  # fmt: skip
     except PipelineError as exc:
         raise fail((), str(exc)) from None
 

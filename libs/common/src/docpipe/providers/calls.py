@@ -302,12 +302,14 @@ def call_request_id(call_id: int) -> str:
 class _Input:
     """A step's view of its run (docpipe.pipelines.StepInput), and nothing else of it."""
 
-    __slots__ = ("_calls", "document", "outputs")
+    __slots__ = ("_calls", "document", "outputs", "page_starts")
 
     def __init__(self, calls: StepCalls, document: str, outputs: Mapping[str, Any]) -> None:
         self._calls = calls
         self.document = document
         self.outputs = outputs
+        # Documents are plain text today: one page. Uploads with a page map fill it in.
+        self.page_starts: tuple[int, ...] = (0,)
 
     def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         return self._calls.ask(call_key, user, schema)

@@ -58,10 +58,16 @@ KEY_CHECK_INTERVAL_S = 2.0
 _STREAMS_FULL_RETRY_AFTER_S = 10
 
 
+# Runs whose step outputs are shown: the result once done, the values with their evidence
+# also in review (what a reviewer checks).
+_WITH_OUTPUT = (statuses.RunStatus.DONE, statuses.RunStatus.NEEDS_REVIEW)
+
+
 def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
-    """The run's status body; the result (step outputs) only once it is done."""
+    """The run's status body; the result (step outputs) only once it is done, the values
+    with their evidence once it is done or needs review."""
     progress = runs.run_progress(db, tenant, run_id)
-    if progress.status == statuses.RunStatus.DONE:
+    if progress.status in _WITH_OUTPUT:
         progress = runs.run_progress(db, tenant, run_id, with_output=True)
     return RunStatus.model_validate(progress)
 
@@ -69,7 +75,7 @@ def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
 @router.get(
     "/runs/{run_id}",
     response_model=RunStatus,
-    summary="A run's status, steps, cost and (once done) result",
+    summary="A run's status, steps, cost and (once done) result and values with evidence",
     responses=error_responses(404, 422, 503),
 )
 def read_run(run_id: str, db: DatabaseDep, tenant: TenantDep) -> RunStatus:
@@ -171,7 +177,7 @@ class _Watch:
 
 
 def _event(name: str, body: RunStatus) -> str:
-    return f"event: {name}\ndata: {body.model_dump_json(exclude={'result'})}\n\n"
+    return f"event: {name}\ndata: {body.model_dump_json(exclude={'result', 'values'})}\n\n"
 
 
 def _notice(name: str, detail: str) -> str:
