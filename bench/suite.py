@@ -241,6 +241,19 @@ BENCHMARKS = [
         ],
     ),
     Benchmark(
+        "api-memory",
+        "bench.api_memory",
+        (),
+        (),
+        lambda f: [
+            (
+                "API peak RSS: batch over the body cap (chunked) / two stored at the cap",
+                f"{max(r['peak_mib'] for r in f['rows'] if 'chunked' in r['case']):.0f} / "
+                f"{max(r['peak_mib'] for r in f['rows'] if 'at once' in r['case']):.0f} MiB",
+            )
+        ],
+    ),
+    Benchmark(
         "recovery",
         "bench.recovery",
         ("--rounds", "5"),

@@ -32,7 +32,7 @@ from docpipe.state import admission, runs
 from docpipe.state.db import Database
 from docpipe_api.main import create_app
 from docpipe_dev.localstack import LocalRedis, free_port
-from tests.factories import scalar
+from tests.factories import extract_text, scalar
 from tests.processes import use_celery_broker
 
 EXTRACT, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
@@ -404,7 +404,7 @@ def test_a_batch_lane_run_whose_admission_fails_is_stored_and_left_to_beat(
 RUN_FIELDS = {
     "run_id", "pipeline", "document_id", "lane", "priority", "batch_id", "status", "current_step",
     "steps_done", "steps_total", "cost_so_far_usd", "error", "created_at", "finished_at",
-    "steps", "webhook", "result",
+    "steps", "webhook", "result", "values",
 }  # fmt: skip
 STEP_FIELDS = {
     "step", "status", "attempt", "model", "model_choices", "prompt_version", "input_tokens",
@@ -456,8 +456,47 @@ def test_a_finished_run_includes_every_steps_output(client: TestClient, db: Data
     body = client.get(f"/runs/{run_id}").json()
     assert (body["status"], body["current_step"], body["steps_done"]) == ("done", None, 4)
     assert body["result"] == outputs
+    assert body["values"] is None  # no step recorded evidence
     assert body["steps"][1]["prompt_version"] == f"{STEP1}@v1"
     assert body["finished_at"] is not None
+
+
+def test_a_run_in_review_shows_its_values_with_their_evidence(
+    client: TestClient, db: Database
+) -> None:
+    run_id = started_run(client)
+    found = {"field": "term_months", "value": 24, "quote": "twenty-four (24) months",
+             "start": 10, "end": 33, "page": 1, "section": "4", "section_title": "Term",
+             "supported": True}  # fmt: skip
+    invented = {**found, "field": "liability_cap", "value": {"amount": 1, "currency": "USD"},
+                "quote": "made up", "start": None, "end": None, "page": None, "section": None,
+                "section_title": None, "supported": False}  # fmt: skip
+    outputs = {
+        STEP1: {"sections": [], "evidence": [{"field": "not a record"}, "nor this"]},
+        STEP2: {"fields": {}, "found_in": {}, "evidence": [found, invented]},
+        STEP3: {"s": 1},
+    }
+    extract_text(db, run_id)
+    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+        claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
+        assert claim is not None
+        runs.record_step_result(
+            db,
+            claim,
+            owner="w",
+            output=outputs[step],
+            model="gpt-4o-mini",
+            prompt_version=f"{step}@v1",
+            next_step=nxt,
+            review_reason=None if nxt else "unsupported_evidence: 1",
+        )
+    body = client.get(f"/runs/{run_id}").json()
+    assert (body["status"], body["error"]) == ("needs_review", "unsupported_evidence: 1")
+    assert body["result"] is None
+    assert body["values"] == [found, invented]
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["EvidencedValue"]
+    assert set(schema["properties"]) == set(found)
+    assert "not found in the document" in schema["properties"]["supported"]["description"]
 
 
 @pytest.mark.parametrize("run_id", [str(uuid.uuid4()), "not-a-uuid"])

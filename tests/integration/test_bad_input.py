@@ -57,6 +57,7 @@ def live_api(
         "DOCPIPE_REDIS_URL": redis_server.url,
         "DOCPIPE_AUTH": "keys",
         "DOCPIPE_API_KEY_RPM": "0",
+        "DOCPIPE_CLIENT_IP_RPM": "0",
         "DOCPIPE_MAX_BATCH_DOCUMENTS": "20",
         "DOCPIPE_MAX_DOCUMENT_BYTES": "20000",
     }

@@ -130,7 +130,7 @@ def test_documents_stored_earlier_can_be_named_by_id(
         ({"documents": [{"text": "x"}], "colour": "red"}, 422, "colour"),
         ({"documents": [{"text": "x"}], "budget_usd": -1}, 422, "budget_usd"),
         ({"documents": [{"text": "x"}], "pipeline": "nope:v9"}, 422, "unknown pipeline"),
-        ({"documents": [{"text": "x"}] * 6}, 413, "the limit is 5"),
+        ({"documents": [{"text": "x"}] * 6}, 422, "the limit is 5"),
     ],
 )
 def test_bad_batches_get_a_clear_error_and_change_nothing(

@@ -14,6 +14,7 @@ import pytest
 
 from docpipe.errors import PermanentLLMError, TransientLLMError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.pipelines.evidence import normalised
 from docpipe.providers.client import ChatRequest, LLMClient
 from docpipe.providers.gate import CallTicket
 from docpipe.settings import Settings
@@ -84,6 +85,12 @@ def test_every_sample_contract_goes_through_the_three_steps(
         assert steps[step.name]["model"] == step.model
     # The fake really reads the text: the fields are the generator's ground truth.
     assert steps[STEP2]["output"]["fields"] == contract.expected
+    # Every value's quote was found where the evidence says, on page 1 (plain text).
+    evidence = steps[STEP2]["output"]["evidence"]
+    assert {e["field"] for e in evidence} == set(contract.expected)
+    for e in evidence:
+        assert e["supported"] and e["page"] == 1, e
+        assert normalised(contract.text[e["start"] : e["end"]]) == normalised(e["quote"])
     sections = steps[STEP1]["output"]["sections"]
     assert call_count(db, STEP2) == len(sections), "one call per section"
     assert contract.expected["parties"][0]["name"] in steps[STEP3]["output"]["summary"]
@@ -92,6 +99,30 @@ def test_every_sample_contract_goes_through_the_three_steps(
     assert total > 0
     assert scalar(db, "SELECT cost_usd FROM pipeline_run") == total
     assert sum(r["cost_usd"] for r in steps.values()) == total
+
+
+def test_a_value_with_an_invented_quote_is_kept_flagged_and_sends_the_run_to_review(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    contract = CONTRACTS[0]
+    # One call at a time: the preamble (parties, type, date) is the call the fault meets.
+    one_by_one = settings.model_copy(update={"step_call_concurrency": 1})
+    executor = StepExecutor(db, llm, one_by_one, owner="test-worker")
+    fake_llm.add_fault("invented_quote", count=1, step=STEP2)
+    run = new_run(db, contract.text, extracted=True)
+    assert run_to_the_end(executor, run.run_id) == ["completed"] * 3
+    progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
+    assert progress.status == "needs_review"
+    assert progress.error == (
+        "unsupported_evidence: 3 value(s) whose quote is not in the document "
+        "(parties, contract_type, effective_date)"
+    )
+    output = next(s.output for s in progress.steps if s.step == STEP2)
+    assert output is not None and output["fields"] == contract.expected  # kept, not dropped
+    flagged = {e["field"]: e for e in output["evidence"] if not e["supported"]}
+    assert set(flagged) == {"parties", "contract_type", "effective_date"}
+    assert all(e["start"] is None and e["page"] is None for e in flagged.values())
+    assert sum(e["supported"] for e in output["evidence"]) == len(contract.expected) - 3
 
 
 @pytest.mark.parametrize("parallel", [1, 4])
@@ -324,3 +355,22 @@ def _messages(step: str, text: str) -> list[dict[str, str]]:
         {"role": "system", "content": DOCUMENT_EXTRACT.step(step).system_prompt},
         {"role": "user", "content": text},
     ]
+
+
+def test_a_fan_out_over_the_cap_sends_none_of_its_calls_and_goes_to_review(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    assert (
+        StepExecutor(db, llm, settings, owner="w").run_step(run.run_id, STEP1).kind == "completed"
+    )
+    sections = scalar(db, "SELECT jsonb_array_length(output->'sections') FROM "
+                          "pipeline_step_result WHERE step = %s", STEP1)  # fmt: skip
+    capped = settings.model_copy(update={"max_fanout_calls": sections - 1})
+    outcome = StepExecutor(db, llm, capped, owner="w").run_step(run.run_id, STEP2)
+    assert (outcome.kind, outcome.run_status, outcome.calls_sent) == ("failed", "needs_review", 0)
+    assert f"fans out to {sections} calls; the most one fan-out may send is {sections - 1}" in (
+        outcome.error or ""
+    )
+    assert call_count(db, STEP2) == 0
+    assert fake_llm.stats()["requests_total"] == 1, "only step 1's call was paid"

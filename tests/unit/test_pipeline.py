@@ -1,8 +1,10 @@
+import jsonschema
 import pytest
 
 from docpipe.errors import InvalidRequestError
+from docpipe.pipelines import Pipeline, PipelineError, Step
 from docpipe.pipelines.catalog import get_pipeline, pipelines
-from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, locate_sections
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, MAX_SECTIONS, locate_sections
 
 DOC = "SUPPLY AGREEMENT\nParties here.\n1. DEFINITIONS\nWords.\n2. PRICE\nMoney.\n"
 
@@ -130,3 +132,45 @@ def test_a_pipeline_may_not_name_a_step_extract_text() -> None:
     mine = Pipeline("mine", 1, (Step("extract_text", nothing, {"type": "object"}),))
     with pytest.raises(PipelineError, match="docpipe's own first step of every pipeline"):
         with_text_extraction(mine)
+
+
+def test_the_sections_a_model_may_name_are_bounded_for_they_are_paid_calls() -> None:
+    answer_schema = DOCUMENT_EXTRACT.step("extract_sections").answer_schemas[0]
+    headings = [{"number": str(i), "title": "T", "heading": f"H{i}"} for i in range(61)]
+    jsonschema.validate({"sections": headings[:MAX_SECTIONS]}, answer_schema)
+    with pytest.raises(jsonschema.ValidationError, match="is too long"):
+        jsonschema.validate({"sections": headings}, answer_schema)
+    output = DOCUMENT_EXTRACT.step("extract_sections").output_schema
+    assert output["properties"]["sections"]["maxItems"] == MAX_SECTIONS + 1  # + the preamble
+
+
+def _evidence_step(name: str = "read") -> Step:
+    schema = {"type": "object", "properties": {"evidence": {"type": "array"}}}
+    return Step(name=name, execute=lambda ctx: {"evidence": []}, output_schema=schema)
+
+
+def test_document_extract_sends_runs_with_unsupported_evidence_to_review() -> None:
+    def record(field: str, supported: bool) -> dict[str, object]:
+        return {"field": field, "value": 1, "quote": "q", "start": None, "end": None,
+                "page": None, "section": None, "supported": supported}  # fmt: skip
+
+    assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence",)
+    supported = {"extract_fields": {"evidence": [record("term_months", True)]}}
+    assert DOCUMENT_EXTRACT.review_reasons(supported) == []
+    invented = {"extract_fields": {"evidence": [record("term_months", True),
+                                                record("liability_cap", False)]}}  # fmt: skip
+    assert DOCUMENT_EXTRACT.review_reasons(invented) == [
+        "unsupported_evidence: 1 value(s) whose quote is not in the document (liability_cap)"
+    ]
+
+
+def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
+    with pytest.raises(PipelineError, match="unknown review_if rule 'typo' \\(known: "):
+        Pipeline("p", 1, (_evidence_step(),), review_if=("typo",))
+    plain = Step(name="plain", execute=lambda ctx: {}, output_schema={"type": "object"})
+    with pytest.raises(PipelineError, match="needs a step that records evidence"):
+        Pipeline("p", 1, (plain,), review_if=("unsupported_evidence",))
+    ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("unsupported_evidence",))
+    unruled = Pipeline("p", 1, (_evidence_step(),))
+    assert ruled.definition_hash != unruled.definition_hash
+    assert unruled.review_reasons({"read": {"evidence": [{"supported": False}]}}) == []

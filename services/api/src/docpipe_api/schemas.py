@@ -26,6 +26,7 @@ __all__ = [
     "DocumentOut",
     "DocumentText",
     "ErrorBody",
+    "EvidencedValue",
     "ExtractAccepted",
     "ExtractRequest",
     "Health",
@@ -50,6 +51,7 @@ REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
 ANSWER_MODEL = ConfigDict(from_attributes=True)
 # PostgreSQL text cannot hold NUL characters, so documents must not contain them.
 NO_NUL = "^[^\\u0000]*$"
+# The most DOCPIPE_MAX_DEADLINE_S may allow; the setting (7 days by default) is what applies.
 MAX_DEADLINE_S = 30 * 24 * 3600.0
 
 
@@ -119,21 +121,25 @@ class ExtractRequest(BaseModel):
         gt=0,
         le=MAX_DEADLINE_S,
         allow_inf_nan=False,
-        description="the run must finish within this many seconds of the request",
+        description="the run must finish within this many seconds of the request; at "
+        "most DOCPIPE_MAX_DEADLINE_S (default 604800, 7 days; more: 422)",
     )
     budget_usd: Decimal | None = Field(
         default=None,
         gt=0,
         max_digits=14,
         decimal_places=6,
-        description="the run stops as budget_exceeded once its provider calls cost more",
+        description="the run stops as budget_exceeded once its provider calls cost more; "
+        "at most DOCPIPE_MAX_RUN_BUDGET_USD (default 100; more: 422); left out: "
+        "DOCPIPE_DEFAULT_RUN_BUDGET_USD (default 1.00)",
     )
     callback_url: HttpUrl | None = Field(
         default=None, description="called once the run has ended (http or https)"
     )
     start_at: AwareDatetime | None = Field(
         default=None,
-        description="start no earlier than this (ISO 8601 with a time zone); interactive lane",
+        description="start no earlier than this (ISO 8601 with a time zone); interactive "
+        "lane; at most DOCPIPE_MAX_START_DELAY_S (default 604800, 7 days) ahead (more: 422)",
     )
     priority: Priority | None = Field(
         default=None,
@@ -190,6 +196,28 @@ class StepStatus(BaseModel):
     finished_at: datetime | None
 
 
+class EvidencedValue(BaseModel):
+    """An extracted value with the evidence of the quote it was read from."""
+
+    model_config = ANSWER_MODEL
+
+    field: str = Field(description="the field the value is for, e.g. liability_cap")
+    value: Any = Field(description="the value as read (for a list such as parties: the items "
+                       "this quote supports)")  # fmt: skip
+    quote: str = Field(description="the passage the model says it read the value from")
+    start: int | None = Field(description="where the quote starts in the document's text "
+                              "(offset in characters); null when it is not there")  # fmt: skip
+    end: int | None = Field(description="where it ends (exclusive): text[start:end] is the "
+                            "passage as the document has it")  # fmt: skip
+    page: int | None = Field(description="1-based page of start (1 for plain text)")
+    section: str | None = Field(description="number of the section holding start")
+    section_title: str | None = None
+    supported: bool = Field(description="false: the quote was not found in the document "
+                            "(whitespace, hyphenation and quotation marks aside); the value "
+                            "is kept, flagged, and a pipeline with review_if: "
+                            "[unsupported_evidence] ends needs_review")  # fmt: skip
+
+
 class RunStatus(BaseModel):
     model_config = ANSWER_MODEL
 
@@ -211,6 +239,11 @@ class RunStatus(BaseModel):
     webhook: WebhookStatus | None = None
     result: dict[str, Any] | None = Field(
         default=None, description="each step's output by step name, once the run is done"
+    )
+    values: list[EvidencedValue] | None = Field(
+        default=None,
+        description="once the run is done or needs_review: each extracted value with its "
+        "evidence, for pipelines whose steps record it (document_extract does)",
     )
 
 
@@ -289,7 +322,12 @@ class BatchRequest(BaseModel):
 
     model_config = REQUEST_MODEL
 
-    documents: list[BatchDocumentIn] = Field(min_length=1)
+    documents: list[BatchDocumentIn] = Field(
+        min_length=1,
+        description="at most DOCPIPE_MAX_BATCH_DOCUMENTS documents (default 10000; more: "
+        "422), each text at most DOCPIPE_MAX_DOCUMENT_BYTES of UTF-8 (default 1000000; more: "
+        "413), the whole body at most DOCPIPE_MAX_BATCH_BYTES (default 32000000; more: 413)",
+    )
     pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
     budget_usd: Decimal | None = Field(
         default=None, gt=0, max_digits=14, decimal_places=6,
@@ -297,14 +335,17 @@ class BatchRequest(BaseModel):
     )  # fmt: skip
     run_budget_usd: Decimal | None = Field(
         default=None, gt=0, max_digits=14, decimal_places=6,
-        description="each run stops as budget_exceeded once its calls cost more",
+        description="each run stops as budget_exceeded once its calls cost more; at most "
+        "DOCPIPE_MAX_RUN_BUDGET_USD (default 100; more: 422); left out: "
+        "DOCPIPE_DEFAULT_RUN_BUDGET_USD (default 1.00)",
     )  # fmt: skip
     callback_url: HttpUrl | None = Field(
         default=None, description="called once the batch has ended (http or https)"
     )
     deadline_s: float | None = Field(
         default=None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
-        description="every run must finish within this many seconds of the request",
+        description="every run must finish within this many seconds of the request; at "
+        "most DOCPIPE_MAX_DEADLINE_S (default 604800, 7 days; more: 422)",
     )  # fmt: skip
     priority: Priority | None = Field(
         default=None, description="the runs' priority (see ExtractRequest); default: low"

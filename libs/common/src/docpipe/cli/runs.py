@@ -16,7 +16,7 @@ from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
-__all__ = ["register", "results_table", "submit_files", "watch_runs"]
+__all__ = ["evidence_count", "register", "results_table", "submit_files", "watch_runs"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -123,8 +123,8 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
 
 def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
     table = Table(title="docpipe results")
-    columns = ("document", "format", "pipeline", "status", "found", "tokens", "cost USD",
-               "attempts", "note")  # fmt: skip
+    columns = ("document", "format", "pipeline", "status", "found", "evidence", "tokens",
+               "cost USD", "attempts", "note")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right" if column in ("tokens", "cost USD") else "left")
     total_cost = 0.0
@@ -138,13 +138,14 @@ def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
             status["pipeline"],
             status["status"],
             _found(status.get("result") or {}),
+            evidence_count(status.get("values")),
             f"{tokens:,}",
             f"{status['cost_so_far_usd']:.6f}",
             str(attempts),
             (status.get("error") or "")[:60],
         )
     table.add_section()
-    table.add_row("total", "", "", "", "", "", f"{total_cost:.6f}", "", "")
+    table.add_row("total", "", "", "", "", "", "", f"{total_cost:.6f}", "", "")
     return table
 
 
@@ -155,6 +156,14 @@ def _format(result: dict[str, Any]) -> str:
     if not extracted:
         return ""
     return f"{extracted['format']}{'+ocr' if extracted.get('ocr_pages') else ''}"
+
+
+def evidence_count(values: list[dict[str, Any]] | None) -> str:
+    """``supported/total``: of the run's values, how many quotes were found in the document
+    (empty for a pipeline that records no evidence)."""
+    if not values:
+        return ""
+    return f"{sum(1 for v in values if v['supported'])}/{len(values)}"
 
 
 def _found(result: dict[str, Any]) -> str:

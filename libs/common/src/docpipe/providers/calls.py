@@ -85,7 +85,14 @@ class StepCalls:
         """``ask`` for each (call_key, user, schema), at most ``concurrency`` (and never
         more than ``step_call_concurrency``) at once; answers in request order. Every call
         finishes (and is memoised) before the first error is raised, so a retry re-sends
-        only what failed."""
+        only what failed. More than DOCPIPE_MAX_FANOUT_CALLS requests fail the step before
+        any is sent (each is a paid call), and the run goes to review."""
+        if len(requests) > self.settings.max_fanout_calls:
+            raise InvalidOutputError(
+                f"step {self.step.name} fans out to {len(requests)} calls; the most one "
+                f"fan-out may send is {self.settings.max_fanout_calls} (DOCPIPE_MAX_FANOUT_CALLS)",
+                kind="fan_out_too_large",
+            )
         parallel = min(concurrency or self.settings.step_call_concurrency,
                        self.settings.step_call_concurrency, len(requests))  # fmt: skip
         if parallel <= 1:

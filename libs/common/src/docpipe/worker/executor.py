@@ -173,6 +173,8 @@ class StepExecutor:
             error = f"step {step} raised {type(exc).__name__}: {exc}"
             return self._fail(claim, RunStatus.FAILED, error, ctx.calls_sent)
         next_step = pipeline.next_step(step)
+        # At its end, the pipeline's own rules may send the run to review (kept, not failed).
+        reasons = [] if next_step else pipeline.review_reasons({**claim.outputs, step: output})
         recorded = runs.record_step_result(
             self.db,
             claim,
@@ -181,11 +183,14 @@ class StepExecutor:
             model=spec.model,
             prompt_version=spec.prompt_version,
             next_step=next_step,
+            review_reason="; ".join(reasons) or None,
         )
         if recorded is None:
             # The run ended while we worked (cancel, deadline) or our lease was taken over.
             runs.abandon_step(self.db, run_id, step, owner=self.owner)
             return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="lease or run lost")
+        if reasons:
+            log.warning("run %s needs_review by its pipeline's rules: %s", run_id, reasons)
         return StepOutcome(
             "completed",
             run_status=recorded.run_status,

@@ -4,7 +4,7 @@ extraction run on it."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
@@ -25,6 +25,7 @@ from docpipe.state.documents import (
 )
 from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane, Priority
+from docpipe_api.bounds import checked_deadline, checked_start_at, run_budget
 from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
     BrokerDep,
@@ -165,12 +166,14 @@ def start_extraction(
     """The same Idempotency-Key returns the same run; with other options it is a 409."""
     pipeline = pipelines.get(options.pipeline)
     now = datetime.now(UTC)
-    deadline_at = now + timedelta(seconds=options.deadline_s) if options.deadline_s else None
+    deadline_at = checked_deadline(options.deadline_s, now, settings)
+    budget = run_budget(options.budget_usd, settings, field="budget_usd")
     if options.start_at is not None:
         if options.lane != Lane.INTERACTIVE:
             raise InvalidRequestError("start_at applies to the interactive lane only")
         if deadline_at is not None and options.start_at >= deadline_at:
             raise InvalidRequestError("start_at must be before the deadline (now + deadline_s)")
+        checked_start_at(options.start_at, now, settings)
     callback_url = accepted_callback_url(db, settings, tenant, options.callback_url)
     with db.transaction() as tx:
         get_document(tx, tenant, document_id)  # 404 before the foreign key can object
@@ -184,7 +187,7 @@ def start_extraction(
             idempotency_key=key or uuid.uuid4().hex,
             request={"document_id": document_id, **options.fingerprint()},
             deadline_at=deadline_at,
-            budget_usd=options.budget_usd,
+            budget_usd=budget,
             callback_url=callback_url,
             start_at=options.start_at,
             # The run's steps join this request's trace (see docpipe.observability.tracing).

@@ -171,6 +171,8 @@ RETURNING s.attempt;
 -- name: record_step_result
 -- Save a step's output with its tokens and cost, move the run on to its next step and put
 -- that step's message in the outbox (as enqueue_step does): one statement, so one commit.
+-- After its last step the run ends as %(end_status)s: 'done', or 'needs_review' with the
+-- reason in %(end_error)s when a rule of its pipeline sends it to review.
 WITH calls AS (
     SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
            coalesce(sum(output_tokens), 0) AS output_tokens,
@@ -191,7 +193,8 @@ WITH calls AS (
 ), advanced AS (
     UPDATE pipeline_run r
     SET steps_done = r.steps_done + 1, current_step = %(next_step)s, updated_at = now(),
-        status = CASE WHEN %(next_step)s::text IS NULL THEN 'done' ELSE r.status END,
+        status = CASE WHEN %(next_step)s::text IS NULL THEN %(end_status)s ELSE r.status END,
+        error = coalesce(%(end_error)s::text, r.error),
         finished_at = CASE WHEN %(next_step)s::text IS NULL THEN now() END
     FROM done
     WHERE r.id = done.run_id
@@ -947,6 +950,10 @@ WITH touched AS (
       AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
 )
 SELECT id, tenant_id, key_sha256, revoked_at FROM api_key WHERE id = %(id)s;
+
+-- name: api_key_is_active
+-- Whether the key with this id exists and is not revoked (an open event stream asks again).
+SELECT id FROM api_key WHERE id = %(id)s AND revoked_at IS NULL;
 
 -- name: list_api_keys
 -- Every key (of one tenant, when given), without its hash.
