@@ -49,6 +49,9 @@ _CURRENCIES = {
     "£": "GBP", "gbp": "GBP", "pounds sterling": "GBP",
 }  # fmt: skip
 
+# A line break inside a paragraph (not a blank line, not before a numbered clause or an
+# all-caps heading, which the text files put on lines of their own).
+_LINE_WRAP = re.compile(r"[ \t]*\n[ \t]*(?!\s|\d+(?:\.\d+)*\s|[A-Z][A-Z ;,&-]+\n)")
 _SENTENCE_BREAK = re.compile(r"[.;:]\s+(?=[A-Z(\"])|\n\s*\n")
 _TITLE_LINE = re.compile(r"^[A-Z][A-Z ,&\-]*\b(?:AGREEMENT|CONTRACT)\b[A-Z ]*$")
 _AGREEMENT_NAME = re.compile(
@@ -116,8 +119,11 @@ def read_fields(section_text: str) -> dict[str, Any]:
 
 
 def read_quoted_fields(section_text: str) -> dict[str, dict[str, Any]]:
-    """``{field: {"value", "quote"}}`` for the fields this section states, in schema order."""
-    text = _Text(section_text)
+    """``{field: {"value", "quote"}}`` for the fields this section states, in schema order.
+
+    It reads paragraphs, not lines, as a model does: a PDF's text wraps a sentence over
+    several lines ("the Effective\nDate") where the text file has it on one."""
+    text = _Text(_LINE_WRAP.sub(" ", _LINE_END_HYPHEN.sub("", section_text)))
     fields: dict[str, dict[str, Any]] = {}
     for name, reader in _READERS:
         read = reader(text)

@@ -47,10 +47,13 @@ def submit_files(
     (document, run_id)."""
     started = []
     for path in files:
-        doc_id = path.stem  # "contract.scan.pdf": "contract.scan", a document of its own
+        # A text file is named by its stem ("contract.txt": "contract"); a PDF or Word file
+        # keeps its suffix, so the same contract as text, PDF and DOCX makes three documents.
         if path.suffix.lower() in _FILE_SUFFIXES:
+            doc_id = path.name
             client.put_file(doc_id, path.read_bytes())
         else:
+            doc_id = path.stem
             client.put_document(doc_id, path.read_text(encoding="utf-8"))
         key = f"cli:{doc_id}:{lane}:{pipeline}"
         run = client.extract(doc_id, idempotency_key=key, lane=lane, pipeline=pipeline)
