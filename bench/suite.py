@@ -254,6 +254,26 @@ BENCHMARKS = [
         ],
     ),
     Benchmark(
+        "document-formats",
+        "bench.document_formats",
+        ("--documents", "200", "--rounds", "3"),
+        ("--documents", "20", "--rounds", "1"),
+        lambda f: [
+            (
+                "pages/s per worker process: PDF text / DOCX / OCR",
+                " / ".join(f"{v['pages_per_s']:g}" for v in f["speeds"].values()),
+            ),
+            (
+                f"{f['batch']['documents']} mixed documents through the batch lane",
+                f"{f['batch']['seconds']:.0f} s ({f['batch']['ocr_pages']} pages by OCR)",
+            ),
+            (
+                "SIGKILL during OCR: pages read twice per kill",
+                ", ".join(str(c["pages_redone"]) for c in f["crashes"]),
+            ),
+        ],
+    ),
+    Benchmark(
         "recovery",
         "bench.recovery",
         ("--rounds", "5"),
