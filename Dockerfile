@@ -79,13 +79,24 @@ COPY --from=worker-venv /opt/docpipe /opt/docpipe
 ENV DOCPIPE_LIVENESS_FILE=/tmp/docpipe-alive
 ENTRYPOINT ["celery", "-A", "docpipe.worker.app"]
 
-FROM celery AS worker-interactive
+# Workers read PDFs and DOCX files, and OCR pages without a text layer with Debian's
+# Tesseract and its English data (another language: add tesseract-ocr-<lang> here and set
+# DOCPIPE_OCR_LANGUAGE). Nothing is downloaded at run time.
+FROM celery AS worker
+USER root
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        tesseract-ocr tesseract-ocr-eng \
+    && rm -rf /var/lib/apt/lists/*
+USER 10001:10001
+
+FROM worker AS worker-interactive
 LABEL org.opencontainers.image.title="docpipe-worker-interactive" \
       org.opencontainers.image.description="docpipe Celery worker for the interactive lane"
 CMD ["worker", "--queues", "llm_interactive,docpipe_periodic,docpipe_webhooks", "--hostname", "interactive@%h", \
      "--concurrency", "4", "--pool", "prefork", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
 
-FROM celery AS worker-batch
+FROM worker AS worker-batch
 LABEL org.opencontainers.image.title="docpipe-worker-batch" \
       org.opencontainers.image.description="docpipe Celery worker for the batch lane"
 CMD ["worker", "--queues", "llm_batch,docpipe_periodic,docpipe_webhooks", "--hostname", "batch@%h", \

@@ -67,8 +67,9 @@ def bench_stack(
     """A whole docpipe stack on fresh PostgreSQL and Redis, torn down afterwards."""
     state = Path(tempfile.mkdtemp(prefix="docpipe-bench-"))
     state.chmod(0o711)
-    # Benchmarks poll the API far more than a client should; no per-key request limit.
-    env = {"DOCPIPE_API_KEY_RPM": "0", **(env or {})}
+    # Benchmarks poll the API far more than a client should; no per-key or per-address
+    # request limit.
+    env = {"DOCPIPE_API_KEY_RPM": "0", "DOCPIPE_CLIENT_IP_RPM": "0", **(env or {})}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     for name in ("DOCPIPE_DATABASE_URL", "DOCPIPE_REDIS_URL", "DOCPIPE_LLM_BASE_URL"):

@@ -241,6 +241,39 @@ BENCHMARKS = [
         ],
     ),
     Benchmark(
+        "api-memory",
+        "bench.api_memory",
+        (),
+        (),
+        lambda f: [
+            (
+                "API peak RSS: batch over the body cap (chunked) / two stored at the cap",
+                f"{max(r['peak_mib'] for r in f['rows'] if 'chunked' in r['case']):.0f} / "
+                f"{max(r['peak_mib'] for r in f['rows'] if 'at once' in r['case']):.0f} MiB",
+            )
+        ],
+    ),
+    Benchmark(
+        "document-formats",
+        "bench.document_formats",
+        ("--documents", "200", "--rounds", "3"),
+        ("--documents", "20", "--rounds", "1"),
+        lambda f: [
+            (
+                "pages/s per worker process: PDF text / DOCX / OCR",
+                " / ".join(f"{v['pages_per_s']:g}" for v in f["speeds"].values()),
+            ),
+            (
+                f"{f['batch']['documents']} mixed documents through the batch lane",
+                f"{f['batch']['seconds']:.0f} s ({f['batch']['ocr_pages']} pages by OCR)",
+            ),
+            (
+                "SIGKILL during OCR: pages read twice per kill",
+                ", ".join(str(c["pages_redone"]) for c in f["crashes"]),
+            ),
+        ],
+    ),
+    Benchmark(
         "recovery",
         "bench.recovery",
         ("--rounds", "5"),

@@ -57,6 +57,7 @@ def chaos(request: pytest.FixtureRequest) -> Iterator[ChaosStack]:
         "DOCPIPE_LEASE_TTL_S": "6",
         "DOCPIPE_REDIS_URL": broker.url,
         "DOCPIPE_API_KEY_RPM": "0",
+        "DOCPIPE_CLIENT_IP_RPM": "0",
         # Every request the fake provider receives, by call id, across its restarts.
         "FAKE_LLM_REQUEST_LOG": str(request_log),
         **WEBHOOK_ENV,

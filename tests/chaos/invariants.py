@@ -148,11 +148,12 @@ def check_invariants(chaos: ChaosStack, name: str) -> ScenarioResult:
             " ORDER BY id")  # fmt: skip
         problems.append(f"{duplicates} finished calls were paid twice, e.g. {example}")
     bad_steps = chaos.scalar(
-        "SELECT count(*) FROM pipeline_run r WHERE r.status = 'done' AND (r.steps_done <> 3 OR"
+        "SELECT count(*) FROM pipeline_run r WHERE r.status = 'done' AND (r.steps_done <> 4 OR"
         " (SELECT count(*) FROM pipeline_step_result s WHERE s.run_id = r.id"
-        "  AND s.status = 'done' AND s.output IS NOT NULL) <> 3)")  # fmt: skip
+        "  AND s.status = 'done' AND s.output IS NOT NULL) <> 4)")  # fmt: skip
     if bad_steps:
-        problems.append(f"{bad_steps} done runs without exactly 3 saved step results")
+        # extract_text, extract_sections, extract_fields, summarize
+        problems.append(f"{bad_steps} done runs without exactly 4 saved step results")
     cost_mismatch = chaos.scalar(
         "SELECT count(*) FROM pipeline_run r WHERE r.cost_usd <>"
         " (SELECT coalesce(sum(cost_usd), 0) FROM llm_call_log c WHERE c.run_id = r.id)"

@@ -46,6 +46,8 @@ from tests.chart.helm import KEDA_API, named, render
                      "webhookTimeoutSeconds": 15},
           "workers": {"batch": {"taskSoftTimeLimitSeconds": 12, "taskTimeLimitSeconds": 30}}},
          "config.webhookTimeoutSeconds=15 must be below workers.batch.taskSoftTimeLimitSeconds=12"),
+        ({"config": {"ocrPageTimeoutSeconds": 60}},
+         "config.ocrPageTimeoutSeconds=60 must be below config.taskSoftTimeLimitSeconds=60"),
         ({"postgresql": {"enabled": False}}, "no database: set secrets.databaseUrl"),
         ({"redis": {"enabled": False}}, "no broker: set secrets.redisUrl"),
         ({"secrets": {"existingSecret": "creds"}}, "secrets.existingSecret is for external"),

@@ -30,11 +30,12 @@ def test_every_library_setting_is_exposed_by_the_chart() -> None:
     # Credentials come from the Secret; the liveness file and the metrics port are set per
     # container (workers and beat); prices from config.modelPrices, pipeline modules from
     # config.pipelineModules, the pipelines folder from `pipelines` (each rendered when set);
-    # the metrics server listens on every interface by default, as a pod's must.
+    # the metrics server listens on every interface by default, as a pod's must; the OCR
+    # page time limit is rendered when set (unset: half the soft time limit).
     exposed = {field_of(env) for env in data} | {
         "database_url", "redis_url", "llm_api_key", "secrets_key", "liveness_file",
         "metrics_port", "model_prices", "metrics_host", "pipeline_modules", "pipelines_dir",
-        "providers",
+        "providers", "ocr_page_timeout_s",
     }  # fmt: skip
     missing = set(Settings.model_fields) - exposed
     assert missing == set(), f"add to the chart's config (values, schema, helpers): {missing}"

@@ -33,10 +33,10 @@ from docpipe.state import admission, runs
 from docpipe.state.db import Database
 from docpipe_api.main import create_app
 from docpipe_dev.localstack import LocalRedis, free_port
-from tests.factories import scalar
+from tests.factories import extract_text, scalar
 from tests.processes import use_celery_broker
 
-STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
+EXTRACT, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
 TENANT = "default"
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
 MAX_DOCUMENT_BYTES = 2000
@@ -125,8 +125,16 @@ def test_a_document_is_stored_once_and_never_changed(client: TestClient) -> None
     assert first.status_code == 201, first.text
     assert first.headers["location"] == "/documents/doc-1"
     body = first.json()
-    assert set(body) == {"id", "sha256", "size_bytes", "created_at"}
+    assert set(body) == {"id", "sha256", "size_bytes", "created_at", "format", "extracted",
+                         "pages", "ocr_pages", "ocr", "warnings"}  # fmt: skip
     assert (body["id"], body["size_bytes"]) == ("doc-1", len(TEXT.encode()))
+    # A text is its own text: one page, no OCR, nothing to extract.
+    assert (body["format"], body["extracted"], body["pages"], body["ocr"]) == (
+        "text",
+        True,
+        1,
+        False,
+    )
 
     again = put_text(client)
     assert again.status_code == 200
@@ -240,7 +248,7 @@ def test_extract_creates_a_run_and_publishes_its_first_step(
     assert broker_redis.llen(INTERACTIVE) == 1
     message = json.loads(broker_redis.lindex(INTERACTIVE, 0))  # type: ignore[arg-type]
     assert message["headers"]["task"] == "docpipe.run_step"
-    assert message["headers"]["argsrepr"] == repr((body["run_id"], STEP1))
+    assert message["headers"]["argsrepr"] == repr((body["run_id"], EXTRACT))
 
 
 def test_the_same_idempotency_key_returns_the_same_run_and_sends_nothing_more(
@@ -412,7 +420,7 @@ def test_a_batch_lane_run_whose_admission_fails_is_stored_and_left_to_beat(
 RUN_FIELDS = {
     "run_id", "pipeline", "document_id", "lane", "priority", "batch_id", "status", "current_step",
     "steps_done", "steps_total", "cost_so_far_usd", "error", "created_at", "finished_at",
-    "steps", "webhook", "result",
+    "steps", "webhook", "result", "values",
 }  # fmt: skip
 STEP_FIELDS = {
     "step", "status", "attempt", "model", "model_choices", "prompt_version", "input_tokens",
@@ -437,18 +445,19 @@ def test_a_new_run_reports_its_status_and_steps(client: TestClient) -> None:
         "lane": "interactive",
         "priority": "normal",
         "status": "queued",
-        "current_step": STEP1,
+        "current_step": EXTRACT,
     }
-    assert (body["steps_done"], body["steps_total"], body["cost_so_far_usd"]) == (0, 3, 0)
+    assert (body["steps_done"], body["steps_total"], body["cost_so_far_usd"]) == (0, 4, 0)
     assert body["result"] is None
-    assert [s["step"] for s in body["steps"]] == [STEP1, STEP2, STEP3]
+    assert [s["step"] for s in body["steps"]] == [EXTRACT, STEP1, STEP2, STEP3]
     assert all(set(s) == STEP_FIELDS and s["status"] == "pending" for s in body["steps"])
 
 
 def test_a_finished_run_includes_every_steps_output(client: TestClient, db: Database) -> None:
     run_id = started_run(client)
-    outputs = {STEP1: {"sections": []}, STEP2: {"fields": {}, "found_in": {}}, STEP3: {"s": 1}}
-    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+    outputs = {EXTRACT: {"format": "text"}, STEP1: {"sections": []},
+               STEP2: {"fields": {}, "found_in": {}}, STEP3: {"s": 1}}  # fmt: skip
+    for step, nxt in ((EXTRACT, STEP1), (STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
         claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
         assert claim is not None
         runs.record_step_result(
@@ -461,10 +470,49 @@ def test_a_finished_run_includes_every_steps_output(client: TestClient, db: Data
             next_step=nxt,
         )
     body = client.get(f"/runs/{run_id}").json()
-    assert (body["status"], body["current_step"], body["steps_done"]) == ("done", None, 3)
+    assert (body["status"], body["current_step"], body["steps_done"]) == ("done", None, 4)
     assert body["result"] == outputs
-    assert body["steps"][0]["prompt_version"] == f"{STEP1}@v1"
+    assert body["values"] is None  # no step recorded evidence
+    assert body["steps"][1]["prompt_version"] == f"{STEP1}@v1"
     assert body["finished_at"] is not None
+
+
+def test_a_run_in_review_shows_its_values_with_their_evidence(
+    client: TestClient, db: Database
+) -> None:
+    run_id = started_run(client)
+    found = {"field": "term_months", "value": 24, "quote": "twenty-four (24) months",
+             "start": 10, "end": 33, "page": 1, "section": "4", "section_title": "Term",
+             "supported": True}  # fmt: skip
+    invented = {**found, "field": "liability_cap", "value": {"amount": 1, "currency": "USD"},
+                "quote": "made up", "start": None, "end": None, "page": None, "section": None,
+                "section_title": None, "supported": False}  # fmt: skip
+    outputs = {
+        STEP1: {"sections": [], "evidence": [{"field": "not a record"}, "nor this"]},
+        STEP2: {"fields": {}, "found_in": {}, "evidence": [found, invented]},
+        STEP3: {"s": 1},
+    }
+    extract_text(db, run_id)
+    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+        claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
+        assert claim is not None
+        runs.record_step_result(
+            db,
+            claim,
+            owner="w",
+            output=outputs[step],
+            model="gpt-4o-mini",
+            prompt_version=f"{step}@v1",
+            next_step=nxt,
+            review_reason=None if nxt else "unsupported_evidence: 1",
+        )
+    body = client.get(f"/runs/{run_id}").json()
+    assert (body["status"], body["error"]) == ("needs_review", "unsupported_evidence: 1")
+    assert body["result"] is None
+    assert body["values"] == [found, invented]
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["EvidencedValue"]
+    assert set(schema["properties"]) == set(found)
+    assert "not found in the document" in schema["properties"]["supported"]["description"]
 
 
 @pytest.mark.parametrize("run_id", [str(uuid.uuid4()), "not-a-uuid"])
@@ -512,7 +560,7 @@ def test_retry_reopens_an_ended_run_and_publishes_its_step(
     broker_redis.delete(INTERACTIVE)
     response = client.post(f"/runs/{run_id}/retry")
     assert response.status_code == 202, response.text
-    assert (response.json()["status"], response.json()["current_step"]) == ("queued", STEP1)
+    assert (response.json()["status"], response.json()["current_step"]) == ("queued", EXTRACT)
     assert broker_redis.llen(INTERACTIVE) == 1
 
 
@@ -611,7 +659,7 @@ def test_the_event_stream_reports_progress_until_the_run_ends(
         cancel_later.join()
     assert [name for name, _ in events] == ["progress", "end"]
     progress, end = events[0][1], events[1][1]
-    assert (progress["status"], progress["current_step"]) == ("queued", STEP1)
+    assert (progress["status"], progress["current_step"]) == ("queued", EXTRACT)
     assert "result" not in progress
     assert end["status"] == "cancelled"
 

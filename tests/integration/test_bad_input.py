@@ -35,7 +35,7 @@ from docpipe_dev.processes import ManagedProcess, api_argv
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 
-STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
+EXTRACT, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
 EXAMPLES_PER_OPERATION = 40
 
@@ -62,6 +62,7 @@ def live_api(
         "DOCPIPE_REDIS_URL": redis_server.url,
         "DOCPIPE_AUTH": "keys",
         "DOCPIPE_API_KEY_RPM": "0",
+        "DOCPIPE_CLIENT_IP_RPM": "0",
         "DOCPIPE_MAX_BATCH_DOCUMENTS": "20",
         "DOCPIPE_MAX_DOCUMENT_BYTES": "20000",
     }
@@ -129,9 +130,9 @@ def deployed_api(
     start_worker: Callable[..., ManagedProcess],
 ) -> LiveApi:
     """The stack as `docpipe stack up` runs it (API keys, default limits, webhooks on, both
-    worker pools, so that streamed runs end), without the rate limit, so that every
+    worker pools, so that streamed runs end), without the rate limits, so that every
     generated request reaches the routes; one tenant's key."""
-    url = start_api(DOCPIPE_AUTH="keys", DOCPIPE_API_KEY_RPM="0",
+    url = start_api(DOCPIPE_AUTH="keys", DOCPIPE_API_KEY_RPM="0", DOCPIPE_CLIENT_IP_RPM="0",
                     DOCPIPE_WEBHOOKS_ENABLED="true",
                     DOCPIPE_SECRETS_KEY=Fernet.generate_key().decode())  # fmt: skip
     for lane in ("interactive", "batch"):
@@ -154,8 +155,12 @@ def test_schemathesis_with_every_check_and_phase_finds_nothing(
     ] + (["--max-examples", str(CLI_MAX_EXAMPLES)] if CLI_MAX_EXAMPLES else []) + (
         ["--seed", CLI_SEED, "--generation-deterministic"] if CLI_SEED else []
     )  # fmt: skip
+    hooks = {
+        "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=1200,
-                          check=False)  # fmt: skip
+                          check=False, env={**os.environ, **hooks})  # fmt: skip
     summary = done.stdout[done.stdout.find("SUMMARY") :]
     print(summary)  # make schemathesis shows it
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
@@ -357,7 +362,7 @@ def test_an_empty_retry_step_is_refused_with_422(
 
 def finish_run(db: Database, run_id: str) -> None:
     """Run every step to done in-process (no workers)."""
-    for step, next_step in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+    for step, next_step in ((EXTRACT, STEP1), (STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
         claim = runs.claim_step(db, run_id, step, owner="test", lease_s=30)
         assert claim is not None
         runs.record_step_result(db, claim, owner="test", output={}, model="gpt-4o-mini",
@@ -378,7 +383,7 @@ def test_a_finished_run_cannot_be_cancelled_but_can_be_retried_once(
 
     retried = client.post(f"/runs/{run_id}/retry", params={"from_step": STEP3})
     assert retried.status_code == 202
-    assert (retried.json()["status"], retried.json()["steps_done"]) == ("queued", 2)
+    assert (retried.json()["status"], retried.json()["steps_done"]) == ("queued", 3)
     again = client.post(f"/runs/{run_id}/retry", params={"from_step": STEP3})
     assert again.status_code == 409
     assert "only ended runs restart" in again.json()["detail"]

@@ -136,6 +136,6 @@ def test_watching_twenty_runs_stays_under_the_keys_rate_limit_and_finishes(
     assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 20
     # The watching key's request counters (one per minute window, docpipe_api.ratelimit).
     counts = [int(broker.get(k) or 0)
-              for k in broker.scan_iter(f"docpipe:api-rate:{watcher.key.id}:*")]  # fmt: skip
+              for k in broker.scan_iter(f"docpipe:api-rate:key:{watcher.key.id}:*")]  # fmt: skip
     assert counts and max(counts) <= rpm, counts
     print(f"watch requests per minute window for 20 runs: {counts}")

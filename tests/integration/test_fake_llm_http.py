@@ -82,8 +82,9 @@ def test_extract_fields_reads_the_preamble_it_is_sent(fake: FakeLLM) -> None:
     sections = answer(chat(fake, "extract_sections", CONTRACT.text))["sections"]
     preamble = CONTRACT.text[: CONTRACT.text.index(sections[0]["heading"])]
     fields = answer(chat(fake, "extract_fields", f"Section 0. Preamble\n\n{preamble}"))["fields"]
-    assert fields["parties"] == CONTRACT.expected["parties"]
-    assert fields["effective_date"] == CONTRACT.expected["effective_date"]
+    assert fields["parties"]["value"] == CONTRACT.expected["parties"]
+    assert fields["effective_date"]["value"] == CONTRACT.expected["effective_date"]
+    assert fields["effective_date"]["quote"] in " ".join(preamble.split())
 
 
 def test_an_empty_bucket_answers_429_with_retry_after(fake: FakeLLM) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from docpipe.broker.transport import CeleryPublisher
+from docpipe.pipelines.text_extraction import with_text_extraction
 from docpipe.state import runs
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
@@ -156,13 +157,14 @@ def test_the_same_document_goes_to_three_models_by_priority_and_budget(
         ("low", None),
         ("urgent", Decimal("0.05")),
     ]
+    loaded = with_text_extraction(CLASSIFY)  # as the worker's catalog loads it
     run_ids: list[str] = []
     outbox: tuple[int, ...] = ()
     with db.transaction() as tx:
         put_document(tx, TENANT, "memo", text)
         for i, (priority, budget) in enumerate(cases):
             created = runs.create_run(
-                tx, tenant_id=TENANT, document_id="memo", pipeline=CLASSIFY, lane="interactive",
+                tx, tenant_id=TENANT, document_id="memo", pipeline=loaded, lane="interactive",
                 idempotency_key=f"route-{i}", request={"case": i}, priority=priority,
                 budget_usd=budget,
             )  # fmt: skip
@@ -170,7 +172,7 @@ def test_the_same_document_goes_to_three_models_by_priority_and_budget(
             outbox += created.outbox_ids
     publish_outbox(db, publisher, outbox)
     assert ended(db, run_ids) == ["done"] * 4
-    choices = [runs.run_progress(db, TENANT, run_id).steps[0].model_choices for run_id in run_ids]
+    choices = [runs.run_progress(db, TENANT, run_id).steps[1].model_choices for run_id in run_ids]
     assert choices == [
         [{"model": "fast", "reason": "fastest", "calls": 1}],
         [{"model": "balanced", "reason": "preferred", "calls": 1}],

@@ -95,7 +95,7 @@ def test_old_ended_runs_go_with_their_steps_and_calls_and_active_ones_stay(db: D
     assert deleted["pipeline_run"] == 2
     for gone in (old_done, old_failed):
         assert scalar(db, "SELECT count(*) FROM pipeline_step_result WHERE run_id = %s", gone) == 0
-    assert scalar(db, "SELECT count(*) FROM pipeline_step_result") == 9
+    assert scalar(db, "SELECT count(*) FROM pipeline_step_result") == 12  # 3 runs x 4 steps
     # Calls: the old ones of ended runs went first; active runs keep even 100-day-old calls.
     assert deleted["llm_call_log"] == 2
     with db.session() as s:
@@ -109,7 +109,7 @@ def test_calls_are_pruned_sooner_than_their_runs(db: Database) -> None:
     assert deleted == {"llm_call_log": 1, "outbox": 0, "pipeline_run": 0, "batch": 0,
                        "document": 0}  # fmt: skip
     assert runs_left(db) == {run_id}
-    assert scalar(db, "SELECT steps_total FROM pipeline_run") == 3, "the run's summary stays"
+    assert scalar(db, "SELECT steps_total FROM pipeline_run") == 4, "the run's summary stays"
 
 
 def test_only_published_outbox_rows_are_pruned(db: Database) -> None:

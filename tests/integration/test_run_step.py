@@ -14,6 +14,7 @@ import pytest
 
 from docpipe.errors import PermanentLLMError, TransientLLMError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.pipelines.evidence import normalised
 from docpipe.providers.client import ChatRequest, LLMClient
 from docpipe.providers.gate import CallTicket
 from docpipe.settings import Settings
@@ -24,7 +25,7 @@ from docpipe_dev.samples import SampleContract, dummy_document, sample_contracts
 from tests.factories import TENANT, new_run, scalar
 from tests.fakellm import FakeLLM
 
-STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
+STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names[1:]  # after extract_text
 CONTRACTS = sample_contracts(10)
 
 
@@ -50,7 +51,7 @@ def call_count(db: Database, step: str | None = None) -> int:
 
 def run_to_the_end(executor: StepExecutor, run_id: str) -> list[str]:
     kinds = []
-    for step in DOCUMENT_EXTRACT.step_names:
+    for step in DOCUMENT_EXTRACT.step_names[1:]:  # new_run did extract_text
         outcome = executor.run_step(run_id, step)
         kinds.append(outcome.kind)
         if outcome.kind != "completed":
@@ -61,7 +62,7 @@ def run_to_the_end(executor: StepExecutor, run_id: str) -> list[str]:
 def test_run_step_twice_makes_exactly_one_provider_call(
     db: Database, executor: StepExecutor, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text)
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
     first = executor.run_step(run.run_id, STEP1)
     second = executor.run_step(run.run_id, STEP1)
     assert (first.kind, first.calls_sent) == ("completed", 1)
@@ -74,7 +75,7 @@ def test_run_step_twice_makes_exactly_one_provider_call(
 def test_every_sample_contract_goes_through_the_three_steps(
     db: Database, executor: StepExecutor, contract: SampleContract
 ) -> None:
-    run = new_run(db, contract.text, document_id=contract.slug)
+    run = new_run(db, contract.text, document_id=contract.slug, extracted=True)
     assert run_to_the_end(executor, run.run_id) == ["completed"] * 3
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
     steps = {s.step: s for s in progress.steps}
@@ -86,6 +87,12 @@ def test_every_sample_contract_goes_through_the_three_steps(
         assert steps[step.name].model == step.model
     # The fake really reads the text: the fields are the generator's ground truth.
     assert outputs[STEP2]["fields"] == contract.expected
+    # Every value's quote was found where the evidence says, on page 1 (plain text).
+    evidence = outputs[STEP2]["evidence"]
+    assert {e["field"] for e in evidence} == set(contract.expected)
+    for e in evidence:
+        assert e["supported"] and e["page"] == 1, e
+        assert normalised(contract.text[e["start"] : e["end"]]) == normalised(e["quote"])
     sections = outputs[STEP1]["sections"]
     assert call_count(db, STEP2) == len(sections), "one call per section"
     assert contract.expected["parties"][0]["name"] in outputs[STEP3]["summary"]
@@ -100,6 +107,30 @@ def wait_is_over(db: Database) -> None:
     """A released step waits out its backoff before it may be claimed again: skip it."""
     with db.session() as s:
         s.conn.execute(b"UPDATE pipeline_step_result SET not_before = now()")
+
+
+def test_a_value_with_an_invented_quote_is_kept_flagged_and_sends_the_run_to_review(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    contract = CONTRACTS[0]
+    # One call at a time: the preamble (parties, type, date) is the call the fault meets.
+    one_by_one = settings.model_copy(update={"step_call_concurrency": 1})
+    executor = StepExecutor(db, llm, one_by_one, owner="test-worker")
+    fake_llm.add_fault("invented_quote", count=1, step=STEP2)
+    run = new_run(db, contract.text, extracted=True)
+    assert run_to_the_end(executor, run.run_id) == ["completed"] * 3
+    progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
+    assert progress.status == "needs_review"
+    assert progress.error == (
+        "unsupported_evidence: 3 value(s) whose quote is not in the document "
+        "(parties, contract_type, effective_date)"
+    )
+    output = next(s.output for s in progress.steps if s.step == STEP2)
+    assert output is not None and output["fields"] == contract.expected  # kept, not dropped
+    flagged = {e["field"]: e for e in output["evidence"] if not e["supported"]}
+    assert set(flagged) == {"parties", "contract_type", "effective_date"}
+    assert all(e["start"] is None and e["page"] is None for e in flagged.values())
+    assert sum(e["supported"] for e in output["evidence"]) == len(contract.expected) - 3
 
 
 @pytest.mark.parametrize("parallel", [1, 4])
@@ -120,7 +151,7 @@ def test_a_transient_error_in_step_2_resends_only_the_calls_that_did_not_finish(
 
     tuned = settings.model_copy(update={"step_call_concurrency": parallel})
     executor = StepExecutor(db, llm, tuned, gate=fail_fourth_call)
-    run = new_run(db, CONTRACTS[1].text)
+    run = new_run(db, CONTRACTS[1].text, extracted=True)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
     sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
                               " WHERE step = %s", STEP1))  # fmt: skip
@@ -149,7 +180,7 @@ def test_429_and_5xx_are_transient(
     with pytest.raises(TransientLLMError) as caught:
         llm.chat(ChatRequest(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text)))
     assert caught.value.kind == error
-    run = new_run(db, CONTRACTS[0].text)
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
     fake_llm.add_fault(kind, count=1)
     outcome = executor.run_step(run.run_id, STEP1)
     assert outcome.kind == "retry"
@@ -163,7 +194,7 @@ def test_a_400_is_permanent_and_fails_the_run(
     fake_llm.add_fault("400", count=1)
     with pytest.raises(PermanentLLMError):
         llm.chat(ChatRequest(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text)))
-    run = new_run(db, CONTRACTS[0].text)
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
     fake_llm.add_fault("400", count=1)
     outcome = executor.run_step(run.run_id, STEP1)
     assert (outcome.kind, outcome.run_status) == ("failed", "failed")
@@ -173,7 +204,7 @@ def test_a_400_is_permanent_and_fails_the_run(
 def test_an_empty_document_fails_permanently_without_a_call(
     db: Database, executor: StepExecutor
 ) -> None:
-    run = new_run(db, dummy_document().text)
+    run = new_run(db, dummy_document().text, extracted=True)
     outcome = executor.run_step(run.run_id, STEP1)
     assert (outcome.kind, outcome.run_status, outcome.calls_sent) == ("failed", "failed", 0)
     assert "empty" in str(scalar(db, "SELECT error FROM pipeline_run"))
@@ -183,7 +214,7 @@ def test_invalid_output_goes_to_the_fallback_model(
     db: Database, executor: StepExecutor, fake_llm: FakeLLM
 ) -> None:
     fake_llm.add_fault("malformed", count=1, step=STEP1, model="gpt-4o-mini")
-    run = new_run(db, CONTRACTS[2].text)
+    run = new_run(db, CONTRACTS[2].text, extracted=True)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
     with db.session() as s:
         rows = s.conn.execute(b"SELECT model, status FROM llm_call_log ORDER BY id").fetchall()
@@ -198,7 +229,7 @@ def test_output_invalid_on_both_models_sends_the_run_to_review(
     db: Database, executor: StepExecutor, fake_llm: FakeLLM
 ) -> None:
     fake_llm.add_fault("invalid", count=2, step=STEP1)
-    run = new_run(db, CONTRACTS[2].text)
+    run = new_run(db, CONTRACTS[2].text, extracted=True)
     outcome = executor.run_step(run.run_id, STEP1)
     assert (outcome.kind, outcome.run_status) == ("failed", "needs_review")
     assert call_count(db) == 2
@@ -211,7 +242,7 @@ def test_transient_errors_past_the_attempt_limit_send_the_run_to_review(
 ) -> None:
     executor = StepExecutor(db, llm, settings.model_copy(update={"max_step_attempts": 2}))
     fake_llm.add_fault("503", count=5, step=STEP1)
-    run = new_run(db, CONTRACTS[0].text)
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
     assert executor.run_step(run.run_id, STEP1).kind == "retry"
     wait_is_over(db)
     outcome = executor.run_step(run.run_id, STEP1)
@@ -222,7 +253,7 @@ def test_transient_errors_past_the_attempt_limit_send_the_run_to_review(
 def test_a_lease_held_by_a_dead_worker_is_taken_over_after_it_expires(
     db: Database, executor: StepExecutor, settings: Settings
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text)
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
     assert runs.claim_step(db, run.run_id, STEP1, owner="dead", lease_s=30) is not None
     assert executor.run_step(run.run_id, STEP1).kind == "busy"
     with db.session() as s:
@@ -241,7 +272,7 @@ def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_han
 ) -> None:
     tuned = settings.model_copy(update={"step_call_concurrency": 4})
     executor = StepExecutor(db, llm, tuned, interruptions=(SoftTimeLimit,))
-    run = new_run(db, CONTRACTS[1].text)
+    run = new_run(db, CONTRACTS[1].text, extracted=True)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
     sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
                               " WHERE step = %s", STEP1))  # fmt: skip
@@ -271,7 +302,7 @@ def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_han
 def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_through(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text)
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
 
     @contextmanager
     def slow_gate_while_the_lease_moves(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
@@ -292,7 +323,7 @@ def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_thro
 def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text)
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
 
     @contextmanager
     def slow_gate_while_the_run_is_cancelled(
@@ -314,7 +345,7 @@ def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more
 def test_a_transient_error_after_the_run_was_cancelled_is_not_retried(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text)
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
 
     @contextmanager
     def cancel_then_fail(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
@@ -335,3 +366,22 @@ def _messages(step: str, text: str) -> list[dict[str, str]]:
         {"role": "system", "content": DOCUMENT_EXTRACT.step(step).system_prompt},
         {"role": "user", "content": text},
     ]
+
+
+def test_a_fan_out_over_the_cap_sends_none_of_its_calls_and_goes_to_review(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    assert (
+        StepExecutor(db, llm, settings, owner="w").run_step(run.run_id, STEP1).kind == "completed"
+    )
+    sections = scalar(db, "SELECT jsonb_array_length(output->'sections') FROM "
+                          "pipeline_step_result WHERE step = %s", STEP1)  # fmt: skip
+    capped = settings.model_copy(update={"max_fanout_calls": sections - 1})
+    outcome = StepExecutor(db, llm, capped, owner="w").run_step(run.run_id, STEP2)
+    assert (outcome.kind, outcome.run_status, outcome.calls_sent) == ("failed", "needs_review", 0)
+    assert f"fans out to {sections} calls; the most one fan-out may send is {sections - 1}" in (
+        outcome.error or ""
+    )
+    assert call_count(db, STEP2) == 0
+    assert fake_llm.stats()["requests_total"] == 1, "only step 1's call was paid"

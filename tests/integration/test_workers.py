@@ -72,7 +72,7 @@ def test_a_run_goes_through_all_steps_on_real_workers(
     assert calls(db, run_id, "extract_sections") == 1
     assert calls(db, run_id, "summarize") == 1
     assert scalar(db, "SELECT count(*) FROM llm_call_log WHERE status <> 'ok'") == 0
-    assert scalar(db, "SELECT steps_done FROM pipeline_run") == 3
+    assert scalar(db, "SELECT steps_done FROM pipeline_run") == 4  # extract_text and 3 more
 
 
 def test_killed_worker_resumes_at_step_2_without_repaying_step_1(
@@ -187,7 +187,7 @@ def test_429_on_step_2_is_retried_with_backoff_then_done(
         assert 0.5 <= gap <= 0.5 + window + 1.0, f"attempt {failed['step_attempt']}: {gap:.2f}s"
 
 
-def test_an_empty_document_fails_at_step_1_at_once(
+def test_an_empty_document_fails_at_its_first_model_step_at_once(
     db: Database,
     publisher: CeleryPublisher,
     broker: object,

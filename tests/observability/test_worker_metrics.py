@@ -22,7 +22,7 @@ from tests.observability.scrape import scrape, series, total
 from tests.processes import wait_until
 
 CONTRACT = sample_contracts(1)[0]
-STEPS = 3
+STEPS = 4  # extract_text, extract_sections, extract_fields, summarize
 
 
 def test_a_prefork_worker_serves_the_sum_of_its_pool_processes(

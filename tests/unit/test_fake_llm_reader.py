@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from docpipe.pipelines.evidence import locate_quote, normalised
 from docpipe_dev.samples import SampleContract, sample_contracts
+from docpipe_fake_llm.faults import invent_quotes
 from docpipe_fake_llm.reader import StepInputError, answer_step
 
 CONTRACTS = sample_contracts(10)
@@ -35,7 +37,8 @@ def merged_fields(messages: list[str]) -> dict[str, Any]:
     """The fields of all sections; a field stated twice must be stated the same way."""
     merged: dict[str, Any] = {}
     for message in messages:
-        for name, value in answer_step("extract_fields", message)["fields"].items():
+        for name, read in answer_step("extract_fields", message)["fields"].items():
+            value = read["value"]
             assert merged.get(name, value) == value, f"{name} differs in {message[:40]!r}"
             merged[name] = value
     return merged
@@ -63,9 +66,34 @@ def test_headings_are_returned_exactly_as_written(contract: SampleContract) -> N
 def test_the_preamble_alone_gives_parties_type_and_date() -> None:
     contract = CONTRACTS[0]
     fields = answer_step("extract_fields", section_messages(contract, with_heading=False)[0])
-    assert fields["fields"] == {
+    assert {name: read["value"] for name, read in fields["fields"].items()} == {
         name: contract.expected[name] for name in ("parties", "contract_type", "effective_date")
     }
+
+
+@pytest.mark.parametrize("contract", CONTRACTS, ids=lambda c: c.slug)
+def test_every_value_is_quoted_from_its_section_on_one_line(contract: SampleContract) -> None:
+    quoted = 0
+    for message in section_messages(contract, with_heading=True):
+        body = message.split("\n\n", 1)[1]
+        for name, read in answer_step("extract_fields", message)["fields"].items():
+            assert "\n" not in read["quote"] and len(read["quote"]) <= 1000
+            span = locate_quote(body, read["quote"])
+            assert span is not None, f"{name}: {read['quote']!r}"
+            assert normalised(body[span[0] : span[1]]) == normalised(read["quote"])
+            quoted += 1
+    assert quoted >= len(contract.expected)
+
+
+def test_an_invented_quote_replaces_every_quote_and_keeps_the_values() -> None:
+    message = section_messages(CONTRACTS[0], with_heading=False)[0]
+    honest = answer_step("extract_fields", message)
+    invented = invent_quotes(honest)
+    assert invented["fields"].keys() == honest["fields"].keys()
+    for name, read in invented["fields"].items():
+        assert read["value"] == honest["fields"][name]["value"]
+        assert locate_quote(CONTRACTS[0].text, read["quote"]) is None
+    assert invent_quotes({"sections": []}) == {"sections": []}
 
 
 def test_a_section_without_facts_gives_no_fields() -> None:

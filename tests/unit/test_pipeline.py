@@ -1,20 +1,24 @@
+import jsonschema
 import pytest
 
 from docpipe.errors import InvalidRequestError
+from docpipe.pipelines import Pipeline, PipelineError, Step
 from docpipe.pipelines.catalog import get_pipeline, pipelines
-from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, locate_sections
+from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, MAX_SECTIONS, locate_sections
 
 DOC = "SUPPLY AGREEMENT\nParties here.\n1. DEFINITIONS\nWords.\n2. PRICE\nMoney.\n"
 
 
-def test_document_extract_v1_is_registered_with_three_steps() -> None:
+def test_document_extract_v1_is_registered_with_text_extraction_and_three_model_steps() -> None:
     assert "document_extract:v1" in pipelines()
     p = get_pipeline("document_extract:v1")
     assert p is DOCUMENT_EXTRACT
-    assert p.step_names == ["extract_sections", "extract_fields", "summarize"]
+    assert p.step_names == ["extract_text", "extract_sections", "extract_fields", "summarize"]
+    assert p.next_step("extract_text") == "extract_sections"
     assert p.next_step("extract_sections") == "extract_fields"
     assert p.next_step("summarize") is None
-    for step in p.steps:
+    assert p.steps[0].models == ()
+    for step in p.steps[1:]:
         assert step.prompt_version.startswith(step.name + "@v")
         assert step.models == ("gpt-4o-mini", "gpt-4o")
         assert step.system_prompt.startswith(f"docpipe-step: {step.name}\n")
@@ -75,21 +79,22 @@ def test_a_step_sees_the_document_earlier_outputs_and_ask_and_nothing_else() -> 
         db=None,  # type: ignore[arg-type]  (never reached: nothing is asked here)
         llm=None,  # type: ignore[arg-type]
         settings=Settings(),
-        step=DOCUMENT_EXTRACT.steps[1],
+        step=DOCUMENT_EXTRACT.steps[2],
         run_id="r",
         tenant_id="t",
         lane="interactive",
         attempt=1,
         generation=0,
     )
-    seen = calls.input("the text", {"extract_sections": {"sections": []}})
+    seen = calls.input("the text\n\npage two", {"extract_sections": {"sections": []}}, (0, 10))
     assert {name for name in dir(seen) if not name.startswith("_")} == {
         "ask",
         "ask_all",
         "document",
         "outputs",
+        "page_starts",
     }
-    assert seen.document == "the text"
+    assert (seen.document, seen.page_starts) == ("the text\n\npage two", (0, 10))
     with pytest.raises(TypeError):  # earlier outputs are read-only
         seen.outputs["extract_sections"] = {}  # type: ignore[index]
 
@@ -108,3 +113,64 @@ def test_a_step_name_and_bounds_are_checked_when_it_is_defined() -> None:
         Step("a", nothing, {"type": "array"})
     with pytest.raises(PipelineError, match="a fallback_model needs a model"):
         Step("a", nothing, {"type": "object"}, fallback_model="gpt-4o")
+
+
+def test_every_pipeline_the_catalog_loads_starts_with_extract_text() -> None:
+    from docpipe.pipelines.text_extraction import EXTRACT_TEXT_STEP
+
+    for pipeline in pipelines().values():
+        assert pipeline.steps[0] is EXTRACT_TEXT_STEP, pipeline.key
+
+
+def test_a_pipeline_may_not_name_a_step_extract_text() -> None:
+    from docpipe.pipelines import Pipeline, PipelineError, Step
+    from docpipe.pipelines.text_extraction import with_text_extraction
+
+    def nothing(step: object) -> dict[str, object]:
+        return {}
+
+    mine = Pipeline("mine", 1, (Step("extract_text", nothing, {"type": "object"}),))
+    with pytest.raises(PipelineError, match="docpipe's own first step of every pipeline"):
+        with_text_extraction(mine)
+
+
+def test_the_sections_a_model_may_name_are_bounded_for_they_are_paid_calls() -> None:
+    answer_schema = DOCUMENT_EXTRACT.step("extract_sections").answer_schemas[0]
+    headings = [{"number": str(i), "title": "T", "heading": f"H{i}"} for i in range(61)]
+    jsonschema.validate({"sections": headings[:MAX_SECTIONS]}, answer_schema)
+    with pytest.raises(jsonschema.ValidationError, match="is too long"):
+        jsonschema.validate({"sections": headings}, answer_schema)
+    output = DOCUMENT_EXTRACT.step("extract_sections").output_schema
+    assert output["properties"]["sections"]["maxItems"] == MAX_SECTIONS + 1  # + the preamble
+
+
+def _evidence_step(name: str = "read") -> Step:
+    schema = {"type": "object", "properties": {"evidence": {"type": "array"}}}
+    return Step(name=name, execute=lambda ctx: {"evidence": []}, output_schema=schema)
+
+
+def test_document_extract_sends_runs_with_unsupported_evidence_to_review() -> None:
+    def record(field: str, supported: bool) -> dict[str, object]:
+        return {"field": field, "value": 1, "quote": "q", "start": None, "end": None,
+                "page": None, "section": None, "supported": supported}  # fmt: skip
+
+    assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence",)
+    supported = {"extract_fields": {"evidence": [record("term_months", True)]}}
+    assert DOCUMENT_EXTRACT.review_reasons(supported) == []
+    invented = {"extract_fields": {"evidence": [record("term_months", True),
+                                                record("liability_cap", False)]}}  # fmt: skip
+    assert DOCUMENT_EXTRACT.review_reasons(invented) == [
+        "unsupported_evidence: 1 value(s) whose quote is not in the document (liability_cap)"
+    ]
+
+
+def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
+    with pytest.raises(PipelineError, match="unknown review_if rule 'typo' \\(known: "):
+        Pipeline("p", 1, (_evidence_step(),), review_if=("typo",))
+    plain = Step(name="plain", execute=lambda ctx: {}, output_schema={"type": "object"})
+    with pytest.raises(PipelineError, match="needs a step that records evidence"):
+        Pipeline("p", 1, (plain,), review_if=("unsupported_evidence",))
+    ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("unsupported_evidence",))
+    unruled = Pipeline("p", 1, (_evidence_step(),))
+    assert ruled.definition_hash != unruled.definition_hash
+    assert unruled.review_reasons({"read": {"evidence": [{"supported": False}]}}) == []

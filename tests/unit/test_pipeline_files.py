@@ -30,6 +30,7 @@ GOOD = dedent(
           properties:
             items:
               type: array
+              maxItems: 3
               items:
                 type: object
                 properties: {text: {type: string}, amount: {type: number}}
@@ -185,6 +186,43 @@ def test_a_map_over_more_items_than_its_bound_fails_into_review_before_any_call(
               - name: a
                 kind: ask
                 prompt: "{{ document }}"
+                output_schema: {type: object, properties: {items: {type: array}}}
+              - name: b
+                kind: map
+                over: outputs.a.items
+                prompt: "{{ item }}"
+                output_schema: {type: object}
+            """,
+            r"invoice\.yaml:11: step 'b': outputs\.a\.items has no maxItems in its schema",
+        ),
+        (
+            """\
+            name: x
+            version: 1
+            defaults: {model: gpt-4o-mini}
+            steps:
+              - name: a
+                kind: ask
+                prompt: "{{ document }}"
+                output_schema: {type: object, properties: {items: {type: array, maxItems: 500}}}
+              - name: b
+                kind: map
+                over: outputs.a.items
+                prompt: "{{ item }}"
+                output_schema: {type: object}
+            """,
+            r"invoice\.yaml:11: step 'b': outputs\.a\.items may hold 500 items \(maxItems\), "
+            r"more than this step maps \(max_items 100\)",
+        ),
+        (
+            """\
+            name: x
+            version: 1
+            defaults: {model: gpt-4o-mini}
+            steps:
+              - name: a
+                kind: ask
+                prompt: "{{ document }}"
                 output_schema: {type: object, properties: {n: {type: number}}}
               - name: b
                 kind: reduce
@@ -262,6 +300,27 @@ def test_a_map_over_more_items_than_its_bound_fails_into_review_before_any_call(
             """,
             r"invoice\.yaml:4: step 'a': a '\{\{' or '\}\}' without its other half",
         ),
+        (
+            """\
+            name: x
+            version: 1
+            review_if: [unsupported_quotes]
+            steps:
+              - {name: a, kind: ask, model: m, prompt: x, output_schema: {type: object}}
+            """,
+            r"invoice\.yaml:3: review_if/0: 'unsupported_quotes' is not one of",
+        ),
+        (
+            """\
+            name: x
+            version: 1
+            review_if: [unsupported_evidence]
+            steps:
+              - {name: a, kind: ask, model: m, prompt: x, output_schema: {type: object}}
+            """,
+            r"invoice\.yaml:1: pipeline x:v1: review_if unsupported_evidence needs a step that "
+            r"records evidence",
+        ),
     ],
     ids=[
         "malformed-yaml",
@@ -272,12 +331,16 @@ def test_a_map_over_more_items_than_its_bound_fails_into_review_before_any_call(
         "invalid-output-schema",
         "unknown-variable",
         "unknown-step-reference",
+        "unbounded-fan-out",
+        "fan-out-beyond-max-items",
         "undeclared-field",
         "map-first",
         "no-model",
         "duplicate-step",
         "yaml-anchor",
         "broken-placeholder",
+        "unknown-review-rule",
+        "review-rule-without-evidence",
     ],
 )
 def test_a_broken_file_is_refused_with_its_file_line_and_what_is_wrong(
@@ -345,3 +408,13 @@ def test_the_definition_hash_changes_with_the_definition_only() -> None:
     changed = load_pipeline_file(GOOD.replace("List the line items.", "List items."), "a.yaml")
     assert one.definition_hash == same.definition_hash
     assert one.definition_hash != changed.definition_hash
+
+
+def test_a_file_may_send_runs_with_unsupported_evidence_to_review() -> None:
+    text = GOOD.replace("steps:\n", "review_if: [unsupported_evidence]\nsteps:\n", 1).replace(
+        "properties: {total: {type: number}}",
+        "properties: {total: {type: number}, evidence: {type: array}}",
+    )
+    pipeline = load_pipeline_file(text, "a.yaml")
+    assert pipeline.review_if == ("unsupported_evidence",)
+    assert pipeline.definition_hash != load_pipeline_file(GOOD, "a.yaml").definition_hash

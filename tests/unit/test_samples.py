@@ -129,3 +129,15 @@ def test_sample_ndas_are_deterministic_and_number_their_clauses() -> None:
         assert headings[0] == "1. DEFINITION OF CONFIDENTIAL INFORMATION"
         assert len(headings) == 8
         assert set(nda.onerous) <= {h.split(". ", 1)[1] for h in headings}
+
+
+def test_write_samples_writes_each_contract_in_each_format(tmp_path: Path) -> None:
+    from docpipe.extraction import DocumentFormat, sniff_format
+
+    paths = write_samples(tmp_path, count=1, formats=("text", "pdf", "docx", "scan"))
+    slug = sample_contracts(1)[0].slug
+    assert [p.name for p in paths] == [f"{slug}.txt", f"{slug}.pdf", f"{slug}.docx",
+                                       f"{slug}.scan.pdf"]  # fmt: skip
+    assert [sniff_format(p.read_bytes()) for p in paths[1:]] == [
+        DocumentFormat.PDF, DocumentFormat.DOCX, DocumentFormat.PDF]  # fmt: skip
+    assert paths[3].stat().st_size < 1_000_000, "a scan fits the default upload limit"

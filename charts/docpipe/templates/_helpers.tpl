@@ -120,6 +120,9 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- fail (printf "config.%s=%v must be below %s=%v: a client waiting on PostgreSQL or Redis gives up before the soft limit interrupts its step" $key (index $c $key) $.softName $.soft) }}
 {{- end }}
 {{- end }}
+{{- if and (not (kindIs "invalid" $c.ocrPageTimeoutSeconds)) (not (lt (float64 $c.ocrPageTimeoutSeconds) (float64 .soft))) }}
+{{- fail (printf "config.ocrPageTimeoutSeconds=%v must be below %s=%v: a page's OCR ends at its own limit, before the soft limit interrupts its step" $c.ocrPageTimeoutSeconds .softName .soft) }}
+{{- end }}
 {{- end }}
 
 {{/* Global checks, run once from the ConfigMap. */}}
@@ -175,6 +178,7 @@ apiKeyRpm: DOCPIPE_API_KEY_RPM
 batchAdmissionWindow: DOCPIPE_BATCH_ADMISSION_WINDOW
 batchFairnessMemorySeconds: DOCPIPE_BATCH_FAIRNESS_MEMORY_S
 brokerVisibilityTimeoutSeconds: DOCPIPE_BROKER_VISIBILITY_TIMEOUT_S
+clientIpRpm: DOCPIPE_CLIENT_IP_RPM
 databaseConnectTimeoutSeconds: DOCPIPE_DATABASE_CONNECT_TIMEOUT_S
 databaseLockTimeoutSeconds: DOCPIPE_DATABASE_LOCK_TIMEOUT_S
 databasePoolSize: DOCPIPE_DATABASE_POOL_SIZE
@@ -182,6 +186,11 @@ databasePoolTimeoutSeconds: DOCPIPE_DATABASE_POOL_TIMEOUT_S
 databaseSocketTimeoutSeconds: DOCPIPE_DATABASE_SOCKET_TIMEOUT_S
 databaseStatementTimeoutSeconds: DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S
 defaultMaxTokens: DOCPIPE_DEFAULT_MAX_TOKENS
+docxMaxExpandedBytes: DOCPIPE_DOCX_MAX_EXPANDED_BYTES
+docxMaxExpansionRatio: DOCPIPE_DOCX_MAX_EXPANSION_RATIO
+defaultRunBudgetUsd: DOCPIPE_DEFAULT_RUN_BUDGET_USD
+eventStreamMaxSeconds: DOCPIPE_EVENT_STREAM_MAX_S
+eventStreamsPerKey: DOCPIPE_EVENT_STREAMS_PER_KEY
 heartbeatIntervalSeconds: DOCPIPE_HEARTBEAT_INTERVAL_S
 leaseTtlSeconds: DOCPIPE_LEASE_TTL_S
 limiterDecreaseFactor: DOCPIPE_LIMITER_DECREASE_FACTOR
@@ -191,10 +200,20 @@ limiterBreakerProbeSeconds: DOCPIPE_LIMITER_BREAKER_PROBE_S
 limiterMaxWaitSeconds: DOCPIPE_LIMITER_MAX_WAIT_S
 limiterRecoveryPerSecond: DOCPIPE_LIMITER_RECOVERY_PER_S
 llmTimeoutSeconds: DOCPIPE_LLM_TIMEOUT_S
+maxBatchBodiesInFlight: DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT
 maxBatchBytes: DOCPIPE_MAX_BATCH_BYTES
 maxBatchDocuments: DOCPIPE_MAX_BATCH_DOCUMENTS
+maxDeadlineSeconds: DOCPIPE_MAX_DEADLINE_S
 maxDocumentBytes: DOCPIPE_MAX_DOCUMENT_BYTES
+maxDocumentPages: DOCPIPE_MAX_DOCUMENT_PAGES
+maxPagePixels: DOCPIPE_MAX_PAGE_PIXELS
+maxFanoutCalls: DOCPIPE_MAX_FANOUT_CALLS
+maxRunBudgetUsd: DOCPIPE_MAX_RUN_BUDGET_USD
+maxStartDelaySeconds: DOCPIPE_MAX_START_DELAY_S
 maxStepAttempts: DOCPIPE_MAX_STEP_ATTEMPTS
+ocrLowConfidence: DOCPIPE_OCR_LOW_CONFIDENCE
+ocrMinTextChars: DOCPIPE_OCR_MIN_TEXT_CHARS
+ocrRenderDpi: DOCPIPE_OCR_RENDER_DPI
 outboxGraceSeconds: DOCPIPE_OUTBOX_GRACE_S
 outboxSweepIntervalSeconds: DOCPIPE_OUTBOX_SWEEP_INTERVAL_S
 parkDelaysOverSeconds: DOCPIPE_PARK_DELAYS_OVER_S

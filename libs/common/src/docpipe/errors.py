@@ -7,6 +7,7 @@ boundary where they happen, so the executor decides on retries from the class al
     │   └── PermanentLLMError         never retry: 4xx, empty input
     │       └── InvalidOutputError    output failed its schema after repairs and fallback
     │           └── TruncatedOutputError  output cut off at its max_tokens (finish_reason length)
+    ├── UnreadableDocumentError       an uploaded file cannot give text (``kind`` says why)
     ├── RunStoppedError               the run ended (cancelled, expired) while a step ran
     ├── BudgetExceededError           the next call would spend past a run's or batch's budget
     ├── NotFoundError                 an id the caller named does not exist (for this tenant)
@@ -28,6 +29,7 @@ __all__ = [
     "RunStoppedError",
     "TransientLLMError",
     "TruncatedOutputError",
+    "UnreadableDocumentError",
 ]
 
 
@@ -86,6 +88,21 @@ class TruncatedOutputError(InvalidOutputError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="truncated")
+
+
+class UnreadableDocumentError(DocpipeError):
+    """A document's bytes cannot give text, and never will: the run fails at once.
+
+    ``kind`` is one of docpipe.extraction.UNREADABLE_KINDS (``encrypted``, ``corrupt``,
+    ``format_mismatch``, ``too_many_pages``, ``decompression_bomb``, ``empty_text``).
+    """
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {super().__str__()}"
 
 
 class RunStoppedError(DocpipeError):

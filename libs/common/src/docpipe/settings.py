@@ -113,9 +113,46 @@ class Settings(BaseSettings):
     pipelines_dir: Path | None = None
     pipeline_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
+    # Uploads (text, PDF or DOCX) larger than this are refused with 413; PDF and DOCX keep
+    # their original bytes in PostgreSQL, so this bounds a document row too.
     max_document_bytes: int = Field(default=1_000_000, ge=1)
+    # Text extraction (README, "Documents: formats, limits, OCR"). A PDF or DOCX with more
+    # pages fails as too_many_pages before any page is read.
+    max_document_pages: int = Field(default=500, ge=1, le=100_000)
+    # Tesseract's language(s) for pages without a text layer ("eng", "eng+deu"): its
+    # traineddata must be installed in the worker image (Debian: tesseract-ocr-<lang>).
+    ocr_language: str = Field(default="eng", pattern=r"^[a-z][a-z_]{2,}(\+[a-z][a-z_]{2,})*$")
+    # One page's OCR; a page that takes longer is left without text, with a warning. Unset:
+    # half the soft time limit, so that a page started in time ends before the step is
+    # interrupted (when set: it must be below the soft time limit).
+    ocr_page_timeout_s: Seconds | None = None
+    # Pages are rendered at this resolution for OCR ...
+    ocr_render_dpi: int = Field(default=300, ge=72, le=600)
+    # ... but never into more pixels than this (larger pages are rendered at a lower dpi).
+    max_page_pixels: int = Field(default=25_000_000, ge=1_000_000, le=200_000_000)
+    # A PDF page whose text layer has fewer non-blank characters than this is OCRed.
+    ocr_min_text_chars: int = Field(default=16, ge=1)
+    # A page read with a lower mean word confidence (0-100) gets a warning.
+    ocr_low_confidence: float = Field(default=60.0, ge=0, le=100)
+    # A DOCX is a zip: refused when its members expand past this many bytes or this many
+    # times its own size (declared in its directory, or found while inflating).
+    docx_max_expanded_bytes: int = Field(default=100_000_000, ge=1_000_000)
+    docx_max_expansion_ratio: float = Field(default=100.0, ge=2)
+    # What a run may cost: a request that names no budget gets the default (0: none), one
+    # that names more than the maximum is refused (422). Each run stops as budget_exceeded
+    # once its calls cost more.
+    default_run_budget_usd: Decimal = Field(default=Decimal("1.00"), ge=0, decimal_places=6)
+    max_run_budget_usd: Decimal = Field(default=Decimal("100"), ge=1, decimal_places=6)
+    # How far ahead a request may place its run: deadline_s, and start_at (from now); more
+    # is refused (422) instead of keeping rows and parked messages around for years.
+    max_deadline_s: float = Field(default=7 * 86_400.0, gt=0, le=30 * 86_400.0)
+    max_start_delay_s: float = Field(default=7 * 86_400.0, gt=0, le=365 * 86_400.0)
     # Independent calls of one step (a section each) in flight at once, per step.
     step_call_concurrency: int = Field(default=4, ge=1, le=64)
+    # The most calls one fan-out (a step's ask_all over a list: sections, a map step's
+    # items) may send; a longer list fails the step into review before any is sent. Every
+    # pipeline's lists are bounded in their schemas too; this bounds Python pipelines' code.
+    max_fanout_calls: int = Field(default=100, ge=1, le=10_000)
 
     # The batch lane: how many batch runs may be in flight (admitted, not ended) at once;
     # the rest wait in PostgreSQL. Set it to the batch workers' total concurrency: more only
@@ -125,8 +162,14 @@ class Settings(BaseSettings):
     admission_interval_s: Seconds = 1.0
     # Fair admission remembers how much each tenant was served for this long.
     batch_fairness_memory_s: Seconds = 600.0
+    # A batch body is read as it arrives and refused (413) once it passes max_batch_bytes;
+    # an API process holds at most max_batch_bodies_in_flight bodies at once (more: 503 with
+    # Retry-After). A body costs at most ~3.5 times its size while it is read, parsed and
+    # stored (bench/api_memory.py), so the API needs ~95 MiB + bytes x bodies x 3.5: with
+    # the defaults ~310 MiB, under the chart's 512Mi (values.yaml, api.resources).
     max_batch_documents: int = Field(default=10_000, ge=1)
-    max_batch_bytes: int = Field(default=64_000_000, ge=1)
+    max_batch_bytes: int = Field(default=32_000_000, ge=1)
+    max_batch_bodies_in_flight: int = Field(default=2, ge=1, le=64)
 
     # The provider limit shared by every worker (in Redis). 0 requests/min: no rate limit.
     provider_rpm: int = Field(default=0, ge=0)
@@ -175,6 +218,15 @@ class Settings(BaseSettings):
     auth: Literal["keys", "none"] = "keys"
     # Requests per minute allowed to one API key (a fixed window in Redis); 0: no limit.
     api_key_rpm: int = Field(default=600, ge=0)
+    # Requests per minute allowed to one client address, counted before the API key is
+    # checked (key guessing, floods without a key); 0: no limit. Behind a proxy every client
+    # shares the proxy's address unless uvicorn trusts it (--forwarded-allow-ips).
+    client_ip_rpm: int = Field(default=1200, ge=0)
+    # Event streams (GET /runs/{id}/events): each ends after this long with an event telling
+    # the client to reconnect, and one API key (or, without keys, one tenant) may hold this
+    # many open at once across every API process (more: 429).
+    event_stream_max_s: Seconds = 900.0
+    event_streams_per_key: int = Field(default=10, ge=1, le=10_000)
 
     # Retention: beat deletes what is older than this many days (0: keep forever), in
     # batches of retention_batch_size rows, each its own short transaction.
@@ -292,11 +344,24 @@ class Settings(BaseSettings):
                 f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}"
             )
         self._client_timeouts_are_coherent()
+        if self.ocr_page_timeout_s is not None and not (
+            self.ocr_page_timeout_s < self.task_soft_time_limit_s
+        ):
+            raise ValueError(
+                f"DOCPIPE_OCR_PAGE_TIMEOUT_S={self.ocr_page_timeout_s:g} must be below "
+                f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}: a page's OCR "
+                f"ends at its own limit, before the soft limit interrupts the step"
+            )
         if self.webhook_timeout_s >= self.task_soft_time_limit_s:
             raise ValueError(
                 f"DOCPIPE_WEBHOOK_TIMEOUT_S={self.webhook_timeout_s:g} must be below "
                 f"DOCPIPE_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s:g}: a delivery "
                 f"attempt ends at its own deadline, not by the soft limit's interruption"
+            )
+        if self.default_run_budget_usd > self.max_run_budget_usd:
+            raise ValueError(
+                f"DOCPIPE_DEFAULT_RUN_BUDGET_USD={self.default_run_budget_usd} must not exceed "
+                f"DOCPIPE_MAX_RUN_BUDGET_USD={self.max_run_budget_usd}"
             )
         if self.retry_backoff_base_s > self.retry_backoff_cap_s:
             raise ValueError(
@@ -329,6 +394,13 @@ class Settings(BaseSettings):
             (provider,),
             {name: dataclasses.replace(m, provider=provider) for name, m in table.models.items()},
         )
+
+    @property
+    def ocr_page_timeout(self) -> float:
+        """One page's OCR time limit: the setting, or half the soft time limit."""
+        if self.ocr_page_timeout_s is not None:
+            return self.ocr_page_timeout_s
+        return self.task_soft_time_limit_s / 2
 
     @property
     def provider_table(self) -> ProviderTable:

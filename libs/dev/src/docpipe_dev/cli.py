@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     samples.add_argument("--count", type=int, default=8)
     samples.add_argument("--seed", type=int, default=0)
     samples.add_argument("--with-dummy", action="store_true", help="also the empty document")
+    samples.add_argument(
+        "--formats",
+        default="text",
+        help="comma-separated: text, pdf, docx, scan (a scanned PDF without a text layer)",
+    )
     samples.set_defaults(handler=cmd_samples)
 
     stack = sub.add_parser("stack", help="the local stack")
@@ -49,9 +54,15 @@ def _stack_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
+    from docpipe_dev.sample_files import FORMATS
     from docpipe_dev.samples import write_samples
 
-    paths = write_samples(Path(args.directory), args.count, args.seed, with_dummy=args.with_dummy)
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if unknown := [f for f in formats if f not in FORMATS]:
+        console.print(f"[red]unknown format {unknown[0]!r} (known: {', '.join(FORMATS)})[/red]")
+        return 2
+    paths = write_samples(Path(args.directory), args.count, args.seed,
+                          with_dummy=args.with_dummy, formats=formats)  # fmt: skip
     for path in paths:
         console.print(str(path))
     return 0
@@ -100,8 +111,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """The main job end to end: stack up, the sample contracts through document_extract:v1
     and sample NDAs through nda_review:v1 (a pipeline shipped as a file), progress, results,
     stop."""
+    from docpipe_dev.sample_files import write_contract
     from docpipe_dev.sample_ndas import write_ndas
-    from docpipe_dev.samples import write_samples
+    from docpipe_dev.samples import sample_contracts, write_samples
     from docpipe_dev.stack import LocalStack
 
     stack = LocalStack(_stack_options(args))
@@ -112,6 +124,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         folder = Path(args.state_dir) / "samples"
         contracts = write_samples(folder, args.count, with_dummy=True)
+        # The first contract once more as a PDF, a Word file and a scan: one of each format.
+        first = sample_contracts(1)[0]
+        contracts += [write_contract(folder, first.slug, first.text, fmt)
+                      for fmt in ("pdf", "docx", "scan")]  # fmt: skip
         ndas = write_ndas(folder / "nda", count=2)
         console.print(
             f"submitting {len(contracts)} contracts and {len(ndas)} NDAs to {stack.api_url} "

@@ -8,6 +8,7 @@ reader would look for it; the boilerplate around it never states a competing val
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from importlib.resources import files
@@ -254,18 +255,26 @@ def dummy_document() -> SampleContract:
 
 
 def write_samples(
-    directory: Path, count: int = 8, seed: int = 0, *, with_dummy: bool = False
+    directory: Path,
+    count: int = 8,
+    seed: int = 0,
+    *,
+    with_dummy: bool = False,
+    formats: Sequence[str] = ("text",),
 ) -> list[Path]:
-    """Write one ``<slug>.txt`` per contract (dummy first if asked) and return their paths."""
+    """Write each contract (dummy first if asked, as text only) in each of ``formats``
+    (docpipe_dev.sample_files.FORMATS: ``<slug>.txt``, ``.pdf``, ``.docx``, ``.scan.pdf``)
+    and return their paths."""
+    from docpipe_dev.sample_files import write_contract
+
     directory.mkdir(parents=True, exist_ok=True)
-    contracts = sample_contracts(count, seed)
-    if with_dummy:
-        contracts.insert(0, dummy_document())
     paths = []
-    for contract in contracts:
-        path = directory / f"{contract.slug}.txt"
-        path.write_text(contract.text, encoding="utf-8")
-        paths.append(path)
+    if with_dummy:
+        dummy = dummy_document()
+        paths.append(write_contract(directory, dummy.slug, dummy.text, "text"))
+    for i, contract in enumerate(sample_contracts(count, seed)):
+        paths += [write_contract(directory, contract.slug, contract.text, fmt, seed=i)
+                  for fmt in formats]  # fmt: skip
     return paths
 
 

@@ -7,13 +7,16 @@ import re
 from dataclasses import dataclass
 from typing import Annotated
 
+import anyio
 import redis
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
 from docpipe.broker.messages import Broker
-from docpipe.errors import InvalidRequestError
+from docpipe.errors import InvalidRequestError, UnreadableDocumentError
+from docpipe.extraction import DocumentFormat, check_upload, sniff_format
+from docpipe.extraction.zipguard import ZipBounds
 from docpipe.pipelines.catalog import Catalog
 from docpipe.settings import Settings
 from docpipe.state.db import Database
@@ -21,20 +24,26 @@ from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
 from docpipe_api.errors import describe_validation_errors
 from docpipe_api.ratelimit import enforce_rate_limit
 from docpipe_api.schemas import DocumentText, ExtractRequest
+from docpipe_api.streams import StreamSlots
 
 __all__ = [
     "DEFAULT_TENANT",
+    "ApiKeyIdDep",
+    "BatchBodiesDep",
     "BrokerDep",
     "DatabaseDep",
-    "DocumentTextDep",
+    "DocumentUploadDep",
     "ExtractRequestDep",
     "IdempotencyKeyDep",
     "PipelinesDep",
     "RedisDep",
     "Resources",
     "SettingsDep",
+    "StreamSlotsDep",
     "TenantDep",
+    "Upload",
     "current_tenant",
+    "limit_client_address",
     "read_capped",
     "require_json",
 ]
@@ -54,6 +63,9 @@ class Resources:
     broker: Broker
     redis: redis.Redis
     pipelines: Catalog
+    # Batch bodies this process may hold at once (DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT).
+    batch_bodies: anyio.Semaphore
+    stream_slots: StreamSlots
 
 
 def _resources(request: Request) -> Resources:
@@ -82,6 +94,20 @@ def _pipelines(request: Request) -> Catalog:
     return _resources(request).pipelines
 
 
+def _batch_bodies(request: Request) -> anyio.Semaphore:
+    return _resources(request).batch_bodies
+
+
+def _stream_slots(request: Request) -> StreamSlots:
+    return _resources(request).stream_slots
+
+
+def _api_key_id(request: Request) -> str | None:
+    """The id of the request's API key (set by current_tenant); None without API keys."""
+    key_id = getattr(request.state, "api_key_id", None)
+    return key_id if isinstance(key_id, str) else None
+
+
 _bearer = HTTPBearer(
     auto_error=False,
     bearerFormat="dp_<id>_<secret>",
@@ -95,6 +121,7 @@ def _unauthorized(detail: str, *, invalid_token: bool) -> HTTPException:
 
 
 def current_tenant(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     resources: Annotated[Resources, Depends(_resources)],
 ) -> str:
@@ -114,9 +141,25 @@ def current_tenant(
         key_id, tenant = verify_api_key(resources.database, credentials.credentials)
     except InvalidApiKey as exc:  # its message never contains the key
         raise _unauthorized(str(exc), invalid_token=True) from None
+    request.state.api_key_id = key_id
     if settings.api_key_rpm:
-        enforce_rate_limit(resources.redis, key_id, settings.api_key_rpm)
+        enforce_rate_limit(resources.redis, f"key:{key_id}", settings.api_key_rpm,
+                           who="this API key")  # fmt: skip
     return tenant
+
+
+def limit_client_address(
+    request: Request, resources: Annotated[Resources, Depends(_resources)]
+) -> None:
+    """429 once the client's address sent more than DOCPIPE_CLIENT_IP_RPM requests this
+    minute. Runs before the API key is looked at, so guessing keys and floods without one
+    are cut off before they reach PostgreSQL. The address is the peer's, or the one a
+    trusted proxy put in X-Forwarded-For (uvicorn's --forwarded-allow-ips: README,
+    "Security" > "Bounds")."""
+    limit = resources.settings.client_ip_rpm
+    if limit:
+        address = request.client.host if request.client else "unknown"
+        enforce_rate_limit(resources.redis, f"ip:{address}", limit, who="this address")
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
@@ -124,6 +167,9 @@ DatabaseDep = Annotated[Database, Depends(_database)]
 BrokerDep = Annotated[Broker, Depends(_broker)]
 RedisDep = Annotated[redis.Redis, Depends(_redis)]
 PipelinesDep = Annotated[Catalog, Depends(_pipelines)]
+BatchBodiesDep = Annotated[anyio.Semaphore, Depends(_batch_bodies)]
+StreamSlotsDep = Annotated[StreamSlots, Depends(_stream_slots)]
+ApiKeyIdDep = Annotated[str | None, Depends(_api_key_id)]
 TenantDep = Annotated[str, Depends(current_tenant)]
 
 
@@ -170,9 +216,10 @@ def require_json(request: Request) -> None:
         )
 
 
-async def read_capped(request: Request, limit: int) -> bytes:
+async def read_capped(request: Request, limit: int) -> bytearray:
     """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes: from
-    Content-Length before reading, else while reading (never more than limit + one chunk)."""
+    Content-Length before reading, else while reading (never more than limit + one chunk).
+    A bytearray, not bytes: copying a body at the limit would double what it holds."""
     too_large = HTTPException(413, f"the body is larger than the limit of {limit} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -182,32 +229,56 @@ async def read_capped(request: Request, limit: int) -> bytes:
         body += chunk
         if len(body) > limit:
             raise too_large
-    return bytes(body)
+    return body
 
 
-async def _document_text(request: Request, settings: SettingsDep) -> str:
+@dataclass(frozen=True)
+class Upload:
+    """A document as uploaded: text, or a file (PDF, DOCX) with the format its bytes show."""
+
+    format: DocumentFormat
+    text: str = ""
+    data: bytes = b""
+
+
+async def _document_upload(request: Request, settings: SettingsDep) -> Upload:
+    """The body as a document. Its format comes from its bytes: a PDF or DOCX whatever the
+    Content-Type says; text only as declared (text/plain in UTF-8, or JSON {"text"}), as
+    before; anything else 415. 413 past DOCPIPE_MAX_DOCUMENT_BYTES."""
     media_type, params = _media_type(request)
+    # One document is small (DOCPIPE_MAX_DOCUMENT_BYTES): a copy into bytes costs little.
+    body = bytes(await read_capped(request, settings.max_document_bytes))
+    if (fmt := sniff_format(body)) is not None:
+        try:
+            check_upload(body, fmt, _zip_bounds(settings))
+        except UnreadableDocumentError as exc:
+            raise InvalidRequestError(f"the {fmt.upper()} cannot be read: {exc}") from None
+        return Upload(fmt, data=body)
     if media_type not in ("text/plain", "application/json"):
         raise HTTPException(
             415,
-            f"send the document as text/plain (UTF-8) or as application/json "
-            f'{{"text": "..."}}, not {media_type or "without a Content-Type"}',
+            "send a PDF or DOCX file, or the document as text/plain (UTF-8) or as "
+            f'application/json {{"text": "..."}}; these bytes are none of them (Content-Type '
+            f"{media_type or 'missing'})",
         )
     charset = params.get("charset", "utf-8")
     if media_type == "text/plain" and charset not in ("utf-8", "utf8", "us-ascii"):
         raise HTTPException(415, f"documents must be UTF-8 text, not charset={charset}")
-    body = await read_capped(request, settings.max_document_bytes)
     if media_type == "text/plain":
         try:
-            return body.decode("utf-8")
+            return Upload(DocumentFormat.TEXT, text=body.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise InvalidRequestError(
                 f"the document is not valid UTF-8 (byte {exc.start}: {exc.reason})"
             ) from None
     try:
-        return DocumentText.model_validate_json(body).text
+        return Upload(DocumentFormat.TEXT, text=DocumentText.model_validate_json(body).text)
     except ValidationError as exc:
         raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
+
+
+def _zip_bounds(settings: Settings) -> ZipBounds:
+    return ZipBounds(settings.docx_max_expanded_bytes, settings.docx_max_expansion_ratio)
 
 
 async def _extract_request(request: Request) -> ExtractRequest:
@@ -225,5 +296,5 @@ async def _extract_request(request: Request) -> ExtractRequest:
         raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
 
 
-DocumentTextDep = Annotated[str, Depends(_document_text)]
+DocumentUploadDep = Annotated[Upload, Depends(_document_upload)]
 ExtractRequestDep = Annotated[ExtractRequest, Depends(_extract_request)]

@@ -19,6 +19,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
@@ -33,12 +34,13 @@ _DESCRIPTIONS = {
     403: "Refused by policy: a callback_url to a destination webhooks may not reach",
     404: "No such document, run, batch or pipeline",
     409: "The request contradicts stored state",
-    413: "The body is larger than allowed",
+    413: "The body, or a document in it, is larger than allowed",
     415: "The body's Content-Type is not accepted",
     422: "The request is malformed",
-    429: "This API key sent too many requests this minute; retry after Retry-After seconds",
-    503: "PostgreSQL or Redis is unavailable, or the rows to change stayed busy; retry after "
-    "Retry-After seconds",
+    429: "This client address or API key sent too many requests this minute, or the key "
+    "has as many event streams open as it may; retry after Retry-After seconds",
+    503: "PostgreSQL or Redis is unavailable, the rows to change stayed busy, or the process "
+    "holds as many batch bodies as it may; retry after Retry-After seconds",
 }
 
 
@@ -117,6 +119,13 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("redis unavailable: %s: %s", type(exc).__name__, exc)
         return _error(503, "the broker (Redis) is unavailable, retry later",
                       retry_after_s=_UNAVAILABLE_RETRY_AFTER_S)  # fmt: skip
+
+    # A client that went away in the middle of its body (or stalled until the server gave up)
+    # changed nothing; no one reads this answer, and it is no server error.
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(_: Request, exc: ClientDisconnect) -> JSONResponse:
+        log.info("client disconnected before its request body was complete")
+        return _error(400, "the request body ended early")
 
     # Starlette answers 405 from the first route whose path matches, so its Allow header
     # would name that route's methods only (PUT, for /documents/{id} which also has GET).

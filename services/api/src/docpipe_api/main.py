@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import psycopg
 from fastapi import Depends, FastAPI
 
@@ -20,11 +21,12 @@ from docpipe.pipelines.catalog import Catalog, load_catalog
 from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
-from docpipe_api.deps import Resources, current_tenant
+from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
-from docpipe_api.openapi import describe_pipelines
+from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
 from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
+from docpipe_api.streams import StreamSlots
 
 __all__ = ["app", "create_app"]
 
@@ -49,6 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             broker=CeleryPublisher(),
             redis=broker_redis,
             pipelines=catalog,
+            batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
+            stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
         )
         try:
             with serving_metrics(resolved):
@@ -67,9 +71,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_unique_id_function=lambda route: route.name,
     )
     install_error_handlers(app)
+    serve_with_live_bounds(app, lambda: settings or get_settings())
     install_observability(app)
-    # Every route but the probes (and /docs, /openapi.json) needs a tenant's API key; the
-    # check runs before the route reads its body.
+    # Every route but the probes (and /docs, /openapi.json) is limited per client address
+    # and then needs a tenant's API key; both checks run before the route reads its body.
     for router in (
         documents.router,
         runs.router,
@@ -78,7 +83,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         webhook_secrets.router,
     ):
         app.include_router(
-            router, dependencies=[Depends(current_tenant)], responses=error_responses(401, 429)
+            router,
+            dependencies=[Depends(limit_client_address), Depends(current_tenant)],
+            responses=error_responses(401, 429),
         )
     app.include_router(health.router)
     return app

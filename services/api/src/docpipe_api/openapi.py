@@ -1,22 +1,51 @@
-"""This deployment's OpenAPI document: the pipelines it runs are named as an enum.
+"""This deployment's OpenAPI document: its own bounds, and the pipelines it runs.
 
-The routes' models describe what any docpipe accepts; which pipeline keys exist is known
-only once the catalog is loaded (the lifespan), and a request naming another one is refused
-(422). Saying so in the document keeps it exact: every request it allows is accepted.
+The routes' models describe what any docpipe accepts. The served document says what this
+one accepts, so that a client or a fuzzer reading it is never told that a request is fine
+which the API refuses: the bounds of its settings (30 days is not fine where 7 is the
+limit), and the pipeline keys of its catalog as an enum (known only once the catalog is
+loaded, in the lifespan; another key is refused with 422).
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from fastapi import FastAPI
 
 from docpipe.pipelines.catalog import Catalog
+from docpipe.settings import Settings
+from docpipe_api.schemas import USD_CENTS_STRING
 
-__all__ = ["describe_pipelines"]
+__all__ = ["describe_pipelines", "serve_with_live_bounds", "usd_string_at_most"]
 
+# Request body property -> the setting that bounds it, and how the bound is written.
+_NUMBER_MAXIMA: dict[str, Callable[[Settings], float]] = {
+    "deadline_s": lambda s: s.max_deadline_s,
+    "run_budget_usd": lambda s: float(s.max_run_budget_usd),
+}
+_EXTRACT_NUMBER_MAXIMA: dict[str, Callable[[Settings], float]] = {
+    "budget_usd": lambda s: float(s.max_run_budget_usd),  # a run's; a batch's is its total
+}
 # The request bodies that name a pipeline.
-_BODIES = (("/documents/{document_id}/extract", "post"), ("/batches", "post"))
+_PIPELINE_BODIES = (("/documents/{document_id}/extract", "post"), ("/batches", "post"))
+
+
+def serve_with_live_bounds(app: FastAPI, settings: Callable[[], Settings]) -> None:
+    """Make ``app.openapi()`` state the bounds of ``settings()`` (read on first use)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = copy.deepcopy(build())  # its request schemas are shared module data
+            _apply(document, settings())
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def describe_pipelines(app: FastAPI, pipelines: Catalog) -> None:
@@ -26,10 +55,73 @@ def describe_pipelines(app: FastAPI, pipelines: Catalog) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        document = build()  # also cached by FastAPI: the enum goes into the cached copy
-        for path, method in _BODIES:
+        document = build()  # cached by the app: the enum goes into the cached copy
+        for path, method in _PIPELINE_BODIES:
             body = document["paths"][path][method]["requestBody"]["content"]["application/json"]
             body["schema"]["properties"]["pipeline"]["enum"] = sorted(pipelines.by_key)
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _apply(document: dict[str, Any], settings: Settings) -> None:
+    for path, operations in document.get("paths", {}).items():
+        for operation in operations.values():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            properties = (body or {}).get("schema", {}).get("properties")
+            if not properties:
+                continue
+            maxima = dict(_NUMBER_MAXIMA)
+            if path.endswith("/extract"):
+                maxima |= _EXTRACT_NUMBER_MAXIMA
+            for name, bound in maxima.items():
+                for variant in properties.get(name, {}).get("anyOf", []):
+                    if variant.get("type") == "number":
+                        variant["maximum"] = bound(settings)
+                    elif variant.get("type") == "string" and name.endswith("_usd"):
+                        # Amounts may be sent as decimal strings too (the CLI does).
+                        limit = Decimal(str(bound(settings)))
+                        variant["pattern"] = usd_string_at_most(limit)
+            if "documents" in properties:
+                properties["documents"]["maxItems"] = settings.max_batch_documents
+
+
+def usd_string_at_most(limit: Decimal) -> str:
+    """The pattern of the decimal strings schemas.USD_STRING accepts whose value is at most
+    ``limit`` (at least 1, at most 6 places): a regular expression cannot compare numbers,
+    so it spells out the smaller integer parts and, at the limit's own, the smaller
+    fractions (tests/unit/test_openapi_amounts.py checks it against Decimal)."""
+    whole, _, places = format(limit.quantize(Decimal("0.000001")), "f").partition(".")
+    smaller = _smaller_digits(whole)
+    if len(whole) > 1:  # every shorter integer part
+        smaller.insert(0, "[1-9]" + (f"[0-9]{{0,{len(whole) - 2}}}" if len(whole) > 2 else ""))
+    alternatives = [whole + r"(?:\." + _fraction_at_most(places) + ")?", USD_CENTS_STRING]
+    if smaller:
+        alternatives.insert(0, "(?:" + "|".join(smaller) + r")(?:\.[0-9]{1,6})?")
+    return "^(?:" + "|".join(alternatives) + ")$"
+
+
+def _smaller_digits(digits: str) -> list[str]:
+    """Alternatives for the integers of as many digits as ``digits`` (no leading zero) that
+    are smaller: equal up to one position, a smaller digit there, anything after."""
+    out = []
+    for i, digit in enumerate(digits):
+        low, high = (1 if i == 0 else 0), int(digit) - 1
+        if high < low:
+            continue
+        rest = len(digits) - i - 1
+        out.append(digits[:i] + (str(low) if low == high else f"[{low}-{high}]")
+                   + (f"[0-9]{{{rest}}}" if rest else ""))  # fmt: skip
+    return out
+
+
+def _fraction_at_most(places: str) -> str:
+    """1-6 fraction digits worth at most ``.places`` (6 digits): a prefix of it (the rest
+    zeros), or equal up to one position, a smaller digit there, anything after."""
+    alternatives = [places[:i] for i in range(1, 7)]
+    for i, digit in enumerate(places):
+        if digit != "0":
+            rest = 5 - i
+            smaller = "0" if digit == "1" else f"[0-{int(digit) - 1}]"
+            alternatives.append(places[:i] + smaller + (f"[0-9]{{0,{rest}}}" if rest else ""))
+    return "(?:" + "|".join(dict.fromkeys(alternatives)) + ")"

@@ -38,6 +38,7 @@ __all__ = [
     "DocumentOut",
     "DocumentText",
     "ErrorBody",
+    "EvidencedValue",
     "ExtractAccepted",
     "ExtractRequest",
     "Health",
@@ -63,6 +64,7 @@ REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
 ANSWER_MODEL = ConfigDict(from_attributes=True)
 # PostgreSQL text cannot hold NUL characters, so documents must not contain them.
 NO_NUL = "^[^\\u0000]*$"
+# The most DOCPIPE_MAX_DEADLINE_S may allow; the setting (7 days by default) is what applies.
 MAX_DEADLINE_S = 30 * 24 * 3600.0
 # Document ids as OpenAPI (ECMA-262) writes the pattern, where $ is \Z.
 DOCUMENT_ID_ECMA = DOCUMENT_ID.pattern.replace("\\Z", "$")
@@ -73,11 +75,12 @@ DOCUMENT_ID_ECMA = DOCUMENT_ID.pattern.replace("\\Z", "$")
 # OpenAPI document says exactly this, so every value it allows is accepted.
 USD_MIN = Decimal("0.000001")
 USD_MAX = Decimal("99999999.999999")
-USD_STRING = re.compile(
-    r"^(?:[1-9][0-9]{0,7}(?:\.[0-9]{1,6})?"
-    r"|0\.(?:[1-9][0-9]{0,5}|0[1-9][0-9]{0,4}|00[1-9][0-9]{0,3}|000[1-9][0-9]{0,2}"
-    r"|0000[1-9][0-9]?|00000[1-9]))$"
+# Below one dollar: "0." and a fraction that is not all zeros.
+USD_CENTS_STRING = (
+    r"0\.(?:[1-9][0-9]{0,5}|0[1-9][0-9]{0,4}|00[1-9][0-9]{0,3}|000[1-9][0-9]{0,2}"
+    r"|0000[1-9][0-9]?|00000[1-9])"
 )
+USD_STRING = re.compile(rf"^(?:[1-9][0-9]{{0,7}}(?:\.[0-9]{{1,6}})?|{USD_CENTS_STRING})$")
 
 
 def _usd(value: Any) -> Any:
@@ -147,9 +150,20 @@ class DocumentOut(BaseModel):
     model_config = ANSWER_MODEL
 
     id: str
-    sha256: str = Field(description="SHA-256 of the UTF-8 text, hex")
+    sha256: str = Field(description="SHA-256 of the uploaded bytes (a text's UTF-8), hex")
     size_bytes: int
     created_at: datetime
+    format: Literal["text", "pdf", "docx"] = Field(description="as its bytes showed")
+    extracted: bool = Field(description="its text is known (a PDF's or DOCX's once a run's "
+                            "extract_text step read it; a text's always)")  # fmt: skip
+    pages: int | None = Field(description="pages of its text; null until extracted")
+    ocr_pages: int | None = Field(description="pages read by OCR (no text layer); null until "
+                                  "extracted")  # fmt: skip
+    ocr: bool | None = Field(description="whether any page needed OCR; null until extracted")
+    warnings: list[str] | None = Field(
+        description="what extraction noticed (low OCR confidence, pages without text); null "
+        "until extracted"
+    )
 
 
 class ExtractRequest(BaseModel):
@@ -173,18 +187,22 @@ class ExtractRequest(BaseModel):
         le=MAX_DEADLINE_S,
         allow_inf_nan=False,
         description="the run must finish within this many seconds of the request (of start_at, "
-        "when that is later)",
+        "when that is later); at most DOCPIPE_MAX_DEADLINE_S (default 604800, 7 days; more: "
+        "422)",
     )
     budget_usd: Usd | None = Field(
         default=None,
-        description="the run stops as budget_exceeded once its provider calls cost more",
+        description="the run stops as budget_exceeded once its provider calls cost more; "
+        "at most DOCPIPE_MAX_RUN_BUDGET_USD (default 100; more: 422); left out: "
+        "DOCPIPE_DEFAULT_RUN_BUDGET_USD (default 1.00)",
     )
     callback_url: HttpUrl | None = Field(
         default=None, description="called once the run has ended (http or https)"
     )
     start_at: AwareDatetime | None = Field(
         default=None,
-        description="start no earlier than this (ISO 8601 with a time zone); interactive lane",
+        description="start no earlier than this (ISO 8601 with a time zone); interactive "
+        "lane; at most DOCPIPE_MAX_START_DELAY_S (default 604800, 7 days) ahead (more: 422)",
     )
     priority: Priority | None = Field(
         default=None,
@@ -241,6 +259,28 @@ class StepStatus(BaseModel):
     finished_at: datetime | None
 
 
+class EvidencedValue(BaseModel):
+    """An extracted value with the evidence of the quote it was read from."""
+
+    model_config = ANSWER_MODEL
+
+    field: str = Field(description="the field the value is for, e.g. liability_cap")
+    value: Any = Field(description="the value as read (for a list such as parties: the items "
+                       "this quote supports)")  # fmt: skip
+    quote: str = Field(description="the passage the model says it read the value from")
+    start: int | None = Field(description="where the quote starts in the document's text "
+                              "(offset in characters); null when it is not there")  # fmt: skip
+    end: int | None = Field(description="where it ends (exclusive): text[start:end] is the "
+                            "passage as the document has it")  # fmt: skip
+    page: int | None = Field(description="1-based page of start (1 for plain text)")
+    section: str | None = Field(description="number of the section holding start")
+    section_title: str | None = None
+    supported: bool = Field(description="false: the quote was not found in the document "
+                            "(whitespace, hyphenation and quotation marks aside); the value "
+                            "is kept, flagged, and a pipeline with review_if: "
+                            "[unsupported_evidence] ends needs_review")  # fmt: skip
+
+
 class RunStatus(BaseModel):
     model_config = ANSWER_MODEL
 
@@ -262,6 +302,11 @@ class RunStatus(BaseModel):
     webhook: WebhookStatus | None = None
     result: dict[str, Any] | None = Field(
         default=None, description="each step's output by step name, once the run is done"
+    )
+    values: list[EvidencedValue] | None = Field(
+        default=None,
+        description="once the run is done or needs_review: each extracted value with its "
+        "evidence, for pipelines whose steps record it (document_extract does)",
     )
 
 
@@ -346,21 +391,30 @@ class BatchRequest(BaseModel):
 
     model_config = REQUEST_MODEL
 
-    documents: list[BatchDocumentIn] = Field(min_length=1)
+    documents: list[BatchDocumentIn] = Field(
+        min_length=1,
+        description="at most DOCPIPE_MAX_BATCH_DOCUMENTS documents (default 10000; more: "
+        "422), each text at most DOCPIPE_MAX_DOCUMENT_BYTES of UTF-8 (default 1000000; more: "
+        "413), the whole body at most DOCPIPE_MAX_BATCH_BYTES (default 32000000; more: 413)",
+    )
     pipeline: str = Field(default=DEFAULT_PIPELINE, min_length=1, max_length=200)
     budget_usd: Usd | None = Field(
         default=None,
         description="the whole batch stops as budget_exceeded once its calls cost more",
     )
     run_budget_usd: Usd | None = Field(
-        default=None, description="each run stops as budget_exceeded once its calls cost more"
+        default=None,
+        description="each run stops as budget_exceeded once its calls cost more; at most "
+        "DOCPIPE_MAX_RUN_BUDGET_USD (default 100; more: 422); left out: "
+        "DOCPIPE_DEFAULT_RUN_BUDGET_USD (default 1.00)",
     )
     callback_url: HttpUrl | None = Field(
         default=None, description="called once the batch has ended (http or https)"
     )
     deadline_s: float | None = Field(
         default=None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
-        description="every run must finish within this many seconds of the request",
+        description="every run must finish within this many seconds of the request; at "
+        "most DOCPIPE_MAX_DEADLINE_S (default 604800, 7 days; more: 422)",
     )  # fmt: skip
     priority: Priority | None = Field(
         default=None, description="the runs' priority (see ExtractRequest); default: low"

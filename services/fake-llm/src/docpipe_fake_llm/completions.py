@@ -14,7 +14,14 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive
 
-from docpipe_fake_llm.faults import DEFAULT_HANG_S, DEFAULT_RETRY_AFTER_S, Fault, broken_content
+from docpipe_fake_llm.faults import (
+    ANSWER_FAULTS,
+    DEFAULT_HANG_S,
+    DEFAULT_RETRY_AFTER_S,
+    Fault,
+    broken_content,
+    invent_quotes,
+)
 from docpipe_fake_llm.protocol import (
     DEFAULT_RESERVED_TOKENS,
     ChatRequest,
@@ -96,7 +103,7 @@ async def _answer(
 ) -> tuple[Response, dict[str, int] | None]:
     """The answer, and its usage when it is a completion."""
     fault = provider.faults.take(chat.step or "", chat.model)
-    if fault is not None and fault.kind not in ("hang", "malformed", "invalid", "length"):
+    if fault is not None and fault.kind not in ANSWER_FAULTS:
         return _injected_error(fault), None
     if fault is not None and fault.kind == "hang":
         hang_s = DEFAULT_HANG_S if fault.hang_s is None else fault.hang_s
@@ -109,6 +116,8 @@ async def _answer(
     else:
         try:
             value = _answer_value(chat)
+            if fault is not None and fault.kind == "invented_quote":
+                value = invent_quotes(value)
             content = json.dumps(value) if value is not None else _echo(chat.user_content)
         except StepInputError as error:
             return _json(400, error_body(str(error), "invalid_request_error", error.code)), None

@@ -6,11 +6,16 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["DEFAULT_HANG_S", "DEFAULT_RETRY_AFTER_S", "Fault", "FaultKind", "FaultQueue",
-           "broken_content"]  # fmt: skip
+__all__ = ["ANSWER_FAULTS", "DEFAULT_HANG_S", "DEFAULT_RETRY_AFTER_S", "Fault", "FaultKind",
+           "FaultQueue", "broken_content", "invent_quotes"]  # fmt: skip
 
 # "length": the answer is cut off after one token, as if max_tokens had been reached.
-FaultKind = Literal["429", "400", "500", "503", "hang", "malformed", "invalid", "length"]
+# "invented_quote": a valid answer whose every quote (extract_fields) is not in the text.
+FaultKind = Literal[
+    "429", "400", "500", "503", "hang", "malformed", "invalid", "length", "invented_quote"
+]
+# Faults that shape a completion instead of answering with an error status.
+ANSWER_FAULTS = frozenset({"hang", "malformed", "invalid", "length", "invented_quote"})
 
 DEFAULT_RETRY_AFTER_S = 1.0
 DEFAULT_HANG_S = 600.0
@@ -88,3 +93,17 @@ class FaultQueue:
 def broken_content(kind: Literal["malformed", "invalid"], step: str) -> str:
     """Return the content of a ``malformed`` (not JSON) or ``invalid`` (wrong schema) answer."""
     return _MALFORMED.get(step, "Sure! Here is the JSON: {") if kind == "malformed" else _INVALID
+
+
+def invent_quotes(answer: Any) -> Any:
+    """``answer`` with the quote of every field replaced by a sentence the text never says,
+    as a model that makes its evidence up writes it; other answers stay as they are."""
+    if not isinstance(answer, dict) or not isinstance(fields := answer.get("fields"), dict):
+        return answer
+    invented = {
+        name: {**read, "quote": f"The parties agree that the {name.replace('_', ' ')} is "
+                                "set out in Schedule Z."}
+        if isinstance(read, dict) and "quote" in read else read
+        for name, read in fields.items()
+    }  # fmt: skip
+    return {**answer, "fields": invented}

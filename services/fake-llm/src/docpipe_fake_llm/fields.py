@@ -4,6 +4,10 @@ Each reader looks only at sentences whose wording makes the fact unambiguous, an
 look-alikes that contracts are full of: cure periods next to termination notices, renewal
 periods next to the initial term, insurance limits next to liability caps, instalments next
 to the total value. A field that the text does not state is left out, never guessed.
+
+Each value comes with its quote: the passage it was read from, copied as a model copies text
+(on one line, a word hyphenated at a line end joined again), so the quote is in the text but
+rarely character for character.
 """
 
 from __future__ import annotations
@@ -13,7 +17,12 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
-__all__ = ["read_fields"]
+__all__ = ["MAX_QUOTE_CHARS", "read_fields", "read_quoted_fields"]
+
+MAX_QUOTE_CHARS = 1000  # what docpipe's extract_fields step accepts
+_LINE_END_HYPHEN = re.compile(r"(?<=[a-z])-\s*\n\s*(?=[a-z])")
+
+_Read = tuple[Any, str]  # (value, the passage it was read from)
 
 _MONTHS = {
     name: number
@@ -40,6 +49,9 @@ _CURRENCIES = {
     "£": "GBP", "gbp": "GBP", "pounds sterling": "GBP",
 }  # fmt: skip
 
+# A line break inside a paragraph (not a blank line, not before a numbered clause or an
+# all-caps heading, which the text files put on lines of their own).
+_LINE_WRAP = re.compile(r"[ \t]*\n[ \t]*(?!\s|\d+(?:\.\d+)*\s|[A-Z][A-Z ;,&-]+\n)")
 _SENTENCE_BREAK = re.compile(r"[.;:]\s+(?=[A-Z(\"])|\n\s*\n")
 _TITLE_LINE = re.compile(r"^[A-Z][A-Z ,&\-]*\b(?:AGREEMENT|CONTRACT)\b[A-Z ]*$")
 _AGREEMENT_NAME = re.compile(
@@ -103,23 +115,40 @@ class _Text:
 
 def read_fields(section_text: str) -> dict[str, Any]:
     """Return the schema fields that this section states, in schema order; never a null."""
-    text = _Text(section_text)
-    fields: dict[str, Any] = {}
+    return {name: read["value"] for name, read in read_quoted_fields(section_text).items()}
+
+
+def read_quoted_fields(section_text: str) -> dict[str, dict[str, Any]]:
+    """``{field: {"value", "quote"}}`` for the fields this section states, in schema order.
+
+    It reads paragraphs, not lines, as a model does: a PDF's text wraps a sentence over
+    several lines ("the Effective\nDate") where the text file has it on one."""
+    text = _Text(_LINE_WRAP.sub(" ", _LINE_END_HYPHEN.sub("", section_text)))
+    fields: dict[str, dict[str, Any]] = {}
     for name, reader in _READERS:
-        value = reader(text)
-        if value is not None:
-            fields[name] = value
+        read = reader(text)
+        if read is not None:
+            fields[name] = {"value": read[0], "quote": _copied(read[1])}
     return fields
 
 
-def _parties(text: _Text) -> list[dict[str, str]] | None:
+def _copied(passage: str) -> str:
+    """``passage`` as a model quotes it: on one line, line-end hyphenation undone."""
+    quote = " ".join(_LINE_END_HYPHEN.sub("", passage).split())
+    # A long passage is quoted up to its last whole word that fits.
+    if len(quote) <= MAX_QUOTE_CHARS:
+        return quote
+    return quote[: MAX_QUOTE_CHARS + 1].rsplit(" ", 1)[0]
+
+
+def _parties(text: _Text) -> _Read | None:
     if "between" not in text.lowered:
         return None
     # "between" also appears in boilerplate; the parties follow the one whose paragraph
     # defines roles: 'between Acme Inc., a Delaware corporation ("Supplier"), and ...'.
     for between in _BETWEEN.finditer(text.text):
         paragraph = text.text[between.end() :].split("\n\n", 1)[0]
-        parties, start = [], 0
+        parties, start, last = [], 0, 0
         for role in _ROLE.finditer(paragraph):
             chunk, start = paragraph[start : role.start()], role.end()
             if role[1].lower() in _NOT_ROLES:
@@ -128,23 +157,24 @@ def _parties(text: _Text) -> list[dict[str, str]] | None:
             name = chunk.split(", ", 1)[0].strip(" ,")  # the description follows the first comma
             if name:
                 parties.append({"name": name, "role": role[1].strip()})
+                last = role.end()
         if parties:
-            return parties
+            return parties, text.text[between.start() : between.end() + last]
     return None
 
 
-def _contract_type(text: _Text) -> str | None:
+def _contract_type(text: _Text) -> _Read | None:
     start = len(text.text) - len(text.text.lstrip())
     first_line = text.text[start : start + 200].split("\n", 1)[0].strip()
     if _TITLE_LINE.match(first_line):
-        return " ".join(first_line.lower().split())
+        return " ".join(first_line.lower().split()), first_line
     if '"agreement")' not in text.lowered:
         return None
     named = _AGREEMENT_NAME.search(text.text)
-    return " ".join(named[1].lower().split()) if named else None
+    return (" ".join(named[1].lower().split()), named[0]) if named else None
 
 
-def _effective_date(text: _Text) -> str | None:
+def _effective_date(text: _Text) -> _Read | None:
     if "effective date" not in text.lowered:
         return None
     marker = _EFFECTIVE_DATE.search(text.text)
@@ -158,78 +188,80 @@ def _effective_date(text: _Text) -> str | None:
         month, day, year = _MONTHS[match[1].lower()], int(match[2]), int(match[3])
     else:
         day, month, year = int(match[4]), _MONTHS[match[5].lower()], int(match[6])
-    return f"{year:04d}-{month:02d}-{day:02d}"
+    return f"{year:04d}-{month:02d}-{day:02d}", text.text[match.start() : marker.end()]
 
 
-def _term_months(text: _Text) -> int | None:
+def _term_months(text: _Text) -> _Read | None:
     for sentence, lowered in text.sentences_with(*_TERM_CONTEXT):
         if "renew" in lowered or "confidential" in lowered:
             continue
         duration = _DURATION.search(sentence)
         if duration:
             count = int(duration[1])
-            return count * 12 if duration[2].lower().startswith("year") else count
+            return (count * 12 if duration[2].lower().startswith("year") else count), sentence
     return None
 
 
-def _termination_notice_days(text: _Text) -> int | None:
+def _termination_notice_days(text: _Text) -> _Read | None:
     for sentence, lowered in text.sentences_with("terminat"):
         if "notice" in lowered and not any(word in lowered for word in _CAUSED_TERMINATION):
             notice = _NOTICE.search(sentence)
             if notice:
-                return int(notice[1])
+                return int(notice[1]), sentence
     return None
 
 
-def _payment_terms_days(text: _Text) -> int | None:
+def _payment_terms_days(text: _Text) -> _Read | None:
     for sentence, lowered in text.sentences_with("invoice", "payable", "payment"):
         if "day" in lowered and "terminat" not in lowered:
             days = _PAYMENT_DAYS.search(sentence)
             if days:
-                return int(days[1] or days[2])
+                return int(days[1] or days[2]), sentence
     return None
 
 
-def _total_value(text: _Text) -> dict[str, Any] | None:
+def _total_value(text: _Text) -> _Read | None:
     for sentence, lowered in text.sentences_with(*_VALUE_CONTEXT):
         if not any(word in lowered for word in _NOT_VALUE):
             money = _money(sentence)
             if money:
-                return money
+                return money, sentence
     return None
 
 
-def _liability_cap(text: _Text) -> dict[str, Any] | None:
+def _liability_cap(text: _Text) -> _Read | None:
     for sentence, lowered in text.sentences_with("liab"):
         if "insur" not in lowered and any(word in lowered for word in _CAP_CONTEXT):
             money = _money(sentence)
             if money:
-                return money
+                return money, sentence
     return None
 
 
-def _confidentiality_years(text: _Text) -> int | None:
+def _confidentiality_years(text: _Text) -> _Read | None:
     for sentence, lowered in text.sentences_with("confidential"):
         if "year" in lowered:
             years = _YEARS.search(sentence)
             if years:
-                return int(years[1])
+                return int(years[1]), sentence
     return None
 
 
-def _governing_law(text: _Text) -> str | None:
+def _governing_law(text: _Text) -> _Read | None:
     if "laws of" not in text.lowered and "law of" not in text.lowered:
         return None
     law = _GOVERNING_LAW.search(" ".join(text.text.split()))
-    return (law[1] or law[2]).strip() if law else None
+    return ((law[1] or law[2]).strip(), law[0]) if law else None
 
 
-def _auto_renewal(text: _Text) -> bool | None:
+def _auto_renewal(text: _Text) -> _Read | None:
     if "renew" not in text.lowered:
         return None
-    if _NO_RENEWAL.search(text.text):
-        return False
-    return True if _RENEWAL.search(text.text) else None
+    for value, wording in ((False, _NO_RENEWAL), (True, _RENEWAL)):
+        if said := wording.search(text.text):
+            sentence = next((s for s, _ in text.sentences if wording.search(s)), said[0])
+            return value, sentence
+    return None
 
 
 def _money(sentence: str) -> dict[str, Any] | None:

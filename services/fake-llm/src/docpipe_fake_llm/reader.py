@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from docpipe_fake_llm.fields import read_fields
+from docpipe_fake_llm.fields import read_quoted_fields
 from docpipe_fake_llm.sections import find_sections
 from docpipe_fake_llm.summary import write_summary
 
@@ -35,7 +35,7 @@ def answer_step(step: str, user_content: str) -> dict[str, Any]:
     if step == "extract_fields":
         # "Section 7. Fees and Payment\n\n<text>": the header names the section, the text
         # below it is what the fields are read from.
-        return {"fields": read_fields(_SECTION_HEADER.sub("", user_content, count=1))}
+        return {"fields": read_quoted_fields(_SECTION_HEADER.sub("", user_content, count=1))}
     if step == "summarize":
         fields, titles = _summarize_input(user_content)
         return write_summary(fields, titles)

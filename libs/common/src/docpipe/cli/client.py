@@ -88,6 +88,17 @@ class DocpipeClient:
             )
         )
 
+    def put_file(self, document_id: str, data: bytes) -> dict[str, Any]:
+        """Upload a PDF or DOCX file (the API tells its format from its bytes)."""
+        return dict(
+            self._call(
+                "PUT",
+                f"/documents/{document_id}",
+                content=data,
+                headers={"Content-Type": "application/octet-stream"},
+            )
+        )
+
     def extract(
         self, document_id: str, *, idempotency_key: str | None = None, **options: Any
     ) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from docpipe.cli.client import DocpipeClient
 
 __all__ = ["add_api_flags", "api_client", "console"]
 
-# A pipe or CI log gets a fixed width instead of rich's 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 130)
+# A pipe or CI log gets a fixed width instead of rich's 80 columns (the results table's
+# notes fit on one line).
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def add_api_flags(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from docpipe.cli.client import DEFAULT_PIPELINE, ApiError, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
-__all__ = ["register", "results_table", "submit_files", "watch_runs"]
+__all__ = ["evidence_count", "register", "results_table", "submit_files", "watch_runs"]
 
 POLL_INTERVAL_S = 1.0  # one request per poll for every run watched
 
@@ -38,6 +38,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         add_api_flags(parser)
 
 
+# Sent as files (the API reads their format from their bytes); anything else as UTF-8 text.
+_FILE_SUFFIXES = (".pdf", ".docx")
+
+
 def submit_files(
     client: DocpipeClient, files: Sequence[Path], lane: str, pipeline: str = DEFAULT_PIPELINE
 ) -> list[tuple[str, str]]:
@@ -45,8 +49,14 @@ def submit_files(
     (document, run_id)."""
     started = []
     for path in files:
-        doc_id = path.stem
-        client.put_document(doc_id, path.read_text(encoding="utf-8"))
+        # A text file is named by its stem ("contract.txt": "contract"); a PDF or Word file
+        # keeps its suffix, so the same contract as text, PDF and DOCX makes three documents.
+        if path.suffix.lower() in _FILE_SUFFIXES:
+            doc_id = path.name
+            client.put_file(doc_id, path.read_bytes())
+        else:
+            doc_id = path.stem
+            client.put_document(doc_id, path.read_text(encoding="utf-8"))
         key = f"cli:{doc_id}:{lane}:{pipeline}"
         run = client.extract(doc_id, idempotency_key=key, lane=lane, pipeline=pipeline)
         started.append((doc_id, run["run_id"]))
@@ -122,7 +132,8 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
 
 def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
     table = Table(title="docpipe results")
-    columns = ("document", "pipeline", "status", "found", "tokens", "cost USD", "attempts", "note")
+    columns = ("document", "format", "pipeline", "status", "found", "evidence", "tokens",
+               "cost USD", "attempts", "note")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right" if column in ("tokens", "cost USD") else "left")
     total_cost = 0.0
@@ -132,17 +143,36 @@ def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
         total_cost += status["cost_so_far_usd"]
         table.add_row(
             doc,
+            _format(status.get("result") or {}),
             status["pipeline"],
             status["status"],
             _found(status.get("result") or {}),
+            evidence_count(status.get("values")),
             f"{tokens:,}",
             f"{status['cost_so_far_usd']:.6f}",
             str(attempts),
             (status.get("error") or "")[:60],
         )
     table.add_section()
-    table.add_row("total", "", "", "", "", f"{total_cost:.6f}", "", "")
+    table.add_row("total", "", "", "", "", "", "", f"{total_cost:.6f}", "", "")
     return table
+
+
+def _format(result: dict[str, Any]) -> str:
+    """What the document was, from its extract_text output: "pdf", "pdf+ocr" (some pages
+    read by OCR)."""
+    extracted = result.get("extract_text") or {}
+    if not extracted:
+        return ""
+    return f"{extracted['format']}{'+ocr' if extracted.get('ocr_pages') else ''}"
+
+
+def evidence_count(values: list[dict[str, Any]] | None) -> str:
+    """``supported/total``: of the run's values, how many quotes were found in the document
+    (empty for a pipeline that records no evidence)."""
+    if not values:
+        return ""
+    return f"{sum(1 for v in values if v['supported'])}/{len(values)}"
 
 
 def _found(result: dict[str, Any]) -> str:

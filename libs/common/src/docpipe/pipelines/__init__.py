@@ -4,12 +4,13 @@ This module is all a pipeline author needs (README, "Write your own pipeline")::
 
     from docpipe.pipelines import Pipeline, Step, StepInput
 
-A step's code gets a :class:`StepInput`: the document's text, the earlier steps' outputs,
-and ``ask`` / ``ask_all`` for memoised model calls; the database, the limiter and the
+A step's code gets a :class:`StepInput`: the document's text (extracted from a PDF or DOCX by
+docpipe's first step, ``extract_text``), its page map, the earlier steps' outputs, and
+``ask`` / ``ask_all`` for memoised model calls; the database, the limiter and the
 settings stay out of its reach. Register a pipeline through the ``docpipe.pipelines`` entry
 point of your package or DOCPIPE_PIPELINE_MODULES, or write it as a file in
 DOCPIPE_PIPELINES_DIR (docpipe.pipelines.files). The built-in pipelines are
-``document_extract:v1`` (contract -> sections -> fields -> summary) and the file
+``document_extract:v1`` (contract -> text -> sections -> fields -> summary) and the file
 ``builtin/nda_review.yaml``.
 
 Inside docpipe: may import the foundation only (settings, errors). The database, the broker,

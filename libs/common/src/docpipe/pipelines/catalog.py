@@ -6,6 +6,7 @@
 - ``DOCPIPE_PIPELINE_MODULES``: ``module`` (its ``PIPELINES``) or ``module:attribute``;
 - ``DOCPIPE_PIPELINES_DIR``: pipeline files (``*.yaml``), see docpipe.pipelines.files.
 
+Each gets docpipe's ``extract_text`` as its first step (docpipe.pipelines.text_extraction).
 Loading checks everything once, at start-up: a broken definition, a key defined twice, a
 model without a price stop the process with a message saying where, and a run never starts
 on a pipeline that did not load.
@@ -26,6 +27,7 @@ from docpipe.errors import InvalidRequestError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.files import load_pipeline_file
 from docpipe.pipelines.model import Pipeline, PipelineError
+from docpipe.pipelines.text_extraction import with_text_extraction
 from docpipe.settings import Settings, get_settings
 from docpipe.structured_output import StrictSchemaError, strict_schema
 
@@ -64,7 +66,9 @@ class Catalog:
 def load_catalog(settings: Settings) -> Catalog:
     """Load and check every pipeline the settings name; PipelineError says what is wrong."""
     by_key: dict[str, Pipeline] = {}
-    for pipeline in _all_sources(settings):
+    for loaded in _all_sources(settings):
+        # Every pipeline reads the document's text, which extract_text makes of the upload.
+        pipeline = with_text_extraction(loaded)
         if (known := by_key.get(pipeline.key)) is not None:
             raise PipelineError(
                 f"pipeline {pipeline.key} is defined twice: by {known.source} and by "

@@ -1,4 +1,10 @@
-"""``document_extract:v1``: contract -> sections -> fields (one call per section) -> summary."""
+"""``document_extract:v1``: contract -> text (docpipe's ``extract_text``) -> sections ->
+fields (one call per section) -> summary.
+
+Every field comes with the quote it was read from, located in the document by docpipe
+(docpipe.pipelines.evidence); a run with a value whose quote is not in the document ends in
+review (``review_if=("unsupported_evidence",)``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,9 @@ import re
 from typing import Any
 
 from docpipe.errors import PermanentLLMError
+from docpipe.pipelines.evidence import EVIDENCE_SCHEMA, MAX_QUOTE_CHARS, evidence_for
 from docpipe.pipelines.model import Pipeline, Step, StepInput
+from docpipe.pipelines.text_extraction import with_text_extraction
 
 __all__ = ["DOCUMENT_EXTRACT", "FIELDS_SCHEMA"]
 
@@ -56,12 +64,17 @@ FIELDS_SCHEMA: dict[str, Any] = {
 
 # --- extract_sections ---------------------------------------------------------------------
 
+# Each section is a paid call of extract_fields: the model may name at most this many
+# headings (strict output mode tells it so), and a longer answer fails its schema.
+MAX_SECTIONS = 60
+
 _SECTIONS_ANSWER = {
     "type": "object",
     "required": ["sections"],
     "properties": {
         "sections": {
             "type": "array",
+            "maxItems": MAX_SECTIONS,
             "items": {
                 "type": "object",
                 "required": ["number", "title", "heading"],
@@ -88,7 +101,15 @@ _SECTION = {
 SECTIONS_SCHEMA = {
     "type": "object",
     "required": ["sections"],
-    "properties": {"sections": {"type": "array", "minItems": 1, "items": _SECTION}},
+    # The headings the model named, and the preamble before them.
+    "properties": {
+        "sections": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_SECTIONS + 1,
+            "items": _SECTION,
+        }
+    },
 }
 
 
@@ -129,25 +150,45 @@ def locate_sections(document: str, headings: list[dict[str, str]]) -> list[dict[
 
 # --- extract_fields -----------------------------------------------------------------------
 
+# The model answers each field with the passage it read it from, copied from the text.
+_QUOTE = {"type": "string", "minLength": 1, "maxLength": MAX_QUOTE_CHARS}
 _FIELDS_ANSWER = {
     "type": "object",
     "required": ["fields"],
-    "properties": {"fields": FIELDS_SCHEMA},
+    "properties": {
+        "fields": {
+            "type": "object",
+            "properties": {
+                name: {
+                    "type": "object",
+                    "required": ["value", "quote"],
+                    "properties": {"value": schema, "quote": _QUOTE},
+                    "additionalProperties": False,
+                }
+                for name, schema in FIELDS_SCHEMA["properties"].items()
+            },
+            "additionalProperties": False,
+        }
+    },
 }
 EXTRACTED_SCHEMA = {
     "type": "object",
-    "required": ["fields", "found_in"],
+    "required": ["fields", "found_in", "evidence"],
     "properties": {
         "fields": FIELDS_SCHEMA,
         "found_in": {"type": "object", "additionalProperties": {"type": "string"}},
+        # One entry per value as read (the parties a later section adds are one more).
+        "evidence": {"type": "array", "items": EVIDENCE_SCHEMA},
     },
 }
 
 
 def extract_fields(ctx: StepInput) -> dict[str, Any]:
-    """The contract's fields, read section by section; the first section to state one wins."""
+    """The contract's fields, read section by section (the first section to state one wins),
+    each with the evidence of the quote it was read from."""
     fields: dict[str, Any] = {}
     found_in: dict[str, str] = {}
+    evidence: list[dict[str, Any]] = []
     sections: list[dict[str, Any]] = ctx.outputs["extract_sections"]["sections"]
     answers = ctx.ask_all(
         [
@@ -161,14 +202,28 @@ def extract_fields(ctx: StepInput) -> dict[str, Any]:
         ]
     )
     for section, answer in zip(sections, (a["fields"] for a in answers), strict=True):
-        for name, value in answer.items():
+        for name, quoted in answer.items():
+            value = quoted["value"]
             if name == "parties" and "parties" in fields:
                 known = {p["name"] for p in fields["parties"]}
-                fields["parties"] += [p for p in value if p["name"] not in known]
-            elif name not in fields:
+                value = [p for p in value if p["name"] not in known]
+                if not value:
+                    continue
+                fields["parties"] = [*fields["parties"], *value]
+            elif name in fields:
+                continue
+            else:
                 fields[name] = value
                 found_in[name] = section["number"]
-    return {"fields": fields, "found_in": found_in}
+            where = evidence_for(
+                ctx.document,
+                quoted["quote"],
+                page_starts=ctx.page_starts,
+                sections=sections,
+                near=(section["start"], section["end"]),
+            )
+            evidence.append({"field": name, "value": value, **where})
+    return {"fields": fields, "found_in": found_in, "evidence": evidence}
 
 
 # --- summarize ----------------------------------------------------------------------------
@@ -198,58 +253,66 @@ def summarize(ctx: StepInput) -> dict[str, Any]:
     return ctx.ask("summary", json.dumps(brief, ensure_ascii=False), SUMMARY_SCHEMA)
 
 
-DOCUMENT_EXTRACT = Pipeline(
-    name="document_extract",
-    version=1,
-    source="builtin (docpipe.pipelines.document_extract)",
-    steps=(
-        Step(
-            name="extract_sections",
-            prompt_version="extract_sections@v1",
-            model=PRIMARY_MODEL,
-            fallback_model=FALLBACK_MODEL,
-            instructions=(
-                "You split a commercial contract into its numbered sections. Answer with a "
-                'JSON object {"sections": [{"number", "title", "heading"}]} where heading '
-                "is the section's heading line exactly as written in the text."
+# Defined with its first step, as the catalog would add it: code that names this object
+# (tests, tools) sees the same steps and definition hash as the workers.
+DOCUMENT_EXTRACT = with_text_extraction(
+    Pipeline(
+        name="document_extract",
+        version=1,
+        source="builtin (docpipe.pipelines.document_extract)",
+        review_if=("unsupported_evidence",),
+        steps=(
+            Step(
+                name="extract_sections",
+                prompt_version="extract_sections@v1",
+                model=PRIMARY_MODEL,
+                fallback_model=FALLBACK_MODEL,
+                instructions=(
+                    "You split a commercial contract into its numbered sections. Answer with a "
+                    'JSON object {"sections": [{"number", "title", "heading"}]} where heading '
+                    "is the section's heading line exactly as written in the text."
+                ),
+                output_schema=SECTIONS_SCHEMA,
+                execute=extract_sections,
+                candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+                answer_schemas=(_SECTIONS_ANSWER,),
             ),
-            output_schema=SECTIONS_SCHEMA,
-            execute=extract_sections,
-            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
-            answer_schemas=(_SECTIONS_ANSWER,),
-        ),
-        Step(
-            name="extract_fields",
-            prompt_version="extract_fields@v1",
-            model=PRIMARY_MODEL,
-            fallback_model=FALLBACK_MODEL,
-            instructions=(
-                "You read one section of a commercial contract and extract the fields it "
-                'states. Answer with a JSON object {"fields": {...}} holding only the '
-                "fields this section states: parties [{name, role}], contract_type, "
-                "effective_date (YYYY-MM-DD), term_months, total_value {amount, currency}, "
-                "payment_terms_days, termination_notice_days, liability_cap {amount, "
-                "currency}, confidentiality_years, governing_law, auto_renewal."
+            Step(
+                name="extract_fields",
+                prompt_version="extract_fields@v2",
+                model=PRIMARY_MODEL,
+                fallback_model=FALLBACK_MODEL,
+                instructions=(
+                    "You read one section of a commercial contract and extract the fields it "
+                    'states. Answer with a JSON object {"fields": {"<field>": {"value": ..., '
+                    '"quote": "..."}}} holding only the fields this section states: parties '
+                    "[{name, role}], contract_type, effective_date (YYYY-MM-DD), term_months, "
+                    "total_value {amount, currency}, payment_terms_days, "
+                    "termination_notice_days, liability_cap {amount, currency}, "
+                    "confidentiality_years, governing_law, auto_renewal. The quote is the "
+                    "sentence or phrase the value is read from, copied word for word from the "
+                    "section (at most 1000 characters)."
+                ),
+                output_schema=EXTRACTED_SCHEMA,
+                execute=extract_fields,
+                candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+                answer_schemas=(_FIELDS_ANSWER,),
             ),
-            output_schema=EXTRACTED_SCHEMA,
-            execute=extract_fields,
-            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
-            answer_schemas=(_FIELDS_ANSWER,),
-        ),
-        Step(
-            name="summarize",
-            prompt_version="summarize@v1",
-            model=PRIMARY_MODEL,
-            fallback_model=FALLBACK_MODEL,
-            instructions=(
-                "You summarise a commercial contract for a busy account manager from its "
-                'extracted fields. Answer with a JSON object {"summary": "2-4 sentences", '
-                '"key_points": [...], "risk_flags": [...]}.'
+            Step(
+                name="summarize",
+                prompt_version="summarize@v1",
+                model=PRIMARY_MODEL,
+                fallback_model=FALLBACK_MODEL,
+                instructions=(
+                    "You summarise a commercial contract for a busy account manager from its "
+                    'extracted fields. Answer with a JSON object {"summary": "2-4 sentences", '
+                    '"key_points": [...], "risk_flags": [...]}.'
+                ),
+                output_schema=SUMMARY_SCHEMA,
+                execute=summarize,
+                candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
+                answer_schemas=(SUMMARY_SCHEMA,),
             ),
-            output_schema=SUMMARY_SCHEMA,
-            execute=summarize,
-            candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
-            answer_schemas=(SUMMARY_SCHEMA,),
         ),
-    ),
+    )
 )

@@ -6,6 +6,7 @@ beside this module is the published JSON Schema of the format. Three kinds of st
 - ``ask``: one call, usually over the whole document (``{{ document }}``);
 - ``map``: one call per item of a list in an earlier step's output (``over``), at most
   ``concurrency`` at once, each memoised on its own, gathered in order as ``{"items": [...]}``;
+  the list's schema must bound it (``maxItems``, at most the step's ``max_items``);
 - ``reduce``: one call over earlier outputs (a summary).
 
 Loading checks the file against the published schema, every output schema against the
@@ -72,7 +73,8 @@ def load_pipeline_file(text: str, origin: str) -> Pipeline:
         except (PipelineError, TemplateError) as exc:
             raise fail(path, f"step {spec['name']!r}: {exc}") from None
     try:
-        return Pipeline(data["name"], data["version"], tuple(steps), source=origin)
+        return Pipeline(data["name"], data["version"], tuple(steps), source=origin,
+                        review_if=tuple(data.get("review_if", ())))  # fmt: skip
     except PipelineError as exc:
         raise fail((), str(exc)) from None
 
@@ -112,6 +114,7 @@ def _step(
             raise _AtPath((*path, "over"), f"{spec['over']} is not a list in its schema")
         item_schema = listed.get("items", {}) if listed else {}
         readable |= {"item": item_schema or None, "index": None}
+        _check_fan_out_bound(spec, listed, (*path, "over"))
     template = Template.parse(spec["prompt"])
     try:
         template.check(readable)
@@ -140,6 +143,22 @@ def _step(
         )
     except PipelineError as exc:
         raise _AtPath((*path, "output_schema"), str(exc)) from None
+
+
+def _check_fan_out_bound(
+    spec: Mapping[str, Any], listed: Mapping[str, Any] | None, at: tuple[str | int, ...]
+) -> None:
+    """Each item of a map step's list is a paid call: the list's schema must bound it
+    (maxItems, which strict output mode also tells the model), within the step's max_items,
+    so a longer list fails the step that wrote it, not after a fan-out is under way."""
+    stated = (listed or {}).get("maxItems")
+    max_items = int(spec.get("max_items", DEFAULT_MAX_ITEMS))
+    if not isinstance(stated, int):
+        raise _AtPath(at, f"{spec['over']} has no maxItems in its schema: bound the list a "
+                      f"map step fans out over (each item is a paid call)")  # fmt: skip
+    if stated > max_items:
+        raise _AtPath(at, f"{spec['over']} may hold {stated} items (maxItems), more than "
+                      f"this step maps (max_items {max_items})")  # fmt: skip
 
 
 def _checked_path(

@@ -20,8 +20,17 @@ from typing import Any, Protocol
 import jsonschema
 
 from docpipe.errors import DocpipeError, InvalidRequestError
+from docpipe.pipelines.evidence import unsupported_values
 
-__all__ = ["NAME_PATTERN", "JSONSchema", "Pipeline", "PipelineError", "Step", "StepInput"]
+__all__ = [
+    "NAME_PATTERN",
+    "REVIEW_RULES",
+    "JSONSchema",
+    "Pipeline",
+    "PipelineError",
+    "Step",
+    "StepInput",
+]
 
 JSONSchema = Mapping[str, Any]
 
@@ -30,6 +39,10 @@ JSONSchema = Mapping[str, Any]
 NAME_PATTERN = "^[a-z][a-z0-9_]{0,62}$"
 _NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 MAX_STEP_ATTEMPTS = 50
+# Pipeline-level rules that send a run that reached its end to review instead of done.
+# unsupported_evidence: a value's quote was not found in the document (the evidence a step
+# records with docpipe.pipelines.evidence says "supported": false).
+REVIEW_RULES = frozenset({"unsupported_evidence"})
 
 
 class PipelineError(DocpipeError):
@@ -39,10 +52,18 @@ class PipelineError(DocpipeError):
 class StepInput(Protocol):
     """What a step may read (the document, earlier steps' outputs) and do (ask the step's
     model, memoised: a retried step gets the answers of calls that already finished from the
-    log, and only the others are sent again)."""
+    log, and only the others are sent again).
+
+    ``document`` is the document's text: a PDF's or DOCX's as the ``extract_text`` step
+    extracted it. ``page_starts``: offset in ``document`` where each page starts ((0,) for
+    plain text).
+    """
 
     @property
     def document(self) -> str: ...
+
+    @property
+    def page_starts(self) -> tuple[int, ...]: ...
 
     @property
     def outputs(self) -> Mapping[str, Any]: ...
@@ -160,12 +181,17 @@ def check_json_schema(schema: JSONSchema, *, where: str) -> None:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """Named, versioned, ordered steps; ``source`` says where the definition came from."""
+    """Named, versioned, ordered steps; ``source`` says where the definition came from.
+
+    ``review_if`` names rules (:data:`REVIEW_RULES`) that, when one holds for a run's outputs
+    at its last step, end the run ``needs_review`` with the reason instead of ``done``.
+    """
 
     name: str
     version: int
     steps: tuple[Step, ...]
     source: str = field(default="python", compare=False)
+    review_if: tuple[str, ...] = ()
     _by_name: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -181,6 +207,20 @@ class Pipeline:
         if duplicate := next((n for n in names if names.count(n) > 1), None):
             raise PipelineError(f"pipeline {self.key}: two steps are named {duplicate!r}")
         object.__setattr__(self, "_by_name", {n: i for i, n in enumerate(names)})
+        self._check_review_rules()
+
+    def _check_review_rules(self) -> None:
+        object.__setattr__(self, "review_if", tuple(self.review_if))
+        for rule in self.review_if:
+            if rule not in REVIEW_RULES:
+                raise PipelineError(f"pipeline {self.key}: unknown review_if rule {rule!r} "
+                                    f"(known: {', '.join(sorted(REVIEW_RULES))})")  # fmt: skip
+        records = any("evidence" in s.output_schema.get("properties", {}) for s in self.steps)
+        if "unsupported_evidence" in self.review_if and not records:
+            raise PipelineError(
+                f"pipeline {self.key}: review_if unsupported_evidence needs a step that "
+                'records evidence (an "evidence" list in its output schema)'
+            )
 
     @property
     def key(self) -> str:
@@ -194,9 +234,23 @@ class Pipeline:
     def definition_hash(self) -> str:
         """SHA-256 of everything that defines the pipeline: a run keeps the one it started
         with, and the same key with another hash is another definition."""
-        definition = {"key": self.key, "steps": [s.definition() for s in self.steps]}
+        steps = [s.definition() for s in self.steps]
+        definition: dict[str, Any] = {"key": self.key, "steps": steps}
+        if self.review_if:  # absent when empty: pipelines without rules keep their hash
+            definition["review_if"] = list(self.review_if)
         canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def review_reasons(self, outputs: Mapping[str, Any]) -> list[str]:
+        """Why a run with these step outputs goes to review by this pipeline's rules (empty:
+        it does not)."""
+        reasons = []
+        if "unsupported_evidence" in self.review_if and (fields := unsupported_values(outputs)):
+            reasons.append(
+                f"unsupported_evidence: {len(fields)} value(s) whose quote is not in the "
+                f"document ({', '.join(fields)})"
+            )
+        return reasons
 
     def step(self, name: str) -> Step:
         try:

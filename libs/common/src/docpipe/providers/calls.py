@@ -69,9 +69,12 @@ class StepCalls:
     _stopping: bool = field(default=False, init=False)
     _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
 
-    def input(self, document: str, outputs: Mapping[str, Any]) -> StepInput:
-        """What the step's code gets: the document, earlier outputs, ``ask`` and ``ask_all``."""
-        return _Input(self, document, MappingProxyType(dict(outputs)))
+    def input(
+        self, document: str, outputs: Mapping[str, Any], page_starts: Sequence[int] = (0,)
+    ) -> StepInput:
+        """What the step's code gets: the document with its page map, earlier outputs,
+        ``ask`` and ``ask_all``."""
+        return _Input(self, document, tuple(page_starts), MappingProxyType(dict(outputs)))
 
     def ask_all(
         self,
@@ -82,7 +85,14 @@ class StepCalls:
         """``ask`` for each (call_key, user, schema), at most ``concurrency`` (and never
         more than ``step_call_concurrency``) at once; answers in request order. Every call
         finishes (and is memoised) before the first error is raised, so a retry re-sends
-        only what failed."""
+        only what failed. More than DOCPIPE_MAX_FANOUT_CALLS requests fail the step before
+        any is sent (each is a paid call), and the run goes to review."""
+        if len(requests) > self.settings.max_fanout_calls:
+            raise InvalidOutputError(
+                f"step {self.step.name} fans out to {len(requests)} calls; the most one "
+                f"fan-out may send is {self.settings.max_fanout_calls} (DOCPIPE_MAX_FANOUT_CALLS)",
+                kind="fan_out_too_large",
+            )
         parallel = min(concurrency or self.settings.step_call_concurrency,
                        self.settings.step_call_concurrency, len(requests))  # fmt: skip
         if parallel <= 1:
@@ -295,11 +305,18 @@ def call_request_id(call_id: int) -> str:
 class _Input:
     """A step's view of its run (docpipe.pipelines.StepInput), and nothing else of it."""
 
-    __slots__ = ("_calls", "document", "outputs")
+    __slots__ = ("_calls", "document", "outputs", "page_starts")
 
-    def __init__(self, calls: StepCalls, document: str, outputs: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        calls: StepCalls,
+        document: str,
+        page_starts: tuple[int, ...],
+        outputs: Mapping[str, Any],
+    ) -> None:
         self._calls = calls
         self.document = document
+        self.page_starts = page_starts
         self.outputs = outputs
 
     def ask(self, call_key: str, user: str, schema: Mapping[str, Any]) -> dict[str, Any]:

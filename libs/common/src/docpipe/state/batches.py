@@ -12,7 +12,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -130,35 +130,55 @@ def create_batch(
     return CreatedBatch(str(batch_id), created=True, runs_total=len(documents))
 
 
+# Texts go to PostgreSQL in statements of about this many bytes: the driver builds each
+# statement as one more copy of its texts, so one statement for a whole batch would double
+# the memory a batch body costs the API (bench/api_memory.py).
+_STORE_STATEMENT_BYTES = 4_000_000
+
+
 def _store_documents(session: Session, tenant_id: str, documents: Sequence[BatchDocument]) -> None:
-    if not documents:
-        return
-    texts = [d.text or "" for d in documents]
-    if any("\x00" in t for t in texts):
-        raise InvalidRequestError("document text must not contain NUL characters")
-    encoded = [t.encode("utf-8") for t in texts]
-    sha256s = [hashlib.sha256(b).hexdigest() for b in encoded]
-    # The statement below compares with what was stored before it, not among its own rows.
+    conflicts: list[str] = []
+    # put_documents compares with what was stored before it, not among its own rows: a
+    # document given twice with two texts is caught here, across groups.
     first: dict[str, str] = {}
-    if twice := sorted({d.id for d, h in zip(documents, sha256s, strict=True)
-                        if first.setdefault(d.id, h) != h}):  # fmt: skip
-        raise ConflictError(
-            "documents given twice with different texts (documents are immutable): "
-            + ", ".join(repr(i) for i in twice[:10])
-        )
-    conflicts = session.all(
-        "put_documents",
-        tenant_id=tenant_id,
-        ids=[d.id for d in documents],
-        contents=texts,
-        sha256s=sha256s,
-        sizes=[len(b) for b in encoded],
-    )
+    for group in _groups_of_bytes(documents, _STORE_STATEMENT_BYTES):
+        texts = [d.text or "" for d in group]
+        if any("\x00" in t for t in texts):
+            raise InvalidRequestError("document text must not contain NUL characters")
+        sha256s, sizes = [], []
+        for document, text in zip(group, texts, strict=True):  # one encoded copy at a time
+            data = text.encode("utf-8")
+            sha256s.append(hashlib.sha256(data).hexdigest())
+            sizes.append(len(data))
+            if first.setdefault(document.id, sha256s[-1]) != sha256s[-1]:
+                raise ConflictError(
+                    "a document is given twice with different texts (documents are "
+                    f"immutable): {document.id!r}"
+                )
+        rows = session.all("put_documents", tenant_id=tenant_id, ids=[d.id for d in group],
+                           contents=texts, sha256s=sha256s, sizes=sizes)  # fmt: skip
+        conflicts += [r["id"] for r in rows]
     if conflicts:
         raise ConflictError(
             "documents already stored with different content (documents are immutable): "
-            + ", ".join(repr(r["id"]) for r in conflicts[:10])
+            + ", ".join(repr(i) for i in conflicts[:10])
         )
+
+
+def _groups_of_bytes(
+    documents: Sequence[BatchDocument], limit: int
+) -> Iterator[Sequence[BatchDocument]]:
+    """``documents`` in consecutive groups of at most ``limit`` characters of text (or one
+    document, when it alone is longer)."""
+    start, size = 0, 0
+    for index, document in enumerate(documents):
+        length = len(document.text or "")
+        if index > start and size + length > limit:
+            yield documents[start:index]
+            start, size = index, 0
+        size += length
+    if start < len(documents):
+        yield documents[start:]
 
 
 @dataclass(frozen=True)

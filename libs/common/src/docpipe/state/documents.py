@@ -1,17 +1,27 @@
 """Documents: stored once per (tenant, id) and never changed, so a run always reads the text
-it was started on; deleted on request or by retention, never while a run uses them."""
+it was started on; deleted on request or by retention, never while a run uses them. A PDF
+or DOCX keeps its uploaded bytes; its text and page map are written once, by the first
+run's ``extract_text`` step (docpipe.state.document_pages)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.state.db import Session
 
-__all__ = ["DOCUMENT_ID", "StoredDocument", "delete_document", "get_document", "put_document"]
+__all__ = [
+    "DOCUMENT_ID",
+    "StoredDocument",
+    "delete_document",
+    "get_document",
+    "put_document",
+    "put_file",
+]
 
 # \Z, not $: "$" also matches before a final newline, and an id ending in one would be
 # stored and then break the Location header that names it.
@@ -25,37 +35,69 @@ class StoredDocument:
     size_bytes: int
     created_at: datetime
     created: bool
+    format: str
+    extracted: bool  # its text is known (always, for text)
+    pages: int | None  # None until extracted
+    ocr_pages: int | None
+    warnings: list[Any] | None
+
+    @property
+    def ocr(self) -> bool | None:
+        """Whether any page needed OCR; None until extracted."""
+        return None if self.ocr_pages is None else self.ocr_pages > 0
 
 
 def put_document(
     session: Session, tenant_id: str, document_id: str, content: str
 ) -> StoredDocument:
-    """Store the document; storing the same text again is a no-op, other text is a conflict."""
+    """Store a text document; storing the same text again is a no-op, other text is a
+    conflict."""
+    if "\x00" in content:
+        raise InvalidRequestError("document text must not contain NUL characters")
+    data = content.encode("utf-8")
+    return _put(session, tenant_id, document_id, data, content=content, fmt="text")
+
+
+def put_file(
+    session: Session, tenant_id: str, document_id: str, data: bytes, fmt: str
+) -> StoredDocument:
+    """Store a PDF or DOCX (``fmt``, as its bytes say) with its bytes; its text comes later.
+    The same bytes again are a no-op, other bytes a conflict."""
+    return _put(session, tenant_id, document_id, data, content="", fmt=fmt, original=data)
+
+
+def _put(
+    session: Session,
+    tenant_id: str,
+    document_id: str,
+    data: bytes,
+    *,
+    content: str,
+    fmt: str,
+    original: bytes | None = None,
+) -> StoredDocument:
     if not DOCUMENT_ID.match(document_id):
         raise InvalidRequestError(
             f"document id {document_id[:140]!r} must be 1-128 characters of letters, digits and "
             "'._:-', starting with a letter or digit"
         )
-    if "\x00" in content:
-        raise InvalidRequestError("document text must not contain NUL characters")
-    data = content.encode("utf-8")
     sha256 = hashlib.sha256(data).hexdigest()
-    stored = StoredDocument(
-        **session.insert_or_existing(
-            "put_document",
-            tenant_id=tenant_id,
-            id=document_id,
-            content=content,
-            sha256=sha256,
-            size_bytes=len(data),
-        )
+    row = session.insert_or_existing(
+        "put_document",
+        tenant_id=tenant_id,
+        id=document_id,
+        content=content,
+        sha256=sha256,
+        size_bytes=len(data),
+        format=fmt,
+        original=original,
     )
-    if stored.sha256 != sha256:
+    if row["sha256"] != sha256:
         raise ConflictError(
             f"document {document_id!r} already exists with different content; documents are "
-            "immutable, store the new text under a new id"
+            "immutable, store the new content under a new id"
         )
-    return stored
+    return replace(get_document(session, tenant_id, document_id), created=bool(row["created"]))
 
 
 def get_document(session: Session, tenant_id: str, document_id: str) -> StoredDocument:

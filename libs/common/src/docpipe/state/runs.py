@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.catalog import Catalog
+from docpipe.pipelines.evidence import evidence_records
 from docpipe.pipelines.model import Pipeline
 from docpipe.state.db import Database, Session
 from docpipe.state.outbox import LANE_QUEUES_PARAM
@@ -158,6 +159,7 @@ class Claim:
     batch_id: str | None
     # What the step reads, fetched with the claim: None if the document is gone.
     document: str | None = field(default=None, repr=False)
+    page_starts: list[int] = field(default_factory=lambda: [0], repr=False)
     outputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -229,9 +231,14 @@ def record_step_result(
     model: str | None,
     prompt_version: str,
     next_step: str | None,
+    review_reason: str | None = None,
 ) -> RecordedStep | None:
     """Mark the step done with its output, tokens and cost, advance the run and enqueue its
-    next step, all in one statement. None if the lease was lost or the run has ended."""
+    next step, all in one statement. None if the lease was lost or the run has ended.
+
+    After the last step the run is done, or needs_review when ``review_reason`` says why."""
+    if review_reason is not None and next_step is not None:
+        raise ValueError("only a run's last step can send it to review")
     return db.one_as(
         RecordedStep,
         "record_step_result",
@@ -243,6 +250,8 @@ def record_step_result(
         model=model,
         prompt_version=prompt_version,
         next_step=next_step,
+        end_status=RunStatus.DONE if review_reason is None else RunStatus.NEEDS_REVIEW,
+        end_error=None if review_reason is None else review_reason[:2000],
         queues=LANE_QUEUES_PARAM,
     )
 
@@ -377,6 +386,13 @@ class Progress:
         if self.status != RunStatus.DONE:
             return None
         return {s.step: s.output for s in self.steps}
+
+    @property
+    def values(self) -> list[dict[str, Any]] | None:
+        """Each extracted value with its evidence, from the outputs read with the run (None
+        when no step output was read or none records evidence)."""
+        outputs = {s.step: s.output for s in self.steps if s.output is not None}
+        return evidence_records(outputs) or None
 
 
 def run_progress(

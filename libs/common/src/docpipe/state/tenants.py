@@ -27,6 +27,7 @@ __all__ = [
     "CreatedKey",
     "InvalidApiKey",
     "RevokedApiKey",
+    "api_key_is_active",
     "create_api_key",
     "list_api_keys",
     "revoke_api_key",
@@ -102,6 +103,11 @@ def verify_api_key(db: Database, plaintext: str) -> tuple[str, str]:
     if row["revoked_at"] is not None:
         raise RevokedApiKey(f"the API key {row['id']} was revoked")
     return row["id"], row["tenant_id"]
+
+
+def api_key_is_active(db: Database, key_id: str) -> bool:
+    """Whether the key ``key_id`` still exists and is not revoked."""
+    return db.one("api_key_is_active", id=key_id) is not None
 
 
 def revoke_api_key(db: Database, key_id: str) -> ApiKey | None:

@@ -30,9 +30,12 @@ from docpipe.errors import (
     PermanentLLMError,
     RunStoppedError,
     TransientLLMError,
+    UnreadableDocumentError,
 )
 from docpipe.observability import metrics
 from docpipe.pipelines.catalog import Catalog, load_catalog
+from docpipe.pipelines.model import Step
+from docpipe.pipelines.text_extraction import EXTRACT_TEXT
 from docpipe.providers.calls import StepCalls
 from docpipe.providers.client import ChatClient, validate_json
 from docpipe.providers.gate import CallGate
@@ -42,6 +45,7 @@ from docpipe.state import runs
 from docpipe.state.batches import stop_batch
 from docpipe.state.db import Database
 from docpipe.statuses import ACTIVE_RUN_STATUSES, BatchStatus, RunStatus, StepStatus
+from docpipe.worker.text_extraction import ExtractionContinues, extract_document_text
 
 __all__ = ["StepExecutor", "StepOutcome", "worker_identity"]
 
@@ -138,8 +142,12 @@ class StepExecutor:
         )
         try:
             with _LeaseKeeper(self, claim, ctx):
-                output = spec.execute(ctx.input(claim.document, claim.outputs))
+                output = self._execute(claim, spec, ctx)
                 _check_output(output, spec.output_schema)
+        except ExtractionContinues as exc:
+            return self._continue_extraction(claim, str(exc))
+        except UnreadableDocumentError as exc:
+            return self._fail(claim, RunStatus.FAILED, str(exc))
         except TransientLLMError as exc:
             if exc.kind == "throttled" or not exc.counts_as_attempt:
                 return self._wait_for_provider(claim, exc, ctx.calls_sent)
@@ -168,6 +176,8 @@ class StepExecutor:
             error = f"step {step} raised {type(exc).__name__}: {exc}"
             return self._fail(claim, RunStatus.FAILED, error, ctx.calls_sent)
         next_step = pipeline.next_step(step)
+        # At its end, the pipeline's own rules may send the run to review (kept, not failed).
+        reasons = [] if next_step else pipeline.review_reasons({**claim.outputs, step: output})
         recorded = runs.record_step_result(
             self.db,
             claim,
@@ -176,11 +186,14 @@ class StepExecutor:
             model=spec.model,
             prompt_version=spec.prompt_version,
             next_step=next_step,
+            review_reason="; ".join(reasons) or None,
         )
         if recorded is None:
             # The run ended while we worked (cancel, deadline) or our lease was taken over.
             runs.abandon_step(self.db, run_id, step, owner=self.owner)
             return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="lease or run lost")
+        if reasons:
+            log.warning("run %s needs_review by its pipeline's rules: %s", run_id, reasons)
         return StepOutcome(
             "completed",
             run_status=recorded.run_status,
@@ -188,6 +201,26 @@ class StepExecutor:
             outbox_ids=tuple(recorded.outbox_ids),
             calls_sent=ctx.calls_sent,
         )
+
+    def _execute(self, claim: runs.Claim, spec: Step, ctx: StepCalls) -> dict[str, Any]:
+        if spec.name == EXTRACT_TEXT:
+            # docpipe's own first step: it reads the file's bytes and its page memo, which
+            # a pipeline's code never sees.
+            return extract_document_text(self.db, self.settings, claim.tenant_id,
+                                         claim.document_id)  # fmt: skip
+        assert claim.document is not None
+        return spec.execute(ctx.input(claim.document, claim.outputs, claim.page_starts))
+
+    def _continue_extraction(self, claim: runs.Claim, progress: str) -> StepOutcome:
+        """Pages were read and recorded, the task's time is up: the step goes on in its
+        next delivery at once, without using up an attempt (it made progress)."""
+        released = runs.release_step(
+            self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=0.0,
+            error=progress, refund_attempt=True,
+        )  # fmt: skip
+        if not released:
+            return self._stopped(claim, 0)
+        return StepOutcome("retry", retry_in_s=0.0, error=progress)
 
     def _not_claimed(self, run_id: str, step: str) -> StepOutcome:
         state = runs.step_state(self.db, run_id, step)

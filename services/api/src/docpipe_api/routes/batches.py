@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Annotated
 
+import anyio
 from anyio.to_thread import run_sync
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import ValidationError
@@ -15,12 +18,15 @@ from docpipe import statuses
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.observability import metrics
 from docpipe.pipelines.model import Pipeline
+from docpipe.settings import Settings
 from docpipe.state import batches
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
 from docpipe.statuses import Lane, Priority
+from docpipe_api.bounds import checked_deadline, run_budget
 from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
+    BatchBodiesDep,
     BrokerDep,
     DatabaseDep,
     IdempotencyKeyDep,
@@ -46,6 +52,9 @@ __all__ = ["router"]
 
 router = APIRouter(tags=["batches"])
 
+# A busy slot frees as soon as another batch is stored: seconds, not minutes.
+_BUSY_RETRY_AFTER_S = 2
+
 
 @router.post(
     "/batches",
@@ -70,27 +79,37 @@ async def submit_batch(
     db: DatabaseDep,
     broker: BrokerDep,
     pipelines: PipelinesDep,
+    bodies: BatchBodiesDep,
     tenant: TenantDep,
     response: Response,
 ) -> BatchAccepted:
     """All runs are created in one transaction and wait in PostgreSQL for admission; the
     free slots of the admission window are filled at once."""
     require_json(request)
-    body = await read_capped(request, settings.max_batch_bytes)
+    # The body, its parsed texts and the rows made of them stay in memory until the runs
+    # are stored: holding a slot for all of it is what bounds the API's memory.
     try:
-        batch = BatchRequest.model_validate_json(body)
-    except ValidationError as exc:
-        raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
-    if len(batch.documents) > settings.max_batch_documents:
+        bodies.acquire_nowait()
+    except anyio.WouldBlock:
         raise HTTPException(
-            413,
-            f"{len(batch.documents)} documents in one batch; the limit is "
-            f"{settings.max_batch_documents} (split it into several batches)",
+            503,
+            "this API process is receiving as many batches as it may hold in memory; retry",
+            headers={"Retry-After": str(_BUSY_RETRY_AFTER_S)},
+        ) from None
+    try:
+        batch = _checked_batch(await read_capped(request, settings.max_batch_bytes), settings)
+        pipeline = pipelines.get(batch.pipeline)
+        limits = _RunLimits(
+            deadline_at=checked_deadline(batch.deadline_s, datetime.now(UTC), settings),
+            run_budget_usd=run_budget(batch.run_budget_usd, settings, field="run_budget_usd"),
         )
-    pipeline = pipelines.get(batch.pipeline)
-    callback_url = await run_sync(accepted_callback_url, db, settings, tenant, batch.callback_url)
-    # Creating thousands of runs blocks for a while: keep it off the event loop.
-    created = await run_sync(_create, db, tenant, pipeline, batch, key, callback_url)
+        callback_url = await run_sync(
+            accepted_callback_url, db, settings, tenant, batch.callback_url
+        )
+        # Creating thousands of runs blocks for a while: keep it off the event loop.
+        created = await run_sync(_create, db, tenant, pipeline, batch, limits, key, callback_url)
+    finally:
+        bodies.release()
     if created.created:
         metrics.metrics().runs_created.labels(pipeline.key, "batch").inc(created.runs_total)
         await run_sync(admit_after_commit, db, broker, settings)
@@ -103,11 +122,48 @@ async def submit_batch(
     )
 
 
+def _checked_batch(body: bytearray, settings: Settings) -> BatchRequest:
+    """The batch, within every bound: 422 for too many documents, 413 for a document over
+    DOCPIPE_MAX_DOCUMENT_BYTES (naming it), as PUT /documents would answer for it alone."""
+    try:
+        batch = BatchRequest.model_validate_json(body)
+    except ValidationError as exc:
+        raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
+    if len(batch.documents) > settings.max_batch_documents:
+        raise InvalidRequestError(
+            f"{len(batch.documents)} documents in one batch; the limit is "
+            f"{settings.max_batch_documents} (split it into several batches)"
+        )
+    limit = settings.max_document_bytes
+    for index, document in enumerate(batch.documents):
+        # A text of more characters than the limit has more bytes too: no need to encode it.
+        if document.text is not None and (
+            len(document.text) > limit or len(document.text.encode()) > limit
+        ):
+            name = f" ({document.id!r})" if document.id is not None else ""
+            raise HTTPException(
+                413,
+                f"documents[{index}]{name} is larger than the limit of {limit} bytes per "
+                f"document; nothing was stored",
+            )
+    return batch
+
+
+@dataclass(frozen=True)
+class _RunLimits:
+    """What every run of the batch gets, the request's options checked against the settings
+    (the fingerprint keeps the options as they were asked)."""
+
+    deadline_at: datetime | None
+    run_budget_usd: Decimal | None
+
+
 def _create(
     db: Database,
     tenant: str,
     pipeline: Pipeline,
     batch: BatchRequest,
+    limits: _RunLimits,
     key: str | None,
     callback_url: str | None,
 ) -> batches.CreatedBatch:
@@ -126,9 +182,6 @@ def _create(
         **batch.model_dump(mode="json", exclude={"documents", "pipeline", "priority"}),
         **({"priority": batch.priority} if batch.priority else {}),
     }
-    deadline_at = (
-        datetime.now(UTC) + timedelta(seconds=batch.deadline_s) if batch.deadline_s else None
-    )
     with db.transaction() as tx:
         return batches.create_batch(
             tx,
@@ -138,10 +191,10 @@ def _create(
             idempotency_key=key or uuid.uuid4().hex,
             request=fingerprint,
             budget_usd=batch.budget_usd,
-            run_budget_usd=batch.run_budget_usd,
+            run_budget_usd=limits.run_budget_usd,
             priority=batch.priority or Priority.default_for(Lane.BATCH),
             callback_url=callback_url,
-            deadline_at=deadline_at,
+            deadline_at=limits.deadline_at,
         )
 
 

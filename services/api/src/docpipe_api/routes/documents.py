@@ -1,37 +1,42 @@
-"""Documents: store a contract once, read its metadata, start an extraction run on it,
-delete it."""
+"""Documents: store a contract once (text, PDF or DOCX), read its metadata, start an
+extraction run on it, delete it."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
 from docpipe.errors import InvalidRequestError
+from docpipe.extraction import DocumentFormat
 from docpipe.faults import crash_point
 from docpipe.observability import metrics, tracing
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
+from docpipe.state.db import Session
 from docpipe.state.documents import (
     StoredDocument,
     delete_document,
     get_document,
     put_document,
+    put_file,
 )
 from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane, Priority
+from docpipe_api.bounds import checked_deadline, checked_start_at, run_budget
 from docpipe_api.callbacks import accepted_callback_url
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
-    DocumentTextDep,
+    DocumentUploadDep,
     ExtractRequestDep,
     IdempotencyKeyDep,
     PipelinesDep,
     SettingsDep,
     TenantDep,
+    Upload,
 )
 from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
@@ -49,6 +54,9 @@ __all__ = ["router"]
 
 router = APIRouter(tags=["documents"])
 
+PDF_MEDIA_TYPE = "application/pdf"
+DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
 # Documented, not enforced here: put_document refuses other ids with a clear 422, and
 # reading one that cannot exist is a 404. OpenAPI patterns are ECMA-262, where $ is \Z.
 DocumentIdPath = Annotated[str, Path(json_schema_extra={"pattern": DOCUMENT_ID_ECMA})]
@@ -56,10 +64,16 @@ DocumentIdPath = Annotated[str, Path(json_schema_extra={"pattern": DOCUMENT_ID_E
 _DOCUMENT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "description": 'The contract text: UTF-8 text/plain, or JSON {"text": "..."}',
+        "description": (
+            "The contract: a PDF or DOCX file (recognised from its bytes, whatever the "
+            'Content-Type), or its text as UTF-8 text/plain or JSON {"text": "..."}'
+        ),
         "content": {
             "text/plain": {"schema": {"type": "string", "pattern": NO_NUL}},
             "application/json": {"schema": DocumentText.model_json_schema()},
+            # A file's bytes; the API reads the format from them, under any media type.
+            PDF_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+            DOCX_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
         },
     }
 }
@@ -74,6 +88,12 @@ _EXTRACT_BODY: dict[str, Any] = {
 _RUN_LINKS = follow("run_id", "run_id", "read_run", "cancel_run", "retry_run", "stream_run_events")
 _DOCUMENT_LINKS = follow("document_id", "id", "read_document", "start_extraction",
                          "remove_document")  # fmt: skip
+
+
+def _store(tx: Session, tenant: str, document_id: str, upload: Upload) -> StoredDocument:
+    if upload.format is DocumentFormat.TEXT:
+        return put_document(tx, tenant, document_id, upload.text)
+    return put_file(tx, tenant, document_id, upload.data, upload.format)
 
 
 def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
@@ -96,14 +116,14 @@ def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
 )
 def store_document(
     document_id: DocumentIdPath,
-    text: DocumentTextDep,
+    upload: DocumentUploadDep,
     db: DatabaseDep,
     tenant: TenantDep,
     response: Response,
 ) -> DocumentOut:
-    """201 when stored, 200 when this text was already stored, 409 for other text."""
+    """201 when stored, 200 when this content was already stored, 409 for other content."""
     with db.transaction() as tx:
-        stored = put_document(tx, tenant, document_id, text)
+        stored = _store(tx, tenant, document_id, upload)
     response.status_code = 201 if stored.created else 200
     return _stored_out(stored, response)
 
@@ -117,10 +137,10 @@ def store_document(
     openapi_extra=_DOCUMENT_BODY,
 )
 def create_document(
-    text: DocumentTextDep, db: DatabaseDep, tenant: TenantDep, response: Response
+    upload: DocumentUploadDep, db: DatabaseDep, tenant: TenantDep, response: Response
 ) -> DocumentOut:
     with db.transaction() as tx:
-        stored = put_document(tx, tenant, uuid.uuid4().hex, text)
+        stored = _store(tx, tenant, uuid.uuid4().hex, upload)
     return _stored_out(stored, response)
 
 
@@ -174,11 +194,14 @@ def start_extraction(
 ) -> ExtractAccepted:
     """The same Idempotency-Key returns the same run; with other options it is a 409."""
     pipeline = pipelines.get(options.pipeline)
-    if options.start_at is not None and options.lane != Lane.INTERACTIVE:
-        raise InvalidRequestError("start_at applies to the interactive lane only")
+    now = datetime.now(UTC)
+    budget = run_budget(options.budget_usd, settings, field="budget_usd")
+    if options.start_at is not None:
+        if options.lane != Lane.INTERACTIVE:
+            raise InvalidRequestError("start_at applies to the interactive lane only")
+        checked_start_at(options.start_at, now, settings)
     # A run that is to start later has its time from then on.
-    starts = max(datetime.now(UTC), options.start_at or datetime.now(UTC))
-    deadline_at = starts + timedelta(seconds=options.deadline_s) if options.deadline_s else None
+    deadline_at = checked_deadline(options.deadline_s, max(now, options.start_at or now), settings)
     callback_url = accepted_callback_url(db, settings, tenant, options.callback_url)
     with db.transaction() as tx:
         get_document(tx, tenant, document_id)  # 404 before the foreign key can object
@@ -192,7 +215,7 @@ def start_extraction(
             idempotency_key=key or uuid.uuid4().hex,
             request={"document_id": document_id, **options.fingerprint()},
             deadline_at=deadline_at,
-            budget_usd=options.budget_usd,
+            budget_usd=budget,
             callback_url=callback_url,
             start_at=options.start_at,
             # The run's steps join this request's trace (see docpipe.observability.tracing).

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Annotated
 
 import anyio.to_thread
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
 from docpipe import statuses
@@ -19,11 +21,21 @@ from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox
+from docpipe.state.tenants import api_key_is_active
 from docpipe.statuses import Lane
-from docpipe_api.deps import BrokerDep, DatabaseDep, PipelinesDep, SettingsDep, TenantDep
+from docpipe_api.deps import (
+    ApiKeyIdDep,
+    BrokerDep,
+    DatabaseDep,
+    PipelinesDep,
+    SettingsDep,
+    StreamSlotsDep,
+    TenantDep,
+)
 from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
 from docpipe_api.schemas import RunStatus, RunStatusList
+from docpipe_api.streams import StreamSlot, StreamSlots
 
 __all__ = ["router"]
 
@@ -34,29 +46,39 @@ POLL_INTERVAL_S = 0.5
 _SSE_EVENT = {
     "type": "object",
     "properties": {
-        "event": {"enum": ["progress", "end"]},
+        "event": {"enum": ["progress", "end", "reconnect", "revoked"]},
         "data": {
             "type": "string",
             "contentMediaType": "application/json",
-            "description": "the run's status as GET /runs/{run_id} gives it ('progress': "
-            "without the result)",
+            "description": "progress, end: the run's status as GET /runs/{run_id} gives it "
+            '(\'progress\': without the result); reconnect, revoked: {"detail": "..."}',
         },
     },
     "required": ["event", "data"],
 }
 KEEPALIVE_INTERVAL_S = 15.0
+# A revoked key's open streams end within this long (one indexed read per stream).
+KEY_CHECK_INTERVAL_S = 2.0
+# Streams end by themselves within DOCPIPE_EVENT_STREAM_MAX_S; a slot may free sooner.
+_STREAMS_FULL_RETRY_AFTER_S = 10
+
+
+# Runs whose step outputs are shown: the result once done, the values with their evidence
+# also in review (what a reviewer checks).
+_WITH_OUTPUT = (statuses.RunStatus.DONE, statuses.RunStatus.NEEDS_REVIEW)
 
 
 def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
-    """The run's status body; the result (step outputs) only once it is done."""
+    """The run's status body; the result (step outputs) only once it is done, the values
+    with their evidence once it is done or needs review."""
     return _with_results(db, tenant, [runs.run_progress(db, tenant, run_id)])[0]
 
 
 def _with_results(db: Database, tenant: str, found: list[runs.Progress]) -> list[RunStatus]:
-    """Status bodies, with the step outputs read again for the runs that are done only: a
-    poll of runs still going does not carry their outputs out of the database."""
-    done = [p.run_id for p in found if p.status == statuses.RunStatus.DONE]
-    full = {p.run_id: p for p in runs.runs_progress(db, tenant, done, with_output=True)}
+    """Status bodies, with the step outputs read again for the runs that are done or need
+    review only: a poll of runs still going does not carry their outputs out of the database."""
+    ended = [p.run_id for p in found if p.status in _WITH_OUTPUT]
+    full = {p.run_id: p for p in runs.runs_progress(db, tenant, ended, with_output=True)}
     return [RunStatus.model_validate(full.get(p.run_id, p)) for p in found]
 
 
@@ -99,7 +121,7 @@ def read_runs(
 @router.get(
     "/runs/{run_id}",
     response_model=RunStatus,
-    summary="A run's status, steps, cost and (once done) result",
+    summary="A run's status, steps, cost and (once done) result and values with evidence",
     responses=error_responses(404, 422, 503),
 )
 def read_run(run_id: str, db: DatabaseDep, tenant: TenantDep) -> RunStatus:
@@ -165,49 +187,101 @@ def retry_run(
     summary="Server-Sent Events: 'progress' on every change, then 'end' with the final status",
     responses={
         200: {
-            "description": "An event stream that closes once the run has ended",
+            "description": "An event stream that closes once the run has ended ('end'), after "
+            "DOCPIPE_EVENT_STREAM_MAX_S ('reconnect': open a new one to go on), or once the "
+            "API key is revoked ('revoked')",
             "content": {"text/event-stream": {"schema": _SSE_EVENT}},
         },
-        **error_responses(404, 422, 503),
+        **error_responses(404, 422, 429, 503),
     },
 )
 def stream_run_events(
-    run_id: str, request: Request, db: DatabaseDep, tenant: TenantDep
+    run_id: str,
+    request: Request,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    slots: StreamSlotsDep,
+    key_id: ApiKeyIdDep,
+    tenant: TenantDep,
 ) -> StreamingResponse:
     first = runs.run_progress(db, tenant, run_id)  # unknown runs are a 404, not an empty stream
+    slot = slots.open(f"key:{key_id}" if key_id else f"tenant:{tenant}")
+    if slot is None:
+        raise HTTPException(
+            429,
+            f"{'this API key' if key_id else 'this tenant'} has {slots.limit} event streams "
+            f"open, the most it may (DOCPIPE_EVENT_STREAMS_PER_KEY); close one first",
+            headers={"Retry-After": str(_STREAMS_FULL_RETRY_AFTER_S)},
+        )
+    watch = _Watch(db, tenant, key_id, slots, slot, settings.event_stream_max_s)
     return StreamingResponse(
-        _progress_events(request, db, tenant, first),
+        _progress_events(request, watch, first),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
+@dataclass(frozen=True)
+class _Watch:
+    """What one open stream is bound by: its slot, its key and its end."""
+
+    db: Database
+    tenant: str
+    key_id: str | None
+    slots: StreamSlots
+    slot: StreamSlot
+    max_s: float
+
+    def key_still_valid(self) -> bool:
+        """Whether the stream's key is still valid; renews the stream's slot too."""
+        self.slots.renew(self.slot)
+        return self.key_id is None or api_key_is_active(self.db, self.key_id)
+
+
 def _event(name: str, body: RunStatus) -> str:
-    return f"event: {name}\ndata: {body.model_dump_json(exclude={'result'})}\n\n"
+    return f"event: {name}\ndata: {body.model_dump_json(exclude={'result', 'values'})}\n\n"
+
+
+def _notice(name: str, detail: str) -> str:
+    return f"event: {name}\ndata: {json.dumps({'detail': detail})}\n\n"
 
 
 async def _progress_events(
-    request: Request, db: Database, tenant: str, progress: runs.Progress
+    request: Request, watch: _Watch, progress: runs.Progress
 ) -> AsyncIterator[str]:
-    read = partial(runs.run_progress, db, tenant, progress.run_id)
+    read = partial(runs.run_progress, watch.db, watch.tenant, progress.run_id)
     last_seen: tuple[object, ...] | None = None
-    last_sent = time.monotonic()
-    while progress.status not in statuses.ENDED_RUN_STATUSES:
-        seen = (
-            progress.status,
-            progress.current_step,
-            progress.steps_done,
-            progress.cost_so_far_usd,
-        )
-        if seen != last_seen:
-            yield _event("progress", RunStatus.model_validate(progress))
-            last_seen, last_sent = seen, time.monotonic()
-        elif time.monotonic() - last_sent >= KEEPALIVE_INTERVAL_S:
-            yield ": keepalive\n\n"
-            last_sent = time.monotonic()
-        await anyio.sleep(POLL_INTERVAL_S)
-        if await request.is_disconnected():
-            return
-        progress = await anyio.to_thread.run_sync(read)
-    final = await anyio.to_thread.run_sync(run_status, db, tenant, progress.run_id)
-    yield f"event: end\ndata: {final.model_dump_json()}\n\n"
+    started = last_sent = last_checked = time.monotonic()
+    try:
+        while progress.status not in statuses.ENDED_RUN_STATUSES:
+            seen = (
+                progress.status,
+                progress.current_step,
+                progress.steps_done,
+                progress.cost_so_far_usd,
+            )
+            if seen != last_seen:
+                yield _event("progress", RunStatus.model_validate(progress))
+                last_seen, last_sent = seen, time.monotonic()
+            elif time.monotonic() - last_sent >= KEEPALIVE_INTERVAL_S:
+                yield ": keepalive\n\n"
+                last_sent = time.monotonic()
+            await anyio.sleep(POLL_INTERVAL_S)
+            if await request.is_disconnected():
+                return
+            if time.monotonic() - started >= watch.max_s:
+                yield _notice("reconnect", f"this stream lasted the most a stream may "
+                              f"({watch.max_s:g} s); open a new one to go on")  # fmt: skip
+                return
+            if time.monotonic() - last_checked >= KEY_CHECK_INTERVAL_S:
+                if not await anyio.to_thread.run_sync(watch.key_still_valid):
+                    yield _notice("revoked", "the API key of this stream was revoked")
+                    return
+                last_checked = time.monotonic()
+            progress = await anyio.to_thread.run_sync(read)
+        final = await anyio.to_thread.run_sync(run_status, watch.db, watch.tenant, progress.run_id)
+        yield f"event: end\ndata: {final.model_dump_json()}\n\n"
+    finally:
+        # Also when the client went away and this generator is being cancelled.
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(watch.slots.close, watch.slot)

@@ -2,22 +2,28 @@
 -- Transitions are single guarded statements: a lost race matches no row and returns nothing.
 
 -- name: put_document
--- Store a document once; an existing id keeps its content (the caller compares hashes).
+-- Store a document once; an existing id keeps its content (the caller compares hashes). A PDF
+-- or DOCX keeps its bytes in original; its content is written by extraction.
 WITH inserted AS (
-    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes)
-    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s)
+    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes, format, original)
+    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s, %(format)s,
+            %(original)s)
     ON CONFLICT (tenant_id, id) DO NOTHING
-    RETURNING id, content_sha256 AS sha256, size_bytes, created_at, true AS created
+    RETURNING id, content_sha256 AS sha256, true AS created
 )
 SELECT * FROM inserted
 UNION ALL
-SELECT id, content_sha256, size_bytes, created_at, false AS created
+SELECT id, content_sha256, false AS created
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND NOT EXISTS (SELECT 1 FROM inserted);
 
 -- name: get_document
--- A document's metadata.
-SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created
+-- A document's metadata, with what extraction found (a text document needs none).
+SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created, format,
+       (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
+       CASE WHEN format = 'text' THEN 1 ELSE cardinality(page_starts) END AS pages,
+       CASE WHEN format = 'text' THEN 0 ELSE ocr_pages END AS ocr_pages,
+       CASE WHEN format = 'text' THEN '[]'::jsonb ELSE extraction_warnings END AS warnings
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
@@ -42,6 +48,47 @@ WHERE tenant_id = %(tenant_id)s AND document_id = %(id)s
 -- name: delete_document
 -- Delete a document (after delete_document_runs).
 DELETE FROM document WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+-- name: document_for_extraction
+-- What the extract_text step reads: the format and bytes, or the text once extracted.
+SELECT format, original, content,
+       (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
+       coalesce(page_starts, '{0}') AS page_starts, coalesce(ocr_pages, 0) AS ocr_pages,
+       coalesce(extraction_warnings, '[]'::jsonb) AS warnings
+FROM document
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+
+-- name: start_page
+-- Put a page on record before it is read (as a provider call is before it is sent): a
+-- page already read returns nothing; a page started before (a killed worker) counts again.
+INSERT INTO document_page AS p (tenant_id, document_id, page)
+VALUES (%(tenant_id)s, %(document_id)s, %(page)s)
+ON CONFLICT (tenant_id, document_id, page) DO UPDATE
+SET attempts = p.attempts + 1, started_at = now()
+WHERE p.finished_at IS NULL
+RETURNING attempts;
+
+-- name: finish_page
+-- Record what a page gave; the memo that later attempts and other runs read.
+UPDATE document_page
+SET text = %(text)s, ocr = %(ocr)s, confidence = %(confidence)s, warning = %(warning)s,
+    seconds = %(seconds)s, finished_at = now()
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s
+  AND finished_at IS NULL;
+
+-- name: finished_pages
+-- The pages of a document read so far, in order.
+SELECT page, text, ocr, confidence, warning
+FROM document_page
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND finished_at IS NOT NULL
+ORDER BY page;
+
+-- name: record_extraction
+-- Write the extracted text and page map onto the document, once: a document never changes
+-- after, so every run reads the same text (a concurrent run's identical write matches no row).
+UPDATE document
+SET content = %(content)s, page_starts = %(page_starts)s, ocr_pages = %(ocr_pages)s,
+    extraction_warnings = %(warnings)s, extracted_at = now()
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND extracted_at IS NULL AND format <> 'text';
 
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.
@@ -111,6 +158,7 @@ WITH claimed AS (
 )
 SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline,
        r.pipeline_hash, r.document_id, r.lane, r.batch_id::text, d.content AS document,
+       coalesce(d.page_starts, '{0}') AS page_starts,
        coalesce((SELECT jsonb_object_agg(s.step, s.output)
                  FROM pipeline_step_result s
                  WHERE s.run_id = c.run_id AND s.status = 'done'), '{}'::jsonb) AS outputs
@@ -152,6 +200,8 @@ RETURNING s.attempt;
 -- name: record_step_result
 -- Save a step's output with its tokens and cost, move the run on to its next step and put
 -- that step's message in the outbox (as enqueue_step does): one statement, so one commit.
+-- After its last step the run ends as %(end_status)s: 'done', or 'needs_review' with the
+-- reason in %(end_error)s when a rule of its pipeline sends it to review.
 WITH calls AS (
     SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
            coalesce(sum(output_tokens), 0) AS output_tokens,
@@ -172,7 +222,8 @@ WITH calls AS (
 ), advanced AS (
     UPDATE pipeline_run r
     SET steps_done = r.steps_done + 1, current_step = %(next_step)s, updated_at = now(),
-        status = CASE WHEN %(next_step)s::text IS NULL THEN 'done' ELSE r.status END,
+        status = CASE WHEN %(next_step)s::text IS NULL THEN %(end_status)s ELSE r.status END,
+        error = coalesce(%(end_error)s::text, r.error),
         finished_at = CASE WHEN %(next_step)s::text IS NULL THEN now() END
     FROM done
     WHERE r.id = done.run_id
@@ -937,6 +988,10 @@ WITH touched AS (
       AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
 )
 SELECT id, tenant_id, key_sha256, revoked_at FROM api_key WHERE id = %(id)s;
+
+-- name: api_key_is_active
+-- Whether the key with this id exists and is not revoked (an open event stream asks again).
+SELECT id FROM api_key WHERE id = %(id)s AND revoked_at IS NULL;
 
 -- name: list_api_keys
 -- Every key (of one tenant, when given), without its hash.

@@ -9,10 +9,38 @@ CREATE TABLE document (
     content_sha256 text        NOT NULL,
     size_bytes     integer     NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT now(),
+    -- What was uploaded: text as it is; pdf and docx keep their bytes in original, and the
+    -- extract_text step writes their text into content (with the page map) once.
+    format         text        NOT NULL DEFAULT 'text'
+                   CHECK (format IN ('text', 'pdf', 'docx')),
+    original       bytea,                                -- the uploaded file; NULL for text
+    page_starts    integer[],                            -- offset in content where each page
+                                                         -- starts; NULL: (0,) (text)
+    ocr_pages      integer,                              -- pages read by OCR
+    extraction_warnings jsonb,
+    extracted_at   timestamptz,                          -- content holds the extracted text
     PRIMARY KEY (tenant_id, id)
 );
 -- Retention deletes documents by age.
 CREATE INDEX document_created_idx ON document (created_at);
+
+-- Text extraction memoised per page, like provider calls: a killed worker's next attempt
+-- resumes at the page in flight. Per document, not per run: every run shares its pages.
+CREATE TABLE document_page (
+    tenant_id   text        NOT NULL,
+    document_id text        NOT NULL,
+    page        integer     NOT NULL,                    -- 0-based
+    attempts    integer     NOT NULL DEFAULT 1,          -- times it was started
+    text        text,                                    -- NULL while it is being read
+    ocr         boolean,                                 -- read by Tesseract (no text layer)
+    confidence  real,                                    -- Tesseract's mean word confidence
+    warning     text,                                    -- what went wrong on this page
+    seconds     real,                                    -- time its reading took
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz,                             -- read: the memo later attempts use
+    PRIMARY KEY (tenant_id, document_id, page),
+    FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
+);
 
 CREATE TABLE batch (
     id              uuid          PRIMARY KEY,

@@ -1,0 +1,186 @@
+"""Documents in every format: text extraction speed, a mixed batch, and a kill during OCR.
+
+1. Pages per second of one worker process (one thread, as a prefork child runs a step)
+   for native PDF text, DOCX and OCR of scanned pages, measured on the readers directly.
+2. A mixed batch (text, PDF, DOCX and scanned PDF in equal shares) through the batch lane
+   of a whole local stack: time from POST /batches to the batch's end.
+3. Crash cost of a SIGKILL in the middle of OCR: a scanned contract, the interactive worker
+   killed (every process of it) once two pages are read and started again at once; pages
+   read twice (``document_page.attempts``), and the time to resume and to finish.
+
+    python -m bench.document_formats [--documents 200] [--batch-concurrency 2] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.harness import bench_stack, wait_for, write_report
+from docpipe.extraction.docx_reader import DocxReader
+from docpipe.extraction.pages import PageLimits
+from docpipe.extraction.pdf import PdfReader
+from docpipe.extraction.zipguard import ZipBounds
+from docpipe.settings import Settings
+from docpipe_dev.sample_files import contract_docx, contract_pdf, contract_scan
+from docpipe_dev.samples import sample_contracts
+
+FORMATS = ("text", "pdf", "docx", "scan")
+
+
+def pages_per_second(make: Callable[[str, int], bytes], open_reader: Callable[[bytes], Any],
+                     count: int) -> tuple[float, int]:  # fmt: skip
+    """Pages per second reading ``count`` sample contracts made by ``make``; and pages."""
+    files = [make(c.text, i) for i, c in enumerate(sample_contracts(count))]
+    pages, started = 0, time.perf_counter()
+    for data in files:
+        reader = open_reader(data)
+        for index in range(reader.page_count):
+            reader.read_page(index)
+        pages += reader.page_count
+        reader.close()
+    return pages / (time.perf_counter() - started), pages
+
+
+def reading_speed(count: int) -> dict[str, dict[str, float]]:
+    settings = Settings()
+    limits = PageLimits.of(settings)
+    bounds = ZipBounds(settings.docx_max_expanded_bytes, settings.docx_max_expansion_ratio)
+    cases: dict[str, tuple[Callable[[str, int], bytes], Callable[[bytes], Any], int]] = {
+        "pdf (text layer)": (lambda t, i: contract_pdf(t), lambda d: PdfReader(d, limits), count),
+        "docx": (lambda t, i: contract_docx(t), lambda d: DocxReader(d, limits, bounds), count),
+        "scanned pdf (OCR)": (contract_scan, lambda d: PdfReader(d, limits), max(2, count // 4)),
+    }
+    speeds = {}
+    for name, (make, open_reader, n) in cases.items():
+        rate, pages = pages_per_second(make, open_reader, n)
+        speeds[name] = {"pages_per_s": round(rate, 2), "pages": pages}
+        print(f"{name:20} {rate:8.2f} pages/s per worker process ({pages} pages)")
+    return speeds
+
+
+def upload(bench: Any, doc_id: str, fmt: str, text: str, seed: int) -> None:
+    if fmt == "text":
+        bench.client.put_document(doc_id, text)
+        return
+    makers = {"pdf": lambda: contract_pdf(text), "docx": lambda: contract_docx(text),
+              "scan": lambda: contract_scan(text, seed)}  # fmt: skip
+    bench.client.put_file(doc_id, makers[fmt]())
+
+
+def mixed_batch(documents: int, batch_concurrency: int) -> dict[str, Any]:
+    contracts = sample_contracts(documents)
+    env = {"DOCPIPE_BATCH_ADMISSION_WINDOW": str(batch_concurrency)}
+    with bench_stack(env=env, batch_concurrency=batch_concurrency, latency_ms="0:0") as bench:
+        ids = []
+        for i, contract in enumerate(contracts):
+            fmt = FORMATS[i % len(FORMATS)]
+            ids.append(f"{contract.slug}-{fmt}")
+            upload(bench, ids[-1], fmt, contract.text, i)
+        started = time.monotonic()
+        batch = bench.client.submit_batch([{"id": d} for d in ids])
+        wait_for(lambda: bench.client.batch(batch["batch_id"])["status"] != "running",
+                 timeout_s=7200, every_s=1.0)  # fmt: skip
+        elapsed = time.monotonic() - started
+        status = bench.client.batch(batch["batch_id"])
+        pages = bench.scalar("SELECT count(*) FROM document_page")
+        ocr_pages = bench.scalar("SELECT count(*) FROM document_page WHERE ocr")
+        done = bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
+    result = {"documents": documents, "batch_concurrency": batch_concurrency,
+              "seconds": round(elapsed, 1), "runs_done": done, "pages_read": pages,
+              "ocr_pages": ocr_pages, "runs": status.get("runs")}  # fmt: skip
+    print(f"mixed batch: {documents} documents ({done} done), {pages} pages read "
+          f"({ocr_pages} by OCR), {elapsed:.1f} s with {batch_concurrency} batch processes")  # fmt: skip
+    return result
+
+
+def kill_during_ocr(rounds: int) -> list[dict[str, Any]]:
+    results = []
+    with bench_stack(interactive_concurrency=1, latency_ms="0:0") as bench:
+        for r in range(rounds):
+            contract = sample_contracts(r + 1)[r]
+            doc_id = f"scan-{r}"
+            bench.client.put_file(doc_id, contract_scan(contract.text, r))
+            run_id = bench.client.extract(doc_id, idempotency_key=doc_id)["run_id"]
+
+            def read(doc: str = doc_id) -> int:
+                return int(bench.scalar("SELECT count(*) FROM document_page WHERE "
+                                        "document_id = %s AND finished_at IS NOT NULL", doc))  # fmt: skip
+
+            wait_for(lambda read=read: read() >= 2, timeout_s=300, every_s=0.05)
+            killed = time.monotonic()
+            bench.stack.replace("worker-interactive", kill=True)
+            before = read()
+            wait_for(lambda read=read, before=before: read() > before, timeout_s=300,
+                     every_s=0.05)  # fmt: skip
+            resumed = time.monotonic() - killed
+            wait_for(lambda run_id=run_id: bench.client.run(run_id)["status"] != "running"
+                     and bench.client.run(run_id)["status"] != "queued", timeout_s=600)  # fmt: skip
+            finished = time.monotonic() - killed
+            rows = bench.sql("SELECT attempts FROM document_page WHERE document_id = %s", doc_id)
+            pages = len(rows)
+            redone = sum(row["attempts"] for row in rows) - pages
+            status = bench.client.run(run_id)["status"]
+            results.append({"pages": pages, "read_before_kill": before, "pages_redone": redone,
+                            "resume_s": round(resumed, 1), "done_s": round(finished, 1),
+                            "status": status})  # fmt: skip
+            print(f"kill during OCR, round {r + 1}: {pages} pages, {before} read before the "
+                  f"kill, {redone} read twice; next page read {resumed:.1f} s after the kill, "
+                  f"run {status} after {finished:.1f} s")  # fmt: skip
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=int, default=200)
+    parser.add_argument("--batch-concurrency", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--speed-documents", type=int, default=8)
+    args = parser.parse_args()
+    speeds = reading_speed(args.speed_documents)
+    crashes = kill_during_ocr(args.rounds)
+    batch = mixed_batch(args.documents, args.batch_concurrency)
+    redone = [c["pages_redone"] for c in crashes]
+    rows = "\n".join(
+        f"| {name} | {s['pages_per_s']} | {s['pages']} |" for name, s in speeds.items()
+    )
+    crash_rows = "\n".join(
+        f"| {i + 1} | {c['pages']} | {c['read_before_kill']} | {c['pages_redone']} | "
+        f"{c['resume_s']} | {c['done_s']} | {c['status']} |"
+        for i, c in enumerate(crashes)
+    )
+    markdown = f"""# Documents: extraction speed, a mixed batch, a kill during OCR
+
+`python -m bench.document_formats --documents {args.documents} --batch-concurrency
+{args.batch_concurrency} --rounds {args.rounds}` (the fake provider answers at once).
+
+## Pages per second of one worker process
+
+| format | pages/s | pages read |
+|---|---|---|
+{rows}
+
+## {args.documents} documents, a quarter of each format, through the batch lane
+
+{batch["seconds"]} s with {args.batch_concurrency} batch worker processes: {batch["runs_done"]}
+runs done, {batch["pages_read"]} pages read, {batch["ocr_pages"]} of them by OCR.
+
+## SIGKILL of the worker in the middle of OCR
+
+| round | pages | read before the kill | read twice | next page after (s) | done after (s) | status |
+|---|---|---|---|---|---|---|
+{crash_rows}
+
+At most the page on Tesseract when the worker died is read again: {max(redone)} page(s)
+redone at most, {statistics.fmean(redone):.1f} on average.
+"""
+    path = write_report("document-formats", markdown, {"speeds": speeds, "batch": batch,
+                                                       "crashes": crashes})  # fmt: skip
+    print(f"report: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Pages: what a reader gives for each, the bounds every reader keeps, and how pages join
+into one document text with its page map."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from docpipe.errors import UnreadableDocumentError
+from docpipe.settings import Settings
+
+__all__ = ["PAGE_SEPARATOR", "PageLimits", "PageText", "join_pages"]
+
+# Between two pages of the document text: a blank line, like between paragraphs, so a
+# heading at the top of a page stays a line of its own.
+PAGE_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class PageText:
+    index: int  # 0-based
+    text: str
+    ocr: bool
+    seconds: float
+    confidence: float | None = None
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class PageLimits:
+    max_pages: int
+    ocr_language: str
+    ocr_page_timeout_s: float
+    ocr_render_dpi: int
+    max_page_pixels: int
+    ocr_min_text_chars: int
+    ocr_low_confidence: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> PageLimits:
+        return cls(
+            max_pages=settings.max_document_pages,
+            ocr_language=settings.ocr_language,
+            ocr_page_timeout_s=settings.ocr_page_timeout,
+            ocr_render_dpi=settings.ocr_render_dpi,
+            max_page_pixels=settings.max_page_pixels,
+            ocr_min_text_chars=settings.ocr_min_text_chars,
+            ocr_low_confidence=settings.ocr_low_confidence,
+        )
+
+    def check_page_count(self, pages: int) -> None:
+        if pages > self.max_pages:
+            raise UnreadableDocumentError(
+                f"the document has {pages} pages (at most {self.max_pages}, "
+                "DOCPIPE_MAX_DOCUMENT_PAGES)",
+                kind="too_many_pages",
+            )
+
+
+def join_pages(texts: Sequence[str]) -> tuple[str, tuple[int, ...]]:
+    """The document text and the offset where each page starts in it."""
+    starts, offset = [], 0
+    for i, text in enumerate(texts):
+        starts.append(offset)
+        offset += len(text) + (len(PAGE_SEPARATOR) if i < len(texts) - 1 else 0)
+    return PAGE_SEPARATOR.join(texts), tuple(starts)

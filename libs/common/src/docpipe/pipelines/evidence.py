@@ -1,0 +1,171 @@
+"""Evidence: where in the document the quote a value was read from stands.
+
+A model copies a passage the way a reader would: on one line, words split at a line end
+joined again, quotation marks in its own style. :func:`locate_quote` finds the passage in
+the document's text all the same, and gives offsets into that text, so that
+``document[start:end]`` is the passage as the document has it. What the model quoted is
+never trusted to be in the document: a quote that cannot be found makes the value
+``unsupported`` (kept, and flagged), never silently dropped.
+
+Pure functions of their arguments: no database, no model.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import jsonschema
+
+__all__ = [
+    "EVIDENCE_SCHEMA",
+    "MAX_QUOTE_CHARS",
+    "evidence_for",
+    "evidence_records",
+    "locate_quote",
+    "normalised",
+    "page_of",
+    "section_of",
+    "unsupported_values",
+]
+
+# A quote is a passage, not the document: a longer one is refused by the answer's schema,
+# which also bounds the regular expression built from it.
+MAX_QUOTE_CHARS = 1000
+
+# Hyphens are layout as much as spelling: a word broken at a line end ("termi-\nnation"), a
+# compound broken after its own hyphen ("non-\ndisclosure"), a soft hyphen where a PDF may
+# break a word. Quotes are compared without them, so a passage is found however the model
+# joined it again; between any two characters the document may hold one.
+_HYPHEN = re.compile(r"-\s*|\u00ad")
+_MAY_BREAK = r"(?:-\s*|\u00ad)?"
+_DOUBLE_QUOTES = '"\u201c\u201d\u201e\u00ab\u00bb'
+_SINGLE_QUOTES = "'\u2018\u2019\u201a"
+_STRAIGHT_QUOTES = str.maketrans(
+    dict.fromkeys(_DOUBLE_QUOTES, '"') | dict.fromkeys(_SINGLE_QUOTES, "'")
+)
+_QUOTE_MARKS = {'"': f"[{_DOUBLE_QUOTES}]", "'": f"[{_SINGLE_QUOTES}]"}
+_SPACES = re.compile(r"\s+")
+
+# One value with its evidence, as a step records it in the ``evidence`` list of its output
+# and GET /runs/{id} shows it: offsets into the document text (``end`` exclusive), the
+# 1-based page and the section holding ``start``; all null when the quote is not found.
+EVIDENCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["field", "value", "quote", "start", "end", "page", "section", "supported"],
+    "properties": {
+        "field": {"type": "string"},
+        "value": {},
+        "quote": {"type": "string", "maxLength": MAX_QUOTE_CHARS},
+        "start": {"type": ["integer", "null"], "minimum": 0},
+        "end": {"type": ["integer", "null"], "minimum": 0},
+        "page": {"type": ["integer", "null"], "minimum": 1},
+        "section": {"type": ["string", "null"]},
+        "section_title": {"type": ["string", "null"]},
+        "supported": {"type": "boolean"},
+    },
+}
+
+
+def normalised(text: str) -> str:
+    """``text`` as quotes are compared: hyphens dropped with the whitespace after them,
+    whitespace runs made one space, quotation marks made straight."""
+    text = _HYPHEN.sub("", text).translate(_STRAIGHT_QUOTES)
+    return _SPACES.sub(" ", text).strip()
+
+
+def locate_quote(
+    document: str, quote: str, *, near: tuple[int, int] | None = None
+) -> tuple[int, int] | None:
+    """``(start, end)`` of ``quote`` in ``document``, or None if it is not there.
+
+    Tolerant of how the passage was copied (see :func:`normalised`); the quote must start
+    and end at word boundaries, so "30 days" is not found inside "130 days". When the quote
+    occurs more than once, the first occurrence inside ``near`` (the span the value was read
+    from) wins, else the first in the document.
+    """
+    pattern = _pattern(quote)
+    if pattern is None:
+        return None
+    if near is not None:
+        found = pattern.search(document, max(0, near[0]), min(len(document), near[1]))
+        if found:
+            return found.span()
+    found = pattern.search(document)
+    return found.span() if found else None
+
+
+def _pattern(quote: str) -> re.Pattern[str] | None:
+    text = normalised(quote)
+    if not text or len(quote) > MAX_QUOTE_CHARS:
+        return None
+    parts: list[str] = [r"(?<!\w)" if text[0].isalnum() else ""]
+    for i, char in enumerate(text):
+        if char == " ":
+            parts.append(r"\s+(?:-\s*)?")  # "A - B" is "A B" compared
+        else:
+            parts.append(_QUOTE_MARKS.get(char) or re.escape(char))
+            if i + 1 < len(text) and text[i + 1] != " ":
+                parts.append(_MAY_BREAK)
+    parts.append(r"(?!\w)" if text[-1].isalnum() else "")
+    return re.compile("".join(parts))
+
+
+def page_of(page_starts: Sequence[int], offset: int) -> int:
+    """The 1-based page holding ``offset``, given the offset where each page starts."""
+    return max(1, bisect_right(page_starts, offset))
+
+
+def section_of(sections: Iterable[Mapping[str, Any]], offset: int) -> Mapping[str, Any] | None:
+    """The section (``{"number", "title", "start", "end"}``) whose span holds ``offset``."""
+    return next((s for s in sections if int(s["start"]) <= offset < int(s["end"])), None)
+
+
+def evidence_for(
+    document: str,
+    quote: str,
+    *,
+    page_starts: Sequence[int],
+    sections: Sequence[Mapping[str, Any]],
+    near: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """Where ``quote`` stands, on which page and in which section (the evidence of
+    :data:`EVIDENCE_SCHEMA` but its field and value); ``supported`` is False, and the rest
+    null, when it is not found."""
+    span = locate_quote(document, quote, near=near)
+    if span is None:
+        return {"quote": quote, "start": None, "end": None, "page": None, "section": None,
+                "section_title": None, "supported": False}  # fmt: skip
+    section = section_of(sections, span[0])
+    return {
+        "quote": quote,
+        "start": span[0],
+        "end": span[1],
+        "page": page_of(page_starts, span[0]),
+        "section": None if section is None else str(section["number"]),
+        "section_title": None if section is None else str(section["title"]),
+        "supported": True,
+    }
+
+
+def evidence_records(outputs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The well-formed evidence records (:data:`EVIDENCE_SCHEMA`) of every step output, in
+    step order: a step records them as the ``evidence`` list of its output. Anything else
+    under that name (a user's step may use the word for its own data) is not evidence."""
+    return [
+        dict(item)
+        for output in outputs.values()
+        if isinstance(output, Mapping) and isinstance(output.get("evidence"), list)
+        for item in output["evidence"]
+        if _RECORD.is_valid(item)
+    ]
+
+
+def unsupported_values(outputs: Mapping[str, Any]) -> list[str]:
+    """The fields whose recorded evidence was not found in the document."""
+    return [r["field"] for r in evidence_records(outputs) if not r["supported"]]
+
+
+_RECORD = jsonschema.Draft202012Validator(EVIDENCE_SCHEMA)

@@ -1,0 +1,116 @@
+"""The sample contracts as people send them: a PDF with a text layer (fpdf2), a Word file
+(python-docx: headings, paragraphs, a table of the parties) and a scanned PDF (the PDF's
+pages rendered to greyscale images with a little noise and rotation, no text layer)."""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import docx
+import pypdfium2 as pdfium
+from fpdf import FPDF
+from PIL import Image, ImageFilter
+
+__all__ = [
+    "FORMATS",
+    "SUFFIXES",
+    "contract_docx",
+    "contract_pdf",
+    "contract_scan",
+    "write_contract",
+]
+
+FORMATS = ("text", "pdf", "docx", "scan")
+SUFFIXES = {"text": ".txt", "pdf": ".pdf", "docx": ".docx", "scan": ".scan.pdf"}
+# Scans at 200 dpi in black and white keep a 5-page contract near 250 kB (DOCPIPE_MAX_DOCUMENT_BYTES
+# is 1 MB by default) and still read well.
+_SCAN_DPI = 200
+
+
+def _paragraphs(text: str) -> Iterator[str]:
+    yield from (p.strip() for p in text.split("\n\n") if p.strip())
+
+
+def _pdf_text(text: str) -> str:
+    # PDF's standard fonts have no euro sign; "EUR" says the same to any reader.
+    return text.replace("€", "EUR ")
+
+
+def contract_pdf(text: str) -> bytes:
+    """The contract typeset on A4 pages, one paragraph after another, with a text layer."""
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(auto=True, margin=18)
+    pdf.set_margins(20, 18, 20)
+    pdf.add_page()
+    for paragraph in _paragraphs(_pdf_text(text)):
+        heading = paragraph.isupper() or (paragraph[:3].rstrip(".").isdigit() and
+                                          paragraph.split(" ", 1)[-1].isupper())  # fmt: skip
+        pdf.set_font("Helvetica", "B" if heading else "", 11 if heading else 10)
+        pdf.multi_cell(0, 5, paragraph)
+        pdf.ln(3)
+    return bytes(pdf.output())
+
+
+def contract_docx(text: str) -> bytes:
+    """The contract as a Word file: numbered headings as Heading 1, clauses as paragraphs,
+    the first lines (title, reference) as the title and a one-row table."""
+    document = docx.Document()
+    for paragraph in _paragraphs(text):
+        first, _, rest = paragraph.partition(" ")
+        if paragraph.isupper() and "\n" not in paragraph:
+            document.add_heading(paragraph, level=0 if not first[:1].isdigit() else 1)
+        elif first.rstrip(".").isdigit() and rest.isupper():
+            document.add_heading(paragraph, level=1)
+        elif paragraph.startswith("Contract reference:"):
+            label, _, value = paragraph.partition(": ")
+            table = document.add_table(rows=1, cols=2)
+            table.cell(0, 0).text, table.cell(0, 1).text = label, value
+        else:
+            document.add_paragraph(paragraph)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def contract_scan(text: str, seed: int = 0) -> bytes:
+    """The PDF's pages as a scanner returns them: greyscale images, slightly rotated, with
+    speckle noise, in a PDF without any text."""
+    rng = random.Random(f"docpipe-scan:{seed}")
+    source = pdfium.PdfDocument(contract_pdf(text))
+    pages = []
+    try:
+        for page in source:
+            image = page.render(scale=_SCAN_DPI / 72, grayscale=True).to_pil().convert("L")
+            page.close()
+            pages.append(_scanned(image, rng))
+    finally:
+        source.close()
+    buffer = io.BytesIO()
+    pages[0].save(buffer, format="PDF", save_all=True, append_images=pages[1:],
+                  resolution=float(_SCAN_DPI))  # fmt: skip
+    return buffer.getvalue()
+
+
+def _scanned(page: Image.Image, rng: random.Random) -> Image.Image:
+    rotated = page.rotate(rng.uniform(-1.2, 1.2), resample=Image.Resampling.BICUBIC,
+                          expand=False, fillcolor=255)  # fmt: skip
+    # Sparse dark specks, a soft edge, then black and white as a fax-grade scanner stores it
+    # (about 35 kB a page).
+    noise = Image.effect_noise(rotated.size, 28).point(lambda v: 0 if v < 22 else 255)
+    speckled = Image.composite(rotated, noise, noise).filter(ImageFilter.GaussianBlur(0.4))
+    return speckled.point(lambda v: 255 if v > 150 else 0).convert("1")
+
+
+def write_contract(directory: Path, slug: str, text: str, fmt: str, *, seed: int = 0) -> Path:
+    """Write a contract's ``text`` in ``fmt`` (one of FORMATS) as ``<slug><suffix>``; its
+    path."""
+    path = directory / f"{slug}{SUFFIXES[fmt]}"
+    if fmt == "text":
+        path.write_text(text, encoding="utf-8")
+    else:
+        makers = {"pdf": contract_pdf, "docx": contract_docx}
+        path.write_bytes(contract_scan(text, seed) if fmt == "scan" else makers[fmt](text))
+    return path

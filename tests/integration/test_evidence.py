@@ -1,0 +1,87 @@
+"""Evidence through the API with real workers: every value's offsets point at its quote, and
+an invented quote is flagged and sends the run to review by document_extract's rule."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from docpipe.pipelines.evidence import normalised
+from docpipe.state.db import Database
+from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
+from tests.fakellm import FakeLLM
+from tests.processes import wait_until
+
+CONTRACT = sample_contracts(2)[1]
+ENDED = ("done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded")
+
+
+def extract(api: str) -> dict[str, Any]:
+    """Upload the contract, start document_extract and wait for the run to end."""
+    stored = httpx.put(f"{api}/documents/contract", content=CONTRACT.text.encode(),
+                       headers={"Content-Type": "text/plain"})  # fmt: skip
+    assert stored.status_code == 201, stored.text
+    assert stored.json()["sha256"] == hashlib.sha256(CONTRACT.text.encode()).hexdigest()
+    started = httpx.post(f"{api}/documents/contract/extract")
+    assert started.status_code == 202, started.text
+    run_id = started.json()["run_id"]
+
+    def ended() -> dict[str, Any] | None:
+        body: dict[str, Any] = httpx.get(f"{api}/runs/{run_id}").json()
+        return body if body["status"] in ENDED else None
+
+    run: dict[str, Any] = wait_until(ended, timeout_s=90)
+    return run
+
+
+def test_every_value_comes_with_offsets_that_point_at_its_quote(
+    db: Database,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_api: Callable[..., str],
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    api = start_api()
+    start_worker()
+    run = extract(api)
+    assert (run["status"], run["error"]) == ("done", None)
+    values = run["values"]
+    assert {v["field"]: v["value"] for v in values} == CONTRACT.expected
+    sections = run["result"]["extract_sections"]["sections"]
+    for v in values:
+        assert v["supported"] and v["page"] == 1, v
+        quoted = CONTRACT.text[v["start"] : v["end"]]
+        assert normalised(quoted) == normalised(v["quote"]), v
+        section = next(s for s in sections if s["number"] == v["section"])
+        assert section["start"] <= v["start"] < section["end"]
+    # The fields the summary reads stay plain values.
+    assert run["result"]["extract_fields"]["fields"] == CONTRACT.expected
+
+
+def test_an_invented_quote_is_flagged_and_the_run_goes_to_review(
+    db: Database,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_api: Callable[..., str],
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    fake_llm.add_fault("invented_quote", count=100, step="extract_fields")
+    api = start_api()
+    start_worker()
+    run = extract(api)
+    assert run["status"] == "needs_review"
+    assert run["error"].startswith(
+        f"unsupported_evidence: {len(CONTRACT.expected)} value(s) whose quote is not in the "
+        "document (parties, "
+    )
+    assert run["steps_done"] == run["steps_total"] == 4  # every step ran; nothing was dropped
+    values = run["values"]
+    assert {v["field"]: v["value"] for v in values} == CONTRACT.expected
+    for v in values:
+        assert v["supported"] is False
+        assert (v["start"], v["end"], v["page"], v["section"]) == (None, None, None, None)
+        assert "Schedule Z" in v["quote"]

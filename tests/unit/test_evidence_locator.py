@@ -1,0 +1,193 @@
+"""The evidence locator: offsets point at the quoted passage however it was copied."""
+
+import re
+
+import pytest
+
+from docpipe.pipelines.evidence import (
+    MAX_QUOTE_CHARS,
+    evidence_for,
+    evidence_records,
+    locate_quote,
+    normalised,
+    page_of,
+    section_of,
+    unsupported_values,
+)
+from docpipe_dev.samples import sample_contracts
+
+DOC = (
+    "MASTER SERVICES AGREEMENT\n\n"
+    "1. TERM\nThis Agreement shall remain in force for twenty-four (24)\n"
+    "months from the Effective Date.\n\n"
+    "2. TERMINATION\nEither party may terminate this Agreement on ninety (90) days'   prior "
+    "written notice. Upon termi-\nnation, each party shall return the other's  materials.\n\n"
+    "3. LIABILITY\nLiability is limited to \u201cUSD 250,000\u201d in the aggregate; see also "
+    "the non-\ndisclosure terms.\n"
+)
+
+
+def located(document: str, quote: str) -> str:
+    span = locate_quote(document, quote)
+    assert span is not None, quote
+    start, end = span
+    assert normalised(document[start:end]) == normalised(quote)
+    return document[start:end]
+
+
+def test_an_exact_quote_is_found_at_its_offsets() -> None:
+    quote = "Either party may terminate this Agreement"
+    start, end = locate_quote(DOC, quote) or (0, 0)
+    assert DOC[start:end] == quote
+    assert start == DOC.index(quote)
+
+
+def test_a_quote_copied_on_one_line_matches_text_broken_across_lines() -> None:
+    text = located(DOC, "remain in force for twenty-four (24) months from the Effective Date.")
+    assert "\n" in text
+
+
+def test_repeated_spaces_in_the_document_or_the_quote_do_not_matter() -> None:
+    assert located(DOC, "ninety (90) days' prior written notice").count("   ") == 1
+    located(DOC, "ninety  (90)\tdays' prior\n written notice")
+
+
+def test_a_word_hyphenated_at_a_line_end_is_found_from_the_joined_word() -> None:
+    assert located(DOC, "Upon termination, each party") == "Upon termi-\nnation, each party"
+
+
+def test_a_quote_that_keeps_the_hyphenated_line_break_is_found_too() -> None:
+    assert located(DOC, "Upon termi-\n  nation, each party").startswith("Upon termi-\nnation")
+    located(DOC, "Upon termi- nation, each party")
+
+
+def test_a_compound_broken_after_its_own_hyphen_keeps_its_hyphen() -> None:
+    assert located(DOC, "the non-disclosure terms") == "the non-\ndisclosure terms"
+
+
+def test_quotation_mark_styles_are_interchangeable() -> None:
+    assert located(DOC, 'limited to "USD 250,000"') == "limited to \u201cUSD 250,000\u201d"
+    located(DOC, "the other\u2019s materials")
+
+
+def test_a_soft_hyphen_inside_a_word_is_ignored() -> None:
+    doc = "The Supplier shall indem\u00adnify the Customer."
+    assert located(doc, "shall indemnify the Customer") == "shall indem\u00adnify the Customer"
+
+
+@pytest.mark.parametrize(
+    "quote",
+    [
+        "Either party may terminate this Agreement on thirty (30) days' notice",
+        "Liability is unlimited",
+        "0 days",  # only inside "90) days": a quote starts at a word boundary
+        "ermination",  # part of a word
+        "",
+        "   \n ",
+    ],
+)
+def test_a_quote_not_in_the_document_is_not_found(quote: str) -> None:
+    assert locate_quote(DOC, quote) is None
+
+
+def test_a_quote_longer_than_the_bound_is_not_searched() -> None:
+    assert locate_quote("a " * MAX_QUOTE_CHARS, "a " * (MAX_QUOTE_CHARS // 2 + 1)) is None
+
+
+def test_a_repeated_passage_is_taken_from_the_span_the_value_was_read_from() -> None:
+    doc = "1. A\nPayment within 30 days.\n2. B\nPayment within 30 days.\n"
+    second = doc.index("2. B")
+    assert locate_quote(doc, "Payment within 30 days.") == (5, 28)
+    start, end = locate_quote(doc, "Payment within 30 days.", near=(second, len(doc))) or (0, 0)
+    assert start > second and doc[start:end] == "Payment within 30 days."
+    assert locate_quote(doc, "1. A", near=(second, len(doc))) == (0, 4)  # else anywhere
+
+
+def test_pages_are_numbered_from_one_by_their_start_offsets() -> None:
+    assert page_of((0,), 0) == 1
+    assert page_of((0,), 10_000) == 1
+    starts = (0, 100, 250)
+    assert [page_of(starts, o) for o in (0, 99, 100, 249, 250, 900)] == [1, 1, 2, 2, 3, 3]
+
+
+def test_the_section_is_the_one_whose_span_holds_the_offset() -> None:
+    sections = [
+        {"number": "0", "title": "Preamble", "start": 0, "end": 10},
+        {"number": "1", "title": "Term", "start": 10, "end": 30},
+    ]
+    assert section_of(sections, 0)["number"] == "0"  # type: ignore[index]
+    assert section_of(sections, 10)["number"] == "1"  # type: ignore[index]
+    assert section_of(sections, 30) is None
+
+
+def test_evidence_names_offsets_page_and_section_of_a_found_quote() -> None:
+    sections = [
+        {"number": "0", "title": "Preamble", "start": 0, "end": DOC.index("2. TERM")},
+        {"number": "2", "title": "Termination", "start": DOC.index("2. TERM"), "end": len(DOC)},
+    ]
+    page_two = DOC.index("3. LIABILITY")
+    evidence = evidence_for(DOC, 'limited to "USD 250,000"', page_starts=(0, page_two),
+                            sections=sections)  # fmt: skip
+    assert evidence["supported"] is True
+    assert DOC[evidence["start"] : evidence["end"]] == "limited to \u201cUSD 250,000\u201d"
+    assert (evidence["page"], evidence["section"], evidence["section_title"]) == (
+        2,
+        "2",
+        "Termination",
+    )
+
+
+def test_evidence_of_an_invented_quote_is_unsupported_and_kept() -> None:
+    evidence = evidence_for(DOC, "The cap is one billion dollars.", page_starts=(0,), sections=[])
+    assert evidence == {
+        "quote": "The cap is one billion dollars.",
+        "start": None,
+        "end": None,
+        "page": None,
+        "section": None,
+        "section_title": None,
+        "supported": False,
+    }
+
+
+def record(field: str, supported: bool) -> dict[str, object]:
+    found = evidence_for(DOC, "TERMINATION" if supported else "Nowhere.", page_starts=(0,),
+                         sections=[])  # fmt: skip
+    return {"field": field, "value": 1, **found}
+
+
+def test_unsupported_values_are_read_from_every_step_that_records_evidence() -> None:
+    outputs = {
+        "extract_sections": {"sections": []},
+        "extract_fields": {"evidence": [record("term_months", True), record("cap", False)]},
+        "summarize": {"summary": "x", "evidence": "not a list"},
+        "own_data": {"evidence": [{"field": "x", "supported": False}, "text"]},  # not records
+    }
+    assert [r["field"] for r in evidence_records(outputs)] == ["term_months", "cap"]
+    assert unsupported_values(outputs) == ["cap"]
+
+
+def test_a_spaced_dash_and_a_hyphen_copied_without_its_line_break_are_found() -> None:
+    doc = "Term - Renewal\nThe Services are twenty-\nfour months long."
+    assert located(doc, "Term Renewal") == "Term - Renewal"
+    assert located(doc, "twenty-four months") == "twenty-\nfour months"
+
+
+def test_every_sentence_of_a_sample_contract_reflowed_onto_one_line_is_found() -> None:
+    text = sample_contracts(1)[0].text
+    # Wrap the contract at 60 columns with words hyphenated at the line ends, as a PDF
+    # extraction gives it; quotes come from the original sentences on one line.
+    wrapped, column = [], 0
+    for word in text.split(" "):
+        if column + len(word) > 60 and len(word) > 6 and "\n" not in word:
+            wrapped.append(word[:3] + "-\n" + word[3:])
+            column = len(word) - 3
+        else:
+            wrapped.append(word)
+            column = 0 if "\n" in word else column + len(word) + 1
+    document = " ".join(wrapped)
+    assert document.count("-\n") > 20
+    sentences = [" ".join(s.split()) for s in re.split(r"(?<=\.)\s+", text) if len(s) > 20]
+    assert len(sentences) > 50
+    for sentence in sentences:
+        located(document, sentence)
