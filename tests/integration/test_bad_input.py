@@ -25,6 +25,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
+import tests.schemathesis_hooks  # noqa: F401 (registers the file media types)
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.state import runs
 from docpipe.state.db import Database
@@ -79,7 +80,8 @@ def live_api(
 
 
 # The OpenAPI document is built by the app itself, without connecting anywhere; the requests
-# go to the live server.
+# go to the live server. Its PDF and DOCX bodies are generated as the schemathesis command's
+# are (the hooks register their media types).
 schema = schemathesis.openapi.from_dict(create_app().openapi())
 
 
