@@ -453,22 +453,31 @@ def test_a_new_run_reports_its_status_and_steps(client: TestClient) -> None:
     assert all(set(s) == STEP_FIELDS and s["status"] == "pending" for s in body["steps"])
 
 
+def record_steps(
+    db: Database,
+    run_id: str,
+    outputs: dict[str, Any],
+    steps: tuple[str, ...],
+    *,
+    review_reason: str | None = None,
+) -> None:
+    """Claim and record ``steps`` in order with their ``outputs``, as a worker would; the
+    last one ends the run (in review, with ``review_reason``)."""
+    for step, nxt in zip(steps, (*steps[1:], None), strict=True):
+        claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
+        assert claim is not None
+        runs.record_step_result(
+            db, claim, owner="w", output=outputs[step], model="gpt-4o-mini",
+            prompt_version=f"{step}@v1", next_step=nxt,
+            review_reason=None if nxt else review_reason,
+        )  # fmt: skip
+
+
 def test_a_finished_run_includes_every_steps_output(client: TestClient, db: Database) -> None:
     run_id = started_run(client)
     outputs = {EXTRACT: {"format": "text"}, STEP1: {"sections": []},
                STEP2: {"fields": {}, "found_in": {}}, STEP3: {"s": 1}}  # fmt: skip
-    for step, nxt in ((EXTRACT, STEP1), (STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
-        claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
-        assert claim is not None
-        runs.record_step_result(
-            db,
-            claim,
-            owner="w",
-            output=outputs[step],
-            model="gpt-4o-mini",
-            prompt_version=f"{step}@v1",
-            next_step=nxt,
-        )
+    record_steps(db, run_id, outputs, (EXTRACT, STEP1, STEP2, STEP3))
     body = client.get(f"/runs/{run_id}").json()
     assert (body["status"], body["current_step"], body["steps_done"]) == ("done", None, 4)
     assert body["result"] == outputs
@@ -493,19 +502,9 @@ def test_a_run_in_review_shows_its_values_with_their_evidence(
         STEP3: {"s": 1},
     }
     extract_text(db, run_id)
-    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
-        claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
-        assert claim is not None
-        runs.record_step_result(
-            db,
-            claim,
-            owner="w",
-            output=outputs[step],
-            model="gpt-4o-mini",
-            prompt_version=f"{step}@v1",
-            next_step=nxt,
-            review_reason=None if nxt else "unsupported_evidence: 1",
-        )
+    record_steps(
+        db, run_id, outputs, (STEP1, STEP2, STEP3), review_reason="unsupported_evidence: 1"
+    )
     body = client.get(f"/runs/{run_id}").json()
     assert (body["status"], body["error"]) == ("needs_review", "unsupported_evidence: 1")
     assert body["result"] is None
