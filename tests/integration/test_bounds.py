@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 
 from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key, revoke_api_key
+from docpipe_api.bounds import WINDOW_S
 from docpipe_api.openapi import usd_string_at_most
-from docpipe_api.ratelimit import WINDOW_S
 from docpipe_api.schemas import USD_MAX
 from docpipe_dev.big_requests import (
     Answer,

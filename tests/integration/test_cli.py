@@ -134,7 +134,7 @@ def test_watching_twenty_runs_stays_under_the_keys_rate_limit_and_finishes(
     assert watched.returncode == 0, watched.stdout[-2000:] + watched.stderr[-2000:]
     assert "docpipe results" in watched.stdout
     assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 20
-    # The watching key's request counters (one per minute window, docpipe_api.ratelimit).
+    # The watching key's request counters (one per minute window, docpipe_api.bounds).
     counts = [int(broker.get(k) or 0)
               for k in broker.scan_iter(f"docpipe:api-rate:key:{watcher.key.id}:*")]  # fmt: skip
     assert counts and max(counts) <= rpm, counts

@@ -19,8 +19,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from docpipe.broker.connection import redis_client
-from docpipe.broker.transport import CeleryPublisher, app, transport_config
+from docpipe.broker.transport import CeleryPublisher, app, redis_client, transport_config
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.providers.limiter import ProviderLimiter
 from docpipe.settings import Settings

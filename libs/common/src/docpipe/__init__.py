@@ -11,7 +11,7 @@ import-linter, see ``.importlinter``):
 - :mod:`docpipe.observability`: metrics and tracing;
 - :mod:`docpipe.pipelines`: pipeline definitions and the built-in pipeline;
 - the foundation every role shares: :mod:`docpipe.settings`, :mod:`docpipe.errors`,
-  :mod:`docpipe.statuses`, :mod:`docpipe.backoff`, :mod:`docpipe.faults`;
+  :mod:`docpipe.statuses`, :mod:`docpipe.backoff`;
 - below them all, :mod:`docpipe.destinations`: where a tenant's URL may lead (the SSRF guard).
 
 The API (``docpipe_api``) uses the state machine, the broker, pipelines and observability;

@@ -21,8 +21,8 @@ from docpipe.pipelines.catalog import Catalog
 from docpipe.settings import Settings
 from docpipe.state.db import Database
 from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
+from docpipe_api.bounds import enforce_rate_limit
 from docpipe_api.errors import describe_validation_errors
-from docpipe_api.ratelimit import enforce_rate_limit
 from docpipe_api.schemas import DocumentText, ExtractRequest
 from docpipe_api.streams import StreamSlots
 

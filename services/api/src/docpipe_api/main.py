@@ -14,8 +14,7 @@ import anyio
 import psycopg
 from fastapi import Depends, FastAPI
 
-from docpipe.broker.connection import redis_client
-from docpipe.broker.transport import CeleryPublisher
+from docpipe.broker.transport import CeleryPublisher, redis_client
 from docpipe.observability import tracing
 from docpipe.pipelines.catalog import Catalog, load_catalog
 from docpipe.settings import Settings, get_settings

@@ -1,5 +1,8 @@
 """The Celery app as a transport, shared by everyone who publishes or consumes: JSON
-messages of ids on Redis, one queue per lane, no results.
+messages of ids on Redis, one queue per lane, no results; and the same Redis as a client of
+docpipe's own (queue inspection, the provider limiter, the API's rate limit). Every wait on
+Redis is bounded, Celery's and docpipe's: a Redis that stops answering (a crash without a
+reset, packets dropped) costs a caller seconds, never a hang.
 
 The messages other processes send are declared here, so that the API publishes them
 without loading the worker (and Celery's tracing finds the task it publishes). The work
@@ -14,9 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import redis
 from celery import Celery, Task
 from celery.signals import after_task_publish
 from kombu.entity import Queue
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from docpipe.broker.messages import DELIVER_WEBHOOK, RUN_STEP, Message
 from docpipe.broker.queues import (
@@ -29,7 +35,7 @@ from docpipe.observability import metrics, tracing
 from docpipe.settings import Settings, get_settings
 from docpipe.statuses import Lane
 
-__all__ = ["CeleryPublisher", "app", "bind_work", "transport_config"]
+__all__ = ["CeleryPublisher", "app", "bind_work", "redis_client", "transport_config"]
 
 _Work = TypeVar("_Work", bound=Callable[..., None])
 _HOSTNAME = socket.gethostname()
@@ -75,6 +81,21 @@ def transport_config(settings: Settings) -> dict[str, Any]:
         # Task events feed Flower and celery-exporter; docpipe's /metrics need none.
         "task_send_sent_event": settings.celery_task_events,
     }
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    """A client of DOCPIPE_REDIS_URL: connecting gives up after redis_connect_timeout_s, a
+    command's answer after redis_socket_timeout_s (redis.TimeoutError, a RedisError)."""
+    return redis.Redis.from_url(
+        settings.redis_url,
+        socket_connect_timeout=settings.redis_connect_timeout_s,
+        socket_timeout=settings.redis_socket_timeout_s,
+        socket_keepalive=True,
+        # redis-py retries 10 times by default, which turns one timeout into a minute. Here
+        # a command is tried again once, at once, and only when its connection broke (a
+        # pooled connection to a restarted server); a timeout is final.
+        retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+    )
 
 
 app = Celery("docpipe", broker=get_settings().redis_url)

@@ -22,10 +22,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_shutdown
 
 from docpipe.backoff import retry_delay
-from docpipe.broker.connection import redis_client
 from docpipe.broker.messages import DELIVER_WEBHOOK, RUN_STEP
 from docpipe.broker.queues import WEBHOOK_QUEUE
-from docpipe.broker.transport import CeleryPublisher, app, bind_work
+from docpipe.broker.transport import CeleryPublisher, app, bind_work, redis_client
 from docpipe.observability import metrics, tracing
 from docpipe.pipelines.catalog import catalog
 from docpipe.providers.limiter import ProviderLimiter

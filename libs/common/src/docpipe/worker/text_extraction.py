@@ -23,9 +23,9 @@ from docpipe.extraction.pages import PageLimits, PageText, join_pages
 from docpipe.extraction.pdf import PdfReader
 from docpipe.extraction.zipguard import ZipBounds
 from docpipe.settings import Settings
-from docpipe.state import document_pages
+from docpipe.state import documents
 from docpipe.state.db import Database
-from docpipe.state.document_pages import FinishedPage
+from docpipe.state.documents import FinishedPage
 
 __all__ = ["ExtractionContinues", "extract_document_text"]
 
@@ -60,7 +60,7 @@ def extract_document_text(
     record. UnreadableDocumentError when the file cannot give text; ExtractionContinues
     when the task's time is up before the last page."""
     started = time.monotonic()
-    source = document_pages.document_for_extraction(db, tenant_id, document_id)
+    source = documents.document_for_extraction(db, tenant_id, document_id)
     if source.extracted:  # a text document (its emptiness is extract_sections' to judge)
         return _summary(source.format, source.content, source.page_starts, source.warnings,
                         source.ocr_pages, confidences=[])  # fmt: skip
@@ -87,7 +87,7 @@ def _open(fmt: DocumentFormat, data: bytes, settings: Settings) -> _Reader:
 def _read_pages(
     db: Database, settings: Settings, doc: _Document, reader: _Reader, started: float
 ) -> list[FinishedPage]:
-    finished = {p.page: p for p in document_pages.finished_pages(db, doc.tenant_id,
+    finished = {p.page: p for p in documents.finished_pages(db, doc.tenant_id,
                                                                  doc.document_id)}  # fmt: skip
     # Start no page that might not end (its OCR limit) before the soft limit interrupts it.
     budget_s = settings.task_soft_time_limit_s - settings.ocr_page_timeout - _FINISHING_S
@@ -99,11 +99,11 @@ def _read_pages(
             raise ExtractionContinues(
                 f"{len(finished)} of {reader.page_count} pages read; the rest continue"
             )
-        attempt = document_pages.start_page(db, doc.tenant_id, doc.document_id, index)
+        attempt = documents.start_page(db, doc.tenant_id, doc.document_id, index)
         if attempt is None:
             continue  # another run of this document read it meanwhile
         page = reader.read_page(index)
-        document_pages.finish_page(db, doc.tenant_id, doc.document_id, index, text=page.text,
+        documents.finish_page(db, doc.tenant_id, doc.document_id, index, text=page.text,
                                    ocr=page.ocr, confidence=page.confidence,
                                    warning=page.warning, seconds=page.seconds)  # fmt: skip
         log.info("document %s page %d/%d read (%s, attempt %d, %.2fs)", doc.document_id,
@@ -125,7 +125,7 @@ def _record(
         )
     warnings = [p.warning for p in pages if p.warning]
     ocr_pages = sum(p.ocr for p in pages)
-    document_pages.record_extraction(db, doc.tenant_id, doc.document_id, content=text,
+    documents.record_extraction(db, doc.tenant_id, doc.document_id, content=text,
                                      page_starts=starts, ocr_pages=ocr_pages,
                                      warnings=warnings)  # fmt: skip
     confidences = [p.confidence for p in pages if p.confidence is not None]

@@ -23,8 +23,7 @@ from docpipe.state import batches
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
 from docpipe.statuses import Lane, Priority
-from docpipe_api.bounds import checked_deadline, run_budget
-from docpipe_api.callbacks import accepted_callback_url
+from docpipe_api.bounds import accepted_callback_url, checked_deadline, run_budget
 from docpipe_api.deps import (
     BatchBodiesDep,
     BrokerDep,

@@ -3,15 +3,17 @@ extraction run on it, delete it."""
 
 from __future__ import annotations
 
+import logging
+import os
 import uuid
 from datetime import UTC, datetime
+from functools import cache
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
 from docpipe.errors import InvalidRequestError
 from docpipe.extraction import DocumentFormat
-from docpipe.faults import crash_point
 from docpipe.observability import metrics, tracing
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
@@ -25,8 +27,7 @@ from docpipe.state.documents import (
 )
 from docpipe.state.outbox import publish_outbox
 from docpipe.statuses import Lane, Priority
-from docpipe_api.bounds import checked_deadline, checked_start_at, run_budget
-from docpipe_api.callbacks import accepted_callback_url
+from docpipe_api.bounds import accepted_callback_url, checked_deadline, checked_start_at, run_budget
 from docpipe_api.deps import (
     BrokerDep,
     DatabaseDep,
@@ -51,6 +52,8 @@ from docpipe_api.schemas import (
 )
 
 __all__ = ["router"]
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["documents"])
 
@@ -223,7 +226,7 @@ def start_extraction(
         )
     if created.created:
         metrics.metrics().runs_created.labels(pipeline.key, options.lane).inc()
-    crash_point("api.after_commit")
+    _crash_point("api.after_commit")
     # A future start is not due yet: it stays parked and the sweep publishes it in time.
     publish_outbox(db, broker, created.outbox_ids)
     if created.created and options.lane == Lane.BATCH:
@@ -231,3 +234,18 @@ def start_extraction(
     status = runs.run_progress(db, tenant, created.run_id).status
     response.headers["Location"] = f"/runs/{created.run_id}"
     return ExtractAccepted(run_id=created.run_id, status=status, created=created.created)
+
+
+def _crash_point(name: str) -> None:
+    """The chaos tests' kill between the commit and the publish: exit at once with status 137
+    (no cleanup, no flush, as a SIGKILL would) when DOCPIPE_CRASH_AT is ``name``."""
+    if _crash_at() == name:
+        log.critical("crash point %r reached (DOCPIPE_CRASH_AT): exiting with status 137", name)
+        os._exit(137)
+
+
+@cache
+def _crash_at() -> str | None:
+    # Read once: the tests set it before they start the process, and every extract request
+    # passes here.
+    return os.environ.get("DOCPIPE_CRASH_AT")
