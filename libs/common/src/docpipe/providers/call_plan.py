@@ -14,9 +14,8 @@ from typing import Any
 
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TruncatedOutputError
 from docpipe.provider_specs import ProviderTable, ResolvedModel
-from docpipe.providers.client import ChatRequest, Completion, parse_output
+from docpipe.providers.client import ChatRequest, Completion, estimate_prompt_tokens, parse_output
 from docpipe.providers.routing import Candidate
-from docpipe.providers.tokens import estimate_prompt_tokens
 from docpipe.structured_output import OutputMode, StrictSchemaError, schema_name, strict_schema
 
 __all__ = ["PlannedCall", "candidates_of", "plan_call", "read_answer"]

@@ -6,7 +6,7 @@ Per provider (an endpoint and its key):
   crashed worker's slot frees itself;
 - buckets: requests per minute and tokens per minute, of the key (all its models) and of
   each model, each a token bucket refilled at its *allowed* rate. A call takes one request
-  and its estimated tokens (docpipe.providers.tokens) from each; once answered, the tokens
+  and its estimated tokens (docpipe.providers.client) from each; once answered, the tokens
   bucket is corrected from the ``usage`` the provider reports;
 - the provider's headers: ``x-ratelimit-remaining-*`` lower a model's buckets to what the
   provider says is left (before a 429 happens), ``x-ratelimit-limit-*`` give a model whose
