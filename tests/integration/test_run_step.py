@@ -16,7 +16,7 @@ from docpipe.errors import PermanentLLMError, TransientLLMError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.evidence import normalised
 from docpipe.providers.client import ChatRequest, LLMClient
-from docpipe.providers.gate import CallTicket
+from docpipe.providers.limiter import CallTicket
 from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.db import Database

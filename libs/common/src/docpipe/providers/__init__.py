@@ -1,6 +1,12 @@
-"""The provider side: the OpenAI-compatible client and its error mapping (:mod:`.client`),
-the limit shared by every worker (:mod:`.limiter`), and the memoised calls a step makes
-(:mod:`.calls`), recorded before they are sent.
+"""The provider side, one module per concern:
+
+- :mod:`.calls`: the memoised calls a step makes, recorded before they are sent;
+- :mod:`.routing`: which model answers a call, and the request sent to it with its estimates;
+- :mod:`.limiter`: the call gate, and the limit shared by every worker that plugs into it
+  (its Lua scripts in :mod:`.limiter_scripts`);
+- :mod:`.client`: the OpenAI-compatible client and its error mapping, every provider's client
+  behind one ``chat``, and the token estimates;
+- :mod:`.rate_headers`: what a provider's rate-limit headers say.
 
 May import: the state machine (the call log), pipelines, observability and the foundation.
 """

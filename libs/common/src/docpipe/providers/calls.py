@@ -30,11 +30,18 @@ from docpipe.errors import (
 )
 from docpipe.observability import metrics
 from docpipe.pipelines.model import Step, StepInput
-from docpipe.providers.call_plan import PlannedCall, candidates_of, plan_call, read_answer
 from docpipe.providers.client import ChatClient, Completion
-from docpipe.providers.gate import CallGate
-from docpipe.providers.gate import no_gate as _no_gate
-from docpipe.providers.routing import RouteReason, choose_model, step_candidates
+from docpipe.providers.limiter import CallGate
+from docpipe.providers.limiter import no_gate as _no_gate
+from docpipe.providers.routing import (
+    PlannedCall,
+    RouteReason,
+    candidates_of,
+    choose_model,
+    plan_call,
+    read_answer,
+    step_candidates,
+)
 from docpipe.settings import ModelPrice, Settings
 from docpipe.state import call_log
 from docpipe.state.call_log import CallCheck, CallKey

@@ -1,4 +1,6 @@
-"""One OpenAI-compatible chat-completions client; every failure leaves it as a docpipe error.
+"""The OpenAI-compatible chat-completions client (:class:`LLMClient`, one per provider;
+:class:`ProviderClients`, every configured provider's behind one ``chat``), and the token
+estimates made before a request is sent. Every failure leaves the client as a docpipe error.
 
 The mapping is the whole retry policy of docpipe: what is transient here is retried with
 backoff, what is permanent fails the run at once.
@@ -15,16 +17,17 @@ other 4xx (JSON or not)                    PermanentLLMError(kind="bad_request"/
 =========================================  ==========================================
 
 Not errors here: a 2xx without ``usage`` (the answer is used and its tokens are estimated,
-see :mod:`docpipe.providers.tokens`), and ``finish_reason: length`` (the answer is returned
+see the token estimates below), and ``finish_reason: length`` (the answer is returned
 with it; the caller classifies the cut-off, see :mod:`docpipe.providers.calls`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,15 +35,20 @@ import httpx
 import jsonschema
 
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
+from docpipe.provider_specs import ProviderTable
 from docpipe.providers.rate_headers import rate_limits, retry_after
-from docpipe.providers.tokens import estimate_prompt_tokens, estimate_text_tokens
 from docpipe.structured_output import OutputMode, drop_absent_optionals
 
 __all__ = [
+    "CHARS_PER_TOKEN",
+    "MESSAGE_OVERHEAD_TOKENS",
     "ChatClient",
     "ChatRequest",
     "Completion",
     "LLMClient",
+    "ProviderClients",
+    "estimate_prompt_tokens",
+    "estimate_text_tokens",
     "parse_output",
     "validate_json",
 ]
@@ -65,7 +73,7 @@ class ChatRequest:
     seed: int | None = None
     max_tokens_field: str = "max_tokens"
     json_schema_style: str = "openai"  # see ProviderSpec.json_schema_style
-    # Which of docpipe's providers it goes to (docpipe.providers.provider_clients); not sent.
+    # Which of docpipe's providers it goes to (ProviderClients); not sent.
     provider: str = ""
     # Sent as a header, not in the body: the call log row's id (calls.call_request_id).
     request_id: str | None = None
@@ -185,6 +193,36 @@ class LLMClient:
         return _completion(response, request, latency)
 
 
+class ProviderClients:
+    """Every configured provider's client behind one ``chat``: a request goes to the provider
+    that serves its model (ChatRequest.provider), each with its own base URL and key."""
+
+    def __init__(
+        self,
+        table: ProviderTable,
+        *,
+        timeout_s: float,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._clients = {
+            p.name: LLMClient(
+                base_url=p.base_url,
+                api_key=p.api_key.get_secret_value(),
+                timeout_s=timeout_s,
+                transport=transport,
+            )
+            for p in table.providers
+        }
+
+    def chat(self, request: ChatRequest) -> Completion:
+        """The completion from the provider named in ``request``."""
+        return self._clients[request.provider].chat(request)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+
+
 def _raise_for_status(response: httpx.Response) -> None:
     status = response.status_code
     if status < 400:
@@ -262,6 +300,32 @@ def _error_message(response: httpx.Response) -> str:
     except (ValueError, KeyError, TypeError):
         # Not JSON (a proxy's HTML page) or not OpenAI's shape (a server's own): the text.
         return response.text[:500]
+
+
+# Token counts estimated before a request is sent, for the TPM limit and the budget check.
+#
+# docpipe does not ship a tokenizer per model. A prompt is estimated at one token per
+# CHARS_PER_TOKEN characters: OpenAI's tokenizers average about four characters per token
+# on English prose, so three leaves a margin of a third for numbers, code, other scripts and
+# the chat template's own tokens. The answer may use up to its max_tokens, so a request's
+# estimate is ceil(prompt characters / 3) + max_tokens; after the call the limiter and the
+# call log are corrected from the usage the provider reports.
+
+CHARS_PER_TOKEN = 3
+# The role markers a chat template wraps around every message.
+MESSAGE_OVERHEAD_TOKENS = 4
+
+
+def estimate_text_tokens(text: str) -> int:
+    """Tokens of ``text``, estimated with the documented margin."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def estimate_prompt_tokens(messages: Iterable[Mapping[str, str]]) -> int:
+    """Tokens of a chat prompt, estimated with the documented margin."""
+    return sum(
+        estimate_text_tokens(m.get("content", "")) + MESSAGE_OVERHEAD_TOKENS for m in messages
+    )
 
 
 # Raw newlines and tabs inside strings: grammars of real servers (llama.cpp's) let a model

@@ -6,7 +6,7 @@ Per provider (an endpoint and its key):
   crashed worker's slot frees itself;
 - buckets: requests per minute and tokens per minute, of the key (all its models) and of
   each model, each a token bucket refilled at its *allowed* rate. A call takes one request
-  and its estimated tokens (docpipe.providers.tokens) from each; once answered, the tokens
+  and its estimated tokens (docpipe.providers.client) from each; once answered, the tokens
   bucket is corrected from the ``usage`` the provider reports;
 - the provider's headers: ``x-ratelimit-remaining-*`` lower a model's buckets to what the
   provider says is left (before a 429 happens), ``x-ratelimit-limit-*`` give a model whose
@@ -38,8 +38,8 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import redis
@@ -47,11 +47,11 @@ import redis
 from docpipe.errors import LLMError, TransientLLMError
 from docpipe.observability import metrics
 from docpipe.provider_specs import ResolvedModel, ResolvedProvider
-from docpipe.providers.gate import CallTicket
+from docpipe.providers.client import Completion
 from docpipe.providers.limiter_scripts import ACQUIRE, RELEASE
 from docpipe.settings import Settings
 
-__all__ = ["BucketState", "LimiterState", "ProviderLimiter"]
+__all__ = ["BucketState", "CallGate", "CallTicket", "LimiterState", "ProviderLimiter", "no_gate"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,28 @@ _WAITER_TTL_S = 2.0
 _POLL_MAX_S = 0.25
 # Failures that mean the provider is down or broken rather than busy (the client's kinds).
 _UNAVAILABLE = frozenset({"connection", "timeout", "server_error", "bad_response"})
+
+
+# The gate: the seam between a provider call and the limit it must respect.
+# ProviderLimiter.slot plugs in here; tests and tools may call without any (no_gate).
+
+
+class CallTicket:
+    """Held while a request is in flight; the caller puts the answer on it, so that the gate
+    learns the tokens really used and what the provider's headers said."""
+
+    def __init__(self) -> None:
+        self.completion: Completion | None = None
+
+
+# Given the model, the run's lane and the request's estimated tokens, a context manager held
+# while the request is in flight.
+CallGate = Callable[[str, str, int], AbstractContextManager[CallTicket]]
+
+
+@contextmanager
+def no_gate(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
+    yield CallTicket()
 
 
 @dataclass(frozen=True)
@@ -90,7 +112,7 @@ class LimiterState:
 
 
 class ProviderLimiter:
-    """The gate every provider call passes through (see docpipe.providers.gate.CallGate)."""
+    """The gate every provider call passes through (see CallGate above)."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self._redis = client

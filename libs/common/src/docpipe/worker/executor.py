@@ -38,8 +38,8 @@ from docpipe.pipelines.model import Step
 from docpipe.pipelines.text_extraction import EXTRACT_TEXT
 from docpipe.providers.calls import StepCalls
 from docpipe.providers.client import ChatClient, validate_json
-from docpipe.providers.gate import CallGate
-from docpipe.providers.gate import no_gate as _no_gate
+from docpipe.providers.limiter import CallGate
+from docpipe.providers.limiter import no_gate as _no_gate
 from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.batches import stop_batch

@@ -27,8 +27,8 @@ from docpipe.broker.queues import WEBHOOK_QUEUE
 from docpipe.broker.transport import CeleryPublisher, app, bind_work, redis_client
 from docpipe.observability import metrics, tracing
 from docpipe.pipelines.catalog import catalog
+from docpipe.providers.client import ProviderClients
 from docpipe.providers.limiter import ProviderLimiter
-from docpipe.providers.provider_clients import ProviderClients
 from docpipe.settings import Settings, get_settings
 from docpipe.state import runs
 from docpipe.state.admission import admit_and_publish
