@@ -31,8 +31,7 @@ from docpipe.errors import (
 from docpipe.observability import metrics
 from docpipe.pipelines.model import Step, StepInput
 from docpipe.providers.client import ChatClient, Completion
-from docpipe.providers.limiter import CallGate
-from docpipe.providers.limiter import no_gate as _no_gate
+from docpipe.providers.limiter import CallGate, no_gate
 from docpipe.providers.routing import (
     PlannedCall,
     RouteReason,
@@ -48,7 +47,7 @@ from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
 from docpipe.statuses import ACTIVE_RUN_STATUSES, Priority
 
-__all__ = ["CallGate", "StepCalls", "call_request_id"]
+__all__ = ["StepCalls", "call_request_id"]
 
 _T = TypeVar("_T")
 
@@ -66,7 +65,7 @@ class StepCalls:
     lane: str
     attempt: int
     generation: int
-    gate: CallGate = _no_gate
+    gate: CallGate = no_gate
     pipeline: str = "unknown"  # the run's pipeline key, for metrics
     # The worker holding the step's lease; no call is sent once another worker took it over.
     owner: str | None = None
