@@ -191,3 +191,19 @@ def test_every_sentence_of_a_sample_contract_reflowed_onto_one_line_is_found() -
     assert len(sentences) > 50
     for sentence in sentences:
         located(document, sentence)
+
+
+def test_a_word_boundary_is_judged_on_the_document_as_it_stands() -> None:
+    # The hyphen before "30" is dropped when comparing, but it still ends the word before.
+    doc = "Payment within 130 days, or in case x-30 days after notice."
+    start, end = locate_quote(doc, "30 days after") or (0, 0)
+    assert doc[start:end] == "30 days after"
+    assert locate_quote("within 130 days", "30 days") is None
+
+
+def test_a_span_to_look_in_that_ends_inside_the_quote_falls_back_to_the_whole_document() -> None:
+    doc = "Notice: ninety (90) days. Later: ninety (90) days."
+    first, second = doc.index("ninety"), doc.rindex("ninety")
+    quote = "ninety (90) days"
+    assert locate_quote(doc, quote, near=(second, len(doc))) == (second, second + len(quote))
+    assert locate_quote(doc, quote, near=(second, second + 5)) == (first, first + len(quote))

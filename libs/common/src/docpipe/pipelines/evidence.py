@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import jsonschema
@@ -31,23 +32,25 @@ __all__ = [
     "unsupported_values",
 ]
 
-# A quote is a passage, not the document: a longer one is refused by the answer's schema,
-# which also bounds the regular expression built from it.
+# A quote is a passage, not the document: a longer one is refused by the answer's schema
+# and not searched.
 MAX_QUOTE_CHARS = 1000
 
 # Hyphens are layout as much as spelling: a word broken at a line end ("termi-\nnation"), a
 # compound broken after its own hyphen ("non-\ndisclosure"), a soft hyphen where a PDF may
-# break a word. Quotes are compared without them, so a passage is found however the model
-# joined it again; between any two characters the document may hold one.
+# break a word. Quotes and documents are compared without them, so a passage is found
+# however the model joined it again.
 _HYPHEN = re.compile(r"-\s*|\u00ad")
-_MAY_BREAK = r"(?:-\s*|\u00ad)?"
 _DOUBLE_QUOTES = '"\u201c\u201d\u201e\u00ab\u00bb'
 _SINGLE_QUOTES = "'\u2018\u2019\u201a"
 _STRAIGHT_QUOTES = str.maketrans(
     dict.fromkeys(_DOUBLE_QUOTES, '"') | dict.fromkeys(_SINGLE_QUOTES, "'")
 )
-_QUOTE_MARKS = {'"': f"[{_DOUBLE_QUOTES}]", "'": f"[{_SINGLE_QUOTES}]"}
 _SPACES = re.compile(r"\s+")
+# A document in the pieces normalisation treats alike: hyphens with the whitespace after
+# them (dropped), whitespace runs (one space), and the text between.
+_PIECES = re.compile(r"(-\s*|\u00ad)|(\s+)|[^\s\u00ad-]+")
+_WORD = re.compile(r"\w")
 
 # One value with its evidence, as a step records it in the ``evidence`` list of its output
 # and GET /runs/{id} shows it: offsets into the document text (``end`` exclusive), the
@@ -86,31 +89,72 @@ def locate_quote(
     occurs more than once, the first occurrence inside ``near`` (the span the value was read
     from) wins, else the first in the document.
     """
-    pattern = _pattern(quote)
-    if pattern is None:
-        return None
-    if near is not None:
-        found = pattern.search(document, max(0, near[0]), min(len(document), near[1]))
-        if found:
-            return found.span()
-    found = pattern.search(document)
-    return found.span() if found else None
-
-
-def _pattern(quote: str) -> re.Pattern[str] | None:
     text = normalised(quote)
     if not text or len(quote) > MAX_QUOTE_CHARS:
         return None
-    parts: list[str] = [r"(?<!\w)" if text[0].isalnum() else ""]
-    for i, char in enumerate(text):
-        if char == " ":
-            parts.append(r"\s+(?:-\s*)?")  # "A - B" is "A B" compared
-        else:
-            parts.append(_QUOTE_MARKS.get(char) or re.escape(char))
-            if i + 1 < len(text) and text[i + 1] != " ":
-                parts.append(_MAY_BREAK)
-    parts.append(r"(?!\w)" if text[-1].isalnum() else "")
-    return re.compile("".join(parts))
+    skeleton = _Skeleton.of(document)
+    if near is not None and (found := skeleton.find(text, near[0], near[1])):
+        return found
+    return skeleton.find(text, 0, len(document))
+
+
+class _Skeleton:
+    """A document normalised as quotes are (:func:`normalised`), with the offset in the
+    document of every character kept, so that a quote found in the normalised text is
+    reported where the document has it. Built once per document: a step locates every
+    value's quote in the same text."""
+
+    def __init__(self, document: str) -> None:
+        self.document = document
+        chars: list[str] = []
+        # Where each piece of the normalised text starts, there and in the document.
+        self.starts: list[int] = []
+        self.origins: list[int] = []
+        length = 0
+        for piece in _PIECES.finditer(document):
+            if piece.group(1) is not None:
+                continue
+            kept = " " if piece.group(2) is not None else piece.group()
+            if kept == " " and chars and chars[-1] == " ":
+                continue  # whitespace on both sides of a dropped hyphen is one space
+            chars.append(kept)
+            self.starts.append(length)
+            self.origins.append(piece.start())
+            length += len(kept)
+        self.text = "".join(chars).translate(_STRAIGHT_QUOTES)
+
+    @staticmethod
+    @lru_cache(maxsize=1)  # the document of the step at hand; a large one is not kept longer
+    def of(document: str) -> _Skeleton:
+        return _Skeleton(document)
+
+    def origin(self, index: int) -> int:
+        """The document offset of the normalised text's character ``index``."""
+        piece = bisect_right(self.starts, index) - 1
+        return self.origins[piece] + (index - self.starts[piece])
+
+    def find(self, text: str, start: int, end: int) -> tuple[int, int] | None:
+        """The first occurrence of the normalised ``text`` at word boundaries inside the
+        document's ``[start, end)``, as document offsets."""
+        piece = bisect_right(self.origins, start) - 1
+        index = self.starts[piece] if piece >= 0 else 0
+        while (index := self.text.find(text, index)) != -1:
+            first, last = self.origin(index), self.origin(index + len(text) - 1) + 1
+            if last > end:
+                return None
+            if first >= start and self._bounded(first, last, text):
+                return first, last
+            index += 1
+        return None
+
+    def _bounded(self, first: int, last: int, text: str) -> bool:
+        """No word character runs on past a quote that starts or ends with one."""
+        before = self.document[first - 1 : first] if first else ""
+        after = self.document[last : last + 1]
+        return not (
+            (text[0].isalnum() and _WORD.match(before))
+            or (text[-1].isalnum() and _WORD.match(after))
+        )
 
 
 def page_of(page_starts: Sequence[int], offset: int) -> int:

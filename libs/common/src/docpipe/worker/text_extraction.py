@@ -88,7 +88,7 @@ def _read_pages(
     db: Database, settings: Settings, doc: _Document, reader: _Reader, started: float
 ) -> list[FinishedPage]:
     finished = {p.page: p for p in documents.finished_pages(db, doc.tenant_id,
-                                                                 doc.document_id)}  # fmt: skip
+                                                            doc.document_id)}  # fmt: skip
     # Start no page that might not end (its OCR limit) before the soft limit interrupts it.
     budget_s = settings.task_soft_time_limit_s - settings.ocr_page_timeout - _FINISHING_S
     read_here = 0
@@ -104,8 +104,8 @@ def _read_pages(
             continue  # another run of this document read it meanwhile
         page = reader.read_page(index)
         documents.finish_page(db, doc.tenant_id, doc.document_id, index, text=page.text,
-                                   ocr=page.ocr, confidence=page.confidence,
-                                   warning=page.warning, seconds=page.seconds)  # fmt: skip
+                              ocr=page.ocr, confidence=page.confidence,
+                              warning=page.warning, seconds=page.seconds)  # fmt: skip
         log.info("document %s page %d/%d read (%s, attempt %d, %.2fs)", doc.document_id,
                  index + 1, reader.page_count, "ocr" if page.ocr else "text", attempt,
                  page.seconds)  # fmt: skip
@@ -126,8 +126,8 @@ def _record(
     warnings = [p.warning for p in pages if p.warning]
     ocr_pages = sum(p.ocr for p in pages)
     documents.record_extraction(db, doc.tenant_id, doc.document_id, content=text,
-                                     page_starts=starts, ocr_pages=ocr_pages,
-                                     warnings=warnings)  # fmt: skip
+                                page_starts=starts, ocr_pages=ocr_pages,
+                                warnings=warnings)  # fmt: skip
     confidences = [p.confidence for p in pages if p.confidence is not None]
     return _summary(fmt, text, list(starts), warnings, ocr_pages, confidences)
 
