@@ -15,17 +15,24 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
 from docpipe.errors import InvalidOutputError
 from docpipe.pipelines import Step
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.pipelines.text_extraction import EXTRACT_TEXT
 from docpipe.providers.client import ChatRequest, LLMClient, parse_output, validate_json
 
 __all__ = ["PIPELINE", "STEP_CALL_CONCURRENCY", "llm_client", "run_document", "run_step"]
 
-PIPELINE = DOCUMENT_EXTRACT
+# The peers are given each document as text, so they run the pipeline's own steps. docpipe
+# runs its extract_text step first all the same (for a text document a step that asks no
+# model), and every docpipe figure includes what that step costs.
+PIPELINE = replace(
+    DOCUMENT_EXTRACT, steps=tuple(s for s in DOCUMENT_EXTRACT.steps if s.name != EXTRACT_TEXT)
+)
 STEP_CALL_CONCURRENCY = int(os.environ.get("DOCPIPE_STEP_CALL_CONCURRENCY", "4"))
 
 
@@ -45,6 +52,7 @@ class PlainContext:
     def __init__(self, step: Step, document: str, outputs: Mapping[str, Any]) -> None:
         self.step = step
         self.document = document
+        self.page_starts = (0,)  # a text document is one page
         self.outputs = outputs
         self.llm = llm_client(os.getpid())
 
