@@ -26,7 +26,7 @@ from docpipe.state.documents import (
     put_file,
 )
 from docpipe.state.outbox import publish_outbox
-from docpipe.statuses import Lane, Priority
+from docpipe.statuses import Lane
 from docpipe_api.bounds import accepted_callback_url, checked_deadline, checked_start_at, run_budget
 from docpipe_api.deps import (
     BrokerDep,
@@ -214,7 +214,7 @@ def start_extraction(
             document_id=document_id,
             pipeline=pipeline,
             lane=options.lane,
-            priority=options.priority or Priority.default_for(options.lane),
+            priority=options.priority,  # create_run gives the lane's default
             idempotency_key=key or uuid.uuid4().hex,
             request={"document_id": document_id, **options.fingerprint()},
             deadline_at=deadline_at,
