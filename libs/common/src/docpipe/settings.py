@@ -227,6 +227,9 @@ class Settings(BaseSettings):
     # many open at once across every API process (more: 429).
     event_stream_max_s: Seconds = 900.0
     event_streams_per_key: int = Field(default=10, ge=1, le=10_000)
+    # The web pages (/ui): a sign-in lasts this long, then the session cookie expires. The
+    # cookie is encrypted under a key derived from secrets_key, which the pages need.
+    ui_session_max_age_s: float = Field(default=8 * 3600.0, ge=60, le=30 * 86_400)
 
     # Retention: beat deletes what is older than this many days (0: keep forever), in
     # batches of retention_batch_size rows, each its own short transaction.

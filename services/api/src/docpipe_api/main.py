@@ -26,6 +26,7 @@ from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
 from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
 from docpipe_api.streams import StreamSlots
+from docpipe_api.ui import create_ui
 
 __all__ = ["app", "create_app"]
 
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The API; ``settings`` default to the DOCPIPE_* environment, read at start-up."""
+    # The web pages, with their own middleware (session cookie, CSRF, CSP) and error pages;
+    # they share the resources the lifespan opens.
+    ui = create_ui()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
         )
+        ui.state.docpipe = app.state.docpipe
         try:
             with serving_metrics(resolved):
                 yield
@@ -87,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             responses=error_responses(401, 429),
         )
     app.include_router(health.router)
+    app.mount("/ui", ui)
     return app
 
 

@@ -1,0 +1,84 @@
+"""A batch's page: runs per status, cost, ETA and its runs as they finish (refreshed by the
+page's script from ``/progress``), with the cancel the API allows."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+
+from docpipe import statuses
+from docpipe_api.deps import DatabaseDep, RedisDep
+from docpipe_api.routes import batches as api
+from docpipe_api.ui.deps import UiTenantDep
+from docpipe_api.ui.pages import render
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+RUNS_PER_PAGE = 100
+StatusFilter = Annotated[statuses.RunStatus | None, Query()]
+After = Annotated[uuid.UUID | None, Query()]
+
+
+@router.get("/batches")
+def find_batch(
+    request: Request, batch_id: Annotated[str, Query(min_length=1, max_length=100)]
+) -> Response:
+    """The home page's "open a batch" form."""
+    return RedirectResponse(
+        f"{request.scope.get('root_path', '')}/batches/{quote(batch_id.strip(), safe='')}", 303
+    )
+
+
+def _progress(
+    db: DatabaseDep, tenant: str, batch_id: str, status: str | None, after: uuid.UUID | None
+) -> dict[str, Any]:
+    batch = api.read_batch(batch_id, db, tenant)
+    page = api.list_batch_runs(batch_id, db, tenant, status, after, RUNS_PER_PAGE)  # type: ignore[arg-type]
+    return {"batch": batch, "runs": page.runs, "next_after": page.next_after}
+
+
+@router.get("/batches/{batch_id}")
+def batch_page(
+    request: Request,
+    batch_id: str,
+    db: DatabaseDep,
+    tenant: UiTenantDep,
+    status: StatusFilter = None,
+    after: After = None,
+) -> Response:
+    return render(request, "batch.html", {
+        **_progress(db, tenant, batch_id, status, after),
+        "status_filter": status or "",
+        "statuses": list(statuses.RunStatus),
+        "running": statuses.BatchStatus.RUNNING,
+    })  # fmt: skip
+
+
+@router.get("/batches/{batch_id}/progress")
+def batch_progress(
+    batch_id: str,
+    db: DatabaseDep,
+    tenant: UiTenantDep,
+    status: StatusFilter = None,
+    after: After = None,
+) -> JSONResponse:
+    """What the page's script refreshes the counts and the runs table from."""
+    found = _progress(db, tenant, batch_id, status, after)
+    return JSONResponse({
+        "batch": found["batch"].model_dump(mode="json"),
+        "runs": [r.model_dump(mode="json") for r in found["runs"]],
+    })  # fmt: skip
+
+
+@router.post("/batches/{batch_id}/cancel")
+def cancel_batch(
+    request: Request, batch_id: str, db: DatabaseDep, broker_redis: RedisDep, tenant: UiTenantDep
+) -> Response:
+    api.cancel_batch(batch_id, db, broker_redis, tenant)
+    return RedirectResponse(f"{request.scope.get('root_path', '')}/batches/{batch_id}", 303)
