@@ -4,7 +4,7 @@ page's script from ``/progress``), with the cancel the API allows."""
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
@@ -21,7 +21,8 @@ __all__ = ["router"]
 router = APIRouter()
 
 RUNS_PER_PAGE = 100
-StatusFilter = Annotated[statuses.RunStatus | None, Query()]
+# The filter form sends "status=" for "all".
+StatusFilter = Annotated[statuses.RunStatus | Literal[""], Query()]
 After = Annotated[uuid.UUID | None, Query()]
 
 
@@ -36,10 +37,11 @@ def find_batch(
 
 
 def _progress(
-    db: DatabaseDep, tenant: str, batch_id: str, status: str | None, after: uuid.UUID | None
+    db: DatabaseDep, tenant: str, batch_id: str, status: str, after: uuid.UUID | None
 ) -> dict[str, Any]:
     batch = api.read_batch(batch_id, db, tenant)
-    page = api.list_batch_runs(batch_id, db, tenant, status, after, RUNS_PER_PAGE)  # type: ignore[arg-type]
+    wanted = statuses.RunStatus(status) if status else None
+    page = api.list_batch_runs(batch_id, db, tenant, wanted, after, RUNS_PER_PAGE)
     return {"batch": batch, "runs": page.runs, "next_after": page.next_after}
 
 
@@ -49,12 +51,12 @@ def batch_page(
     batch_id: str,
     db: DatabaseDep,
     tenant: UiTenantDep,
-    status: StatusFilter = None,
+    status: StatusFilter = "",
     after: After = None,
 ) -> Response:
     return render(request, "batch.html", {
         **_progress(db, tenant, batch_id, status, after),
-        "status_filter": status or "",
+        "status_filter": status,
         "statuses": list(statuses.RunStatus),
         "running": statuses.BatchStatus.RUNNING,
     })  # fmt: skip
@@ -65,7 +67,7 @@ def batch_progress(
     batch_id: str,
     db: DatabaseDep,
     tenant: UiTenantDep,
-    status: StatusFilter = None,
+    status: StatusFilter = "",
     after: After = None,
 ) -> JSONResponse:
     """What the page's script refreshes the counts and the runs table from."""
