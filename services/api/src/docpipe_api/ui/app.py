@@ -24,7 +24,7 @@ from docpipe_api.errors import describe_validation_errors
 from docpipe_api.ui.csrf import CsrfMiddleware
 from docpipe_api.ui.headers import SecurityHeaders
 from docpipe_api.ui.pages import STATIC_DIR, render_error
-from docpipe_api.ui.routes import auth, batches, runs
+from docpipe_api.ui.routes import auth, batches, reviews, runs
 from docpipe_api.ui.session import SessionMiddleware
 
 __all__ = ["create_ui"]
@@ -40,7 +40,7 @@ def create_ui() -> FastAPI:
     ui.add_middleware(SessionMiddleware)
     ui.add_middleware(SecurityHeaders)
     ui.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    for router in (auth.router, runs.router, batches.router):
+    for router in (auth.router, reviews.router, runs.router, batches.router):
         ui.include_router(router)
 
     _install_error_pages(ui)

@@ -69,6 +69,19 @@ class Field:
         return SHAPE + self.pointer
 
     @property
+    def input_type(self) -> str:
+        """The HTML input type of a number, date or text field. A date input is only used
+        for a value it can show (YYYY-MM-DD, or none): it would blank out any other."""
+        if self.kind in ("number", "integer"):
+            # A number input shows nothing for text that is not a number (a value typed
+            # where no browser typed it, shown again with its error).
+            shown = str(self.value).strip()
+            return "number" if re.fullmatch(r"(-?\d+(\.\d+)?([eE][-+]?\d+)?)?", shown) else "text"
+        if self.kind == "date" and re.fullmatch(r"(\d{4}-\d{2}-\d{2})?", str(self.value)):
+            return "date"
+        return "text"
+
+    @property
     def dom_id(self) -> str:
         """An id safe in HTML and CSS: the pointer's characters spelled out."""
         return "f" + "".join(c if c.isalnum() else f"-{ord(c):x}-" for c in self.pointer)
@@ -101,12 +114,14 @@ def form_for(
     hidden: Sequence[str] = (),
     evidence: Mapping[str, list[dict[str, Any]]] | None = None,
     errors: Sequence[Mapping[str, Any]] = (),
+    typed: Mapping[str, str] | None = None,
 ) -> tuple[Field, list[str]]:
     """The form of ``value`` under ``schema`` (its top-level properties in ``hidden`` left
     out), with each pointer's ``evidence`` and ``errors`` ({"path", "message"}) attached;
-    and the errors no field of the form shows."""
-    root = _Builder(schema, evidence or {}).build(schema, value, "", "Output", True, True, 0,
-                                                  hidden=hidden)  # fmt: skip
+    and the errors no field of the form shows. ``typed``: text a reviewer typed, by
+    pointer, shown instead of the value (what could not be read as its type)."""
+    builder = _Builder(schema, evidence or {}, typed or {})
+    root = builder.build(schema, value, "", "Output", True, True, 0, hidden=hidden)
     by_pointer = {f.pointer: f for f in root.walk()}
     unplaced = []
     for error in errors:
@@ -135,9 +150,15 @@ def _nearest(by_pointer: Mapping[str, Field], pointer: str) -> Field | None:
 
 
 class _Builder:
-    def __init__(self, root: Mapping[str, Any], evidence: Mapping[str, list[dict[str, Any]]]):
+    def __init__(
+        self,
+        root: Mapping[str, Any],
+        evidence: Mapping[str, list[dict[str, Any]]],
+        typed: Mapping[str, str],
+    ) -> None:
         self.root = root
         self.evidence = evidence
+        self.typed = typed
 
     def build(
         self,
@@ -163,7 +184,7 @@ class _Builder:
         else:
             if kind in ("object", "array"):  # a value of another shape: show it as it is
                 made.kind = kind = "json"
-            made.value = _shown(kind, value, present)
+            made.value = self.typed.get(pointer, _shown(kind, value, present))
             made.options = _options(schema) if kind == "enum" else []
             made.limits = _limits(schema, kind)
         return made
