@@ -11,6 +11,7 @@
   const imageBase = doc.dataset.imageBase;
   const image = document.getElementById("page-image");
   const boxes = doc.querySelector("[data-boxes]");
+  const notice = document.getElementById("quote-notice");
   let current = Number(doc.dataset.page);
 
   function pageText(n) { return doc.querySelector(`[data-page-text="${n}"]`); }
@@ -79,7 +80,12 @@
     for (const button of document.querySelectorAll("[data-evidence]")) {
       button.setAttribute("aria-pressed", String(Number(button.dataset.evidence) === index));
     }
-    if (!record.page) return;  // not found in the document: nothing to show on a page
+    notice.textContent = "";
+    if (!record.page) {  // not found in the document: nothing to show on a page
+      clearHighlight();
+      notice.textContent = "This value's quote was not found in the document.";
+      return;
+    }
     showPage(record.page);
     if (image && !image.dataset.failed) drawBoxes(record);
     else markText(record);
