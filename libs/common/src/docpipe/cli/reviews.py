@@ -69,6 +69,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         page = client.reviews(pipeline=args.pipeline, step=args.step, reason=args.reason,
                               batch_id=args.batch, limit=str(args.limit))  # fmt: skip
     table = Table("run", "pipeline", "document", "step", "reason", "waiting", "revision")
+    table.columns[0].no_wrap = True  # an id is copied whole into the next command
     for r in page["reviews"]:
         why = "; ".join(x["message"] for x in r["reasons"]) or r["reason"]
         table.add_row(r["run_id"], r["pipeline"], r["document_id"], r["step"],

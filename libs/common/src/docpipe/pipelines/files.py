@@ -189,11 +189,11 @@ def _check_quoted(schema: JSONSchema, prop: str, at: tuple[str | int, ...]) -> N
 
 
 def _with_evidence(output_schema: JSONSchema) -> JSONSchema:
-    """The step's output: its answer with the evidence docpipe located for it."""
+    """The step's output: its answer with the evidence docpipe located for it (not
+    required: an output a reviewer wrote whole has values no quote was read for)."""
     properties = dict(output_schema.get("properties", {}))
     properties["evidence"] = {"type": "array", "items": EVIDENCE_SCHEMA}
-    required = [*output_schema.get("required", []), "evidence"]
-    return {**output_schema, "properties": properties, "required": required}
+    return {**output_schema, "properties": properties}
 
 
 def _sections(outputs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
