@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 WORKFLOWS := $(wildcard .github/workflows/*.yml .github/workflows/*.yaml)
 WORKFLOW_LINT := $(BIN)/jactionlint --no-online --shellcheck= --pyflakes=
 
-.PHONY: schemathesis e2e-llm run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
+.PHONY: schemathesis e2e-llm run test lint fmt deps venv clean constraints screenshots images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
 
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
@@ -35,6 +35,9 @@ lint: venv ## ruff, mypy (strict on the library), the import-linter contracts an
 	$(BIN)/mypy libs/common/src libs/dev/src services/api/src services/fake-llm/src
 	$(BIN)/lint-imports
 	$(WORKFLOW_LINT) $(WORKFLOWS)
+
+screenshots: deps venv ## the README's picture of the review page (docs/review-page.png), from a real local stack
+	$(BIN)/python -m docpipe_dev.screenshots docs/review-page.png
 
 fmt: venv
 	$(BIN)/ruff format .

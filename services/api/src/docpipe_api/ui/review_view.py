@@ -97,7 +97,8 @@ def review_view(
         )
         shown = 1
     step = detail.summary.step
-    retry_steps = list(step_names[: list(step_names).index(step) + 1]) if step in step_names else []
+    names = list(step_names)
+    retry_steps = names[: names.index(step) + 1] if step is not None and step in names else []
     return ReviewView(
         detail=detail,
         form=form,

@@ -133,7 +133,7 @@ def _decision(form: Form, action: str, output: dict[str, Any] | None) -> Decisio
         revision = int(form.get("revision"))
     except ValueError:
         raise InvalidRequestError("revision: the form's revision is missing") from None
-    fields = {
+    fields: dict[str, dict[str, Any]] = {
         DecisionAction.APPROVE: {"output": output},
         DecisionAction.RETRY: {"from_step": form.get("from_step") or None,
                                "model": form.get("model") or None},

@@ -91,13 +91,16 @@
     else markText(record);
   }
 
+  function imageFailed() {
+    // No page image (not rendered, or not available): the page's text instead.
+    image.dataset.failed = "true";
+    image.hidden = true;
+    showPage(current);
+  }
   if (image) {
-    image.addEventListener("error", () => {
-      // No page image (not rendered, or not available): the page's text instead.
-      image.dataset.failed = "true";
-      image.hidden = true;
-      showPage(current);
-    });
+    image.addEventListener("error", imageFailed);
+    // It may have failed before this script ran.
+    if (image.complete && image.naturalWidth === 0) imageFailed();
   }
   for (const link of doc.querySelectorAll("[data-pager]")) {
     link.addEventListener("click", (event) => {

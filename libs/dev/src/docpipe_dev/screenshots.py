@@ -1,0 +1,95 @@
+"""``python -m docpipe_dev.screenshots [OUT.png]`` (``make screenshots``): the review page
+as the README shows it (docs/review-page.png), made from a real local stack.
+
+A scanned sample contract goes through ``document_extract:v1`` with the fake provider told
+to invent one section's quotes, so the run pauses for review; Debian's Chromium (through
+Playwright) signs in, opens the review, shows a supported value's quote on the page and
+takes the screenshot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from cryptography.fernet import Fernet
+from playwright.sync_api import sync_playwright
+
+from docpipe_dev.localstack import free_port
+from docpipe_dev.sample_files import contract_scan
+from docpipe_dev.samples import sample_contracts
+from docpipe_dev.stack import LocalStack, StackOptions
+
+__all__ = ["review_page_screenshot"]
+
+_CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+
+
+def review_page_screenshot(out: Path) -> None:
+    """Write a screenshot of the review page of a paused run of a scanned contract."""
+    os.environ.setdefault("DOCPIPE_AUTH", "keys")
+    os.environ.setdefault("DOCPIPE_SECRETS_KEY", Fernet.generate_key().decode())
+    state = Path(tempfile.mkdtemp(prefix="docpipe-screenshot-"))
+    state.chmod(0o711)
+    stack = LocalStack(StackOptions(state_dir=state, api_port=free_port(), fake_latency_ms="0:0",
+                                    interactive_concurrency=2, batch_concurrency=1,
+                                    metrics_port=0))  # fmt: skip
+    try:
+        stack.up()
+        assert stack.api_key is not None
+        run_id = _run_in_review(stack)
+        _shoot(stack, run_id, out)
+    finally:
+        stack.down()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _run_in_review(stack: LocalStack) -> str:
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    fake = stack.env["DOCPIPE_LLM_BASE_URL"].removesuffix("/v1")
+    httpx.post(f"{fake}/control/faults", json={"kind": "invented_quote", "count": 1,
+               "step": "extract_fields"}, timeout=10).raise_for_status()  # fmt: skip
+    scan = contract_scan(sample_contracts(1)[0].text)
+    with httpx.Client(base_url=stack.api_url, headers=headers, timeout=30) as api:
+        api.put("/documents/review-sample", content=scan,
+                headers={"Content-Type": "application/pdf"}).raise_for_status()  # fmt: skip
+        run_id = str(api.post("/documents/review-sample/extract").json()["run_id"])
+        deadline = time.monotonic() + 300
+        while (status := api.get(f"/runs/{run_id}").json()["status"]) != "needs_review":
+            if status not in ("queued", "running") or time.monotonic() > deadline:
+                raise RuntimeError(f"run {run_id} is {status}, not waiting for review")
+            time.sleep(0.5)
+    return run_id
+
+
+def _shoot(stack: LocalStack, run_id: str, out: Path) -> None:
+    executable = shutil.which("chromium")
+    if executable is None:
+        raise RuntimeError("Debian's chromium is not installed (scripts/ensure-system-deps)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=_CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.goto(f"{stack.api_url}/ui/sign-in")
+        page.get_by_label("API key").fill(stack.api_key or "")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{stack.api_url}/ui/")
+        page.goto(f"{stack.api_url}/ui/reviews/{run_id}")
+        page.wait_for_load_state("networkidle")
+        quotes = page.locator(".evidence li").filter(has=page.locator(".mark.supported"))
+        quotes.first.get_by_role("button").click()
+        page.wait_for_timeout(800)  # the smooth scroll to the highlighted quote
+        page.evaluate("document.querySelector('.review').scrollIntoView()")
+        page.screenshot(path=str(out))
+        browser.close()
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/review-page.png")
+    review_page_screenshot(target)
+    print(f"wrote {target}")
