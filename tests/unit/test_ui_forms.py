@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docpipe.pipelines.document_extract import EXTRACTED_SCHEMA, FIELDS_SCHEMA
-from docpipe_api.ui.forms import ITEM_PLACEHOLDER, Field, form_for, output_from_form
+from docpipe_api.ui.form_values import output_from_form
+from docpipe_api.ui.forms import ITEM_PLACEHOLDER, Field, form_for
 
 CONTRACT = {
     "fields": {

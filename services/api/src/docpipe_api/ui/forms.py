@@ -1,12 +1,12 @@
-"""A form generated from a step's output schema, and the output read back from it.
+"""A form generated from a step's output schema (docpipe_api.ui.form_values reads it back).
 
 Pure functions of their arguments. :func:`form_for` turns a JSON Schema and a value into a
 tree of :class:`Field` (nested objects, arrays whose items can be added and removed, enums
 as selects, numbers, booleans, dates, and a JSON text box for what a form cannot show
 field by field), each named by the JSON Pointer of its value, so that schema errors, which
 carry pointers, land next to the field they are about. :func:`output_from_form` reads the
-submitted fields back into the whole output: the properties the form does not show (the
-evidence list) stay as they were.
+submitted fields back into the whole output (docpipe_api.ui.form_values): the properties
+the form does not show (the evidence list) stay as they were.
 
 Input names: ``value:<pointer>`` for a value, ``shape:<pointer>`` (``object`` or
 ``array``) for a container that exists even when every field in it is empty. Array items
@@ -16,7 +16,6 @@ in order.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,11 +24,18 @@ from typing import Any
 
 __all__ = [
     "ITEM_PLACEHOLDER",
+    "MAX_DEPTH",
+    "SHAPE",
+    "VALUE",
     "Field",
+    "escape_token",
     "form_for",
-    "output_from_form",
+    "kind_of",
+    "nullable",
     "pointer_of",
+    "resolve",
     "unescape_pointer",
+    "unescape_token",
 ]
 
 VALUE, SHAPE = "value:", "shape:"
@@ -38,7 +44,7 @@ ITEM_PLACEHOLDER = "__index__"
 _DATE_PATTERNS = (r"^\d{4}-\d{2}-\d{2}$", r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _REQUIRED = re.compile(r"^'(?P<name>(?:[^'\\]|\\.)*)' is a required property$")
 # Deeper than any output a person reviews field by field: past it, JSON text.
-_MAX_DEPTH = 12
+MAX_DEPTH = 12
 
 
 @dataclass
@@ -96,11 +102,15 @@ def escape_token(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
+def unescape_token(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
 def unescape_pointer(pointer: str) -> list[str]:
     """A JSON Pointer's tokens (RFC 6901)."""
     if not pointer:
         return []
-    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.lstrip("/").split("/")]
+    return [unescape_token(t) for t in pointer.lstrip("/").split("/")]
 
 
 def pointer_of(tokens: Sequence[str | int]) -> str:
@@ -172,8 +182,8 @@ class _Builder:
         *,
         hidden: Sequence[str] = (),
     ) -> Field:
-        schema = _resolve(self.root, schema)
-        kind = _kind_of(schema) if depth < _MAX_DEPTH else "json"
+        schema = resolve(self.root, schema)
+        kind = kind_of(schema) if depth < MAX_DEPTH else "json"
         made = Field(pointer, label, kind, required=required, present=present,
                      hint=str(schema.get("description", "")),
                      evidence=list(self.evidence.get(pointer, ())))  # fmt: skip
@@ -227,7 +237,7 @@ class _Builder:
         made.limits = {k: schema[k] for k in ("minItems", "maxItems") if k in schema}
 
 
-def _resolve(root: Mapping[str, Any], schema: Mapping[str, Any]) -> Mapping[str, Any]:
+def resolve(root: Mapping[str, Any], schema: Mapping[str, Any]) -> Mapping[str, Any]:
     """``schema`` with a local ``$ref`` followed, and ``X or null`` read as X."""
     for _ in range(32):
         ref = schema.get("$ref")
@@ -255,7 +265,7 @@ def _types(schema: Mapping[str, Any]) -> list[str]:
     return [t for t in declared if isinstance(t, str)] if isinstance(declared, list) else []
 
 
-def _kind_of(schema: Mapping[str, Any]) -> str:
+def kind_of(schema: Mapping[str, Any]) -> str:
     if isinstance(schema.get("enum"), list) and schema["enum"]:
         return "enum"
     if "const" in schema:
@@ -278,7 +288,7 @@ def _kind_of(schema: Mapping[str, Any]) -> str:
     return kind if kind in ("number", "integer", "boolean", "array") else "json"
 
 
-def _nullable(schema: Mapping[str, Any]) -> bool:
+def nullable(schema: Mapping[str, Any]) -> bool:
     return "null" in _types(schema)
 
 
@@ -313,134 +323,3 @@ def _limits(schema: Mapping[str, Any], kind: str) -> dict[str, Any]:
 
 def _label(name: str) -> str:
     return name.replace("_", " ").strip().capitalize() or name
-
-
-# --- reading the form back ----------------------------------------------------------------
-
-
-def output_from_form(
-    schema: Mapping[str, Any],
-    before: Mapping[str, Any] | None,
-    fields: Iterable[tuple[str, str]],
-    *,
-    hidden: Sequence[str] = (),
-) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """The whole output the form describes: ``before`` with every property the form shows
-    replaced by what was submitted (``hidden`` ones kept as they were); and the values
-    that cannot be read as their type ({"path", "message"}), which are left out."""
-    values: dict[str, str] = {}
-    shapes: dict[str, str] = {}
-    for name, text in fields:
-        if name.startswith(VALUE) and ITEM_PLACEHOLDER not in name:
-            values[name[len(VALUE) :]] = text
-        elif name.startswith(SHAPE) and ITEM_PLACEHOLDER not in name:
-            shapes[name[len(SHAPE) :]] = text
-    reader = _Reader(schema, values, shapes)
-    read = reader.read(schema, "", True, 0)
-    after: dict[str, Any] = read if isinstance(read, dict) else {}
-    for name in hidden:
-        if isinstance(before, Mapping) and name in before:
-            after[name] = copy.deepcopy(before[name])
-    return after, reader.errors
-
-
-_ABSENT = object()
-
-
-class _Reader:
-    def __init__(self, root: Mapping[str, Any], values: dict[str, str], shapes: dict[str, str]):
-        self.root = root
-        self.values = values
-        self.shapes = shapes
-        self.errors: list[dict[str, str]] = []
-
-    def read(self, schema: Mapping[str, Any], pointer: str, required: bool, depth: int) -> Any:
-        schema = _resolve(self.root, schema)
-        kind = _kind_of(schema) if depth < _MAX_DEPTH else "json"
-        if kind == "object" and self.shapes.get(pointer, "object") == "object":
-            return self._object(schema, pointer, required, depth)
-        if kind == "array" and self.shapes.get(pointer, "array") == "array":
-            return self._array(schema, pointer, depth)
-        if pointer not in self.values:
-            return _ABSENT
-        return self._scalar(kind, schema, pointer, self.values[pointer], required)
-
-    def _below(self, pointer: str) -> set[str]:
-        """The first tokens of the submitted names below ``pointer``."""
-        prefix = pointer + "/"
-        return {
-            key[len(prefix) :].split("/", 1)[0]
-            for key in (*self.values, *self.shapes)
-            if key.startswith(prefix)
-        }
-
-    def _object(self, schema: Mapping[str, Any], pointer: str, required: bool, depth: int) -> Any:
-        properties: Mapping[str, Any] = schema.get("properties", {})
-        wanted = set(schema.get("required", ()))
-        extra = sorted(
-            name for name in map(_unescape, self._below(pointer)) if name not in properties
-        )
-        result: dict[str, Any] = {}
-        for name in [*properties, *extra]:
-            read = self.read(properties.get(name, {}), f"{pointer}/{escape_token(name)}",
-                             name in wanted, depth + 1)  # fmt: skip
-            if read is not _ABSENT:
-                result[name] = read
-        if result or required or pointer in self.shapes:
-            return result
-        return _ABSENT
-
-    def _array(self, schema: Mapping[str, Any], pointer: str, depth: int) -> Any:
-        items: Mapping[str, Any] = schema.get("items", {})
-        indices = sorted(int(t) for t in self._below(pointer) if t.isdigit())
-        result = []
-        for index in indices:
-            read = self.read(items, f"{pointer}/{index}", True, depth + 1)
-            if read is not _ABSENT:
-                result.append(read)
-        if result or pointer in self.shapes:
-            return result
-        return _ABSENT
-
-    def _scalar(
-        self, kind: str, schema: Mapping[str, Any], pointer: str, text: str, required: bool
-    ) -> Any:
-        if text.strip() == "":
-            return None if required and _nullable(schema) else _ABSENT
-        try:
-            return _parse(kind, text)
-        except ValueError as exc:
-            self.errors.append({"path": pointer, "message": str(exc)})
-            return _ABSENT
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
-
-
-def _parse(kind: str, text: str) -> Any:
-    if kind in ("text", "date"):
-        return text
-    if kind == "integer":
-        try:
-            return int(text.strip())
-        except ValueError:
-            raise ValueError(f"{text.strip()[:40]!r} is not a whole number") from None
-    if kind == "number":
-        try:
-            number = float(text.strip())
-        except ValueError:
-            raise ValueError(f"{text.strip()[:40]!r} is not a number") from None
-        if number != number or number in (float("inf"), float("-inf")):
-            raise ValueError(f"{text.strip()[:40]!r} is not a number")
-        return int(number) if number.is_integer() and re.fullmatch(r"\s*-?\d+\s*", text) else number
-    if kind == "boolean":
-        if text in ("true", "false"):
-            return text == "true"
-        raise ValueError("choose yes or no")
-    try:  # enum (options are JSON) and json
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None

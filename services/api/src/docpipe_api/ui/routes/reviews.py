@@ -20,7 +20,7 @@ from docpipe_api.errors import describe_validation_errors
 from docpipe_api.review_schemas import DecisionIn
 from docpipe_api.routes import reviews as api
 from docpipe_api.ui.deps import Form, FormDep, UiTenantDep
-from docpipe_api.ui.forms import output_from_form
+from docpipe_api.ui.form_values import output_from_form
 from docpipe_api.ui.pages import render, render_error
 from docpipe_api.ui.review_view import review_view
 
