@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import httpx
-from cryptography.fernet import Fernet
 from playwright.sync_api import sync_playwright
 
 from docpipe_dev.localstack import free_port
@@ -34,7 +33,6 @@ _CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-network
 def review_page_screenshot(out: Path) -> None:
     """Write a screenshot of the review page of a paused run of a scanned contract."""
     os.environ.setdefault("DOCPIPE_AUTH", "keys")
-    os.environ.setdefault("DOCPIPE_SECRETS_KEY", Fernet.generate_key().decode())
     state = Path(tempfile.mkdtemp(prefix="docpipe-screenshot-"))
     state.chmod(0o711)
     stack = LocalStack(StackOptions(state_dir=state, api_port=free_port(), fake_latency_ms="0:0",
