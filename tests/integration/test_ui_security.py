@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from docpipe.settings import get_settings
 from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key, revoke_api_key
-from docpipe_api.ui.session import COOKIE, _Codec
+from docpipe_api.ui.session import COOKIE, SessionCodec
 from tests.factories import new_run, scalar
 
 SECRETS_KEY = Fernet.generate_key().decode()
@@ -118,7 +118,7 @@ def test_an_expired_cookie_sends_you_to_sign_in_with_a_message(
     sign_in(client, create_api_key(db, "acme").plaintext)
     value = client.cookies[COOKIE]
     # The same session, made 61 s ago: re-encrypted at that time under the cookie's key.
-    fernet = _Codec(get_settings()).fernet
+    fernet = SessionCodec(get_settings()).fernet
     assert fernet is not None
     stale = fernet.encrypt_at_time(fernet.decrypt(value.encode()), int(time.time()) - 61)
     client.cookies.clear()

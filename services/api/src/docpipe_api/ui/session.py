@@ -38,7 +38,16 @@ from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, RevokedApiKey
 from docpipe_api.deps import Resources, limit_client_address, tenant_of_key
 from docpipe_api.ui.pages import render_error
 
-__all__ = ["COOKIE", "Session", "SessionMiddleware", "session_of", "sign_in_url"]
+__all__ = [
+    "COOKIE",
+    "SIGN_IN_REASONS",
+    "Session",
+    "SessionCodec",
+    "SessionMiddleware",
+    "replace_session",
+    "session_of",
+    "sign_in_url",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +93,7 @@ def sign_in_url(root_path: str, reason: str, next_path: str | None = None) -> st
     return url + (f"&next={quote(next_path, safe='/')}" if next_path else "")
 
 
-class _Codec:
+class SessionCodec:
     """Sessions to and from the cookie's value."""
 
     def __init__(self, settings: Settings) -> None:
@@ -139,12 +148,12 @@ class SessionMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._codecs: dict[int, _Codec] = {}
+        self._codecs: dict[int, SessionCodec] = {}
 
-    def _codec(self, settings: Settings) -> _Codec:
+    def _codec(self, settings: Settings) -> SessionCodec:
         # One per settings object: tests build apps with different settings in one process.
         if (codec := self._codecs.get(id(settings))) is None:
-            codec = self._codecs[id(settings)] = _Codec(settings)
+            codec = self._codecs[id(settings)] = SessionCodec(settings)
         return codec
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -198,7 +207,7 @@ class SessionMiddleware:
         return None
 
     @staticmethod
-    def _with_cookie(request: Request, codec: _Codec, send: Send) -> Send:
+    def _with_cookie(request: Request, codec: SessionCodec, send: Send) -> Send:
         async def send_with_cookie(message: Message) -> None:
             session = session_of(request)
             if message["type"] == "http.response.start" and session.changed:

@@ -4,12 +4,15 @@ the signed-in tenant."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
+from docpipe.errors import InvalidRequestError
+from docpipe.pipelines.model import NAME_PATTERN
 from docpipe.statuses import ENDED_RUN_STATUSES
 from docpipe_api.deps import (
     ApiKeyIdDep,
@@ -80,7 +83,10 @@ def retry_run(
     settings: SettingsDep,
     tenant: UiTenantDep,
 ) -> Response:
-    api.retry_run(run_id, db, broker, pipelines, settings, tenant, form.get("from_step") or None)
+    from_step = form.get("from_step") or None
+    if from_step is not None and not re.fullmatch(NAME_PATTERN, from_step):
+        raise InvalidRequestError("from_step: a step name (lower-case letters, digits and '_')")
+    api.retry_run(run_id, db, broker, pipelines, settings, tenant, from_step)
     return _back_to(request, run_id)
 
 
