@@ -14,9 +14,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, RedirectResponse
 
-__all__ = ["STATIC_DIR", "age", "render", "render_error"]
+__all__ = ["STATIC_DIR", "age", "go_to", "render", "render_error"]
 
 _HERE = Path(__file__).resolve().parent
 STATIC_DIR = _HERE / "static"
@@ -93,6 +93,11 @@ def render(
         }
     )
     return HTMLResponse(page, status_code, headers=dict(headers or {}))
+
+
+def go_to(request: Request, path: str) -> RedirectResponse:
+    """A 303 to the page at ``path`` (below the pages' root): where a form's answer goes."""
+    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}", 303)
 
 
 def render_error(

@@ -8,13 +8,13 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, Response
 
 from docpipe import statuses
 from docpipe_api.deps import DatabaseDep, RedisDep
 from docpipe_api.routes import batches as api
 from docpipe_api.ui.deps import UiTenantDep
-from docpipe_api.ui.pages import render
+from docpipe_api.ui.pages import go_to, render
 
 __all__ = ["router"]
 
@@ -31,9 +31,7 @@ def find_batch(
     request: Request, batch_id: Annotated[str, Query(min_length=1, max_length=100)]
 ) -> Response:
     """The home page's "open a batch" form."""
-    return RedirectResponse(
-        f"{request.scope.get('root_path', '')}/batches/{quote(batch_id.strip(), safe='')}", 303
-    )
+    return go_to(request, f"/batches/{quote(batch_id.strip(), safe='')}")
 
 
 def _progress(
@@ -83,4 +81,4 @@ def cancel_batch(
     request: Request, batch_id: str, db: DatabaseDep, broker_redis: RedisDep, tenant: UiTenantDep
 ) -> Response:
     api.cancel_batch(batch_id, db, broker_redis, tenant)
-    return RedirectResponse(f"{request.scope.get('root_path', '')}/batches/{batch_id}", 303)
+    return go_to(request, f"/batches/{batch_id}")

@@ -9,7 +9,7 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import Response
 from pydantic import ValidationError
 
 from docpipe.errors import ConflictError, InvalidRequestError
@@ -21,7 +21,7 @@ from docpipe_api.review_schemas import DecisionIn
 from docpipe_api.routes import reviews as api
 from docpipe_api.ui.deps import Form, FormDep, UiTenantDep
 from docpipe_api.ui.form_values import output_from_form
-from docpipe_api.ui.pages import render, render_error
+from docpipe_api.ui.pages import go_to, render, render_error
 from docpipe_api.ui.review_view import review_view
 
 __all__ = ["router"]
@@ -125,7 +125,7 @@ def decide(
         view = review_view(detail, values=values, errors=errors, step_names=names)
         return _render_review(request, view, status_code=422,
                               problem=f"{exc} Nothing was decided.")  # fmt: skip
-    return RedirectResponse(f"{request.scope.get('root_path', '')}/runs/{run_id}", 303)
+    return go_to(request, f"/runs/{run_id}")
 
 
 def _decision(form: Form, action: str, output: dict[str, Any] | None) -> DecisionIn:

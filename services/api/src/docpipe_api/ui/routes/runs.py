@@ -9,7 +9,7 @@ from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from docpipe.errors import InvalidRequestError
 from docpipe.pipelines.model import NAME_PATTERN
@@ -24,7 +24,7 @@ from docpipe_api.deps import (
 )
 from docpipe_api.routes import runs as api
 from docpipe_api.ui.deps import FormDep, UiTenantDep
-from docpipe_api.ui.pages import render
+from docpipe_api.ui.pages import go_to, render
 
 __all__ = ["router"]
 
@@ -36,9 +36,7 @@ def find_run(
     request: Request, run_id: Annotated[str, Query(min_length=1, max_length=100)]
 ) -> Response:
     """The home page's "open a run" form."""
-    return RedirectResponse(
-        f"{request.scope.get('root_path', '')}/runs/{quote(run_id.strip(), safe='')}", 303
-    )
+    return go_to(request, f"/runs/{quote(run_id.strip(), safe='')}")
 
 
 @router.get("/runs/{run_id}")
@@ -91,4 +89,4 @@ def retry_run(
 
 
 def _back_to(request: Request, run_id: str) -> Response:
-    return RedirectResponse(f"{request.scope.get('root_path', '')}/runs/{run_id}", 303)
+    return go_to(request, f"/runs/{run_id}")
