@@ -93,6 +93,12 @@ def test_pages_without_a_session_send_you_to_sign_in(ui: TestClient) -> None:
         "/ui/sign-in?why=required&next=/runs/00000000-0000-0000-0000-000000000000"
     )
     assert "Sign in with an API key to see this page." in ui.get(answer.headers["location"]).text
+    # The stylesheet and scripts are everyone's: no session, no cookie, but the same headers.
+    static = ui.get("/ui/static/app.css")
+    assert static.status_code == 200 and "set-cookie" not in static.headers
+    assert "content-security-policy" in static.headers and "no-store" not in static.headers.get(
+        "cache-control", ""
+    )
 
 
 def test_a_revoked_keys_cookie_sends_you_to_sign_in_with_a_message(

@@ -52,9 +52,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 COOKIE = "docpipe_ui"
-# Pages anyone may open: signing in needs no session, and the stylesheet and scripts are
-# the same for everyone.
-_PUBLIC = ("/sign-in", "/static/")
+# Pages anyone may open (signing in needs no session), and the stylesheet and scripts, which
+# are the same for everyone.
+_PUBLIC = ("/sign-in",)
+_STATIC = "/static/"
 # Why the sign-in page is shown: a fixed set, so no text of the URL is ever echoed.
 SIGN_IN_REASONS = {
     "expired": "Your session expired. Sign in again.",
@@ -161,6 +162,11 @@ class SessionMiddleware:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        if _page_path(scope).startswith(_STATIC):
+            # The same files for everyone: no session, no key to check, no cookie written.
+            replace_session(request, Session(changed=False))
+            await self.app(scope, receive, send)
+            return
         resources: Resources = scope["app"].state.docpipe
         codec = self._codec(resources.settings)
         if codec.fernet is None:
