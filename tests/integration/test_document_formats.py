@@ -16,6 +16,7 @@ from docpipe.state.db import Database
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
 from tests import document_files as files
+from tests import word_files
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
@@ -139,14 +140,17 @@ def test_a_worker_killed_during_ocr_redoes_only_the_page_in_flight(
     assert sorted(attempts) == [1] * (pages - in_flight) + [2] * in_flight
 
 
-BAD_FILES: dict[str, Callable[[], bytes]] = {
-    "encrypted": files.encrypted_pdf,
-    "corrupt": files.truncated_pdf,
-    "format_mismatch": files.pdf_header_on_text,
-    "too_many_pages": lambda: files.pdf_of_pages(["1. ONE\nText."] * 3),
-    "decompression_bomb": files.docx_hiding_a_bomb,
-    "empty_text": files.blank_pdf,
-}
+# (the kind it fails with, a name, the file): each is uploaded and run on a real worker.
+BAD_FILES: list[tuple[str, str, Callable[[], bytes]]] = [
+    ("encrypted", "encrypted", files.encrypted_pdf),
+    ("corrupt", "truncated", files.truncated_pdf),
+    ("format_mismatch", "pdf-header-on-text", files.pdf_header_on_text),
+    ("too_many_pages", "three-pages", lambda: files.pdf_of_pages(["1. ONE\nText."] * 3)),
+    ("decompression_bomb", "hidden-bomb", files.docx_hiding_a_bomb),
+    ("too_complex", "ten-thousand-text-boxes", word_files.many_text_boxes),
+    ("too_complex", "tables-a-thousand-deep", word_files.deeply_nested_tables),
+    ("empty_text", "blank", files.blank_pdf),
+]
 
 
 def test_every_bad_file_fails_with_its_own_kind_and_leaves_nothing_running(
@@ -162,14 +166,14 @@ def test_every_bad_file_fails_with_its_own_kind_and_leaves_nothing_running(
     start_beat(**env)
     worker = start_worker("interactive", concurrency=2, **env)
     runs = {}
-    for kind, make in BAD_FILES.items():
-        stored = upload(api, f"bad-{kind}", make(), "application/octet-stream")
-        assert stored.status_code == 201, (kind, stored.text)
-        runs[kind] = start_run(api, f"bad-{kind}")
-    for kind, run_id in runs.items():
+    for kind, name, make in BAD_FILES:
+        stored = upload(api, f"bad-{name}", make(), "application/octet-stream")
+        assert stored.status_code == 201, (name, stored.text)
+        runs[name] = (kind, start_run(api, f"bad-{name}"))
+    for name, (kind, run_id) in runs.items():
         status = final_status(api, run_id)
-        assert (status["status"], status["current_step"]) == ("failed", None), (kind, status)
-        assert status["error"].startswith(f"{kind}: "), (kind, status["error"])
+        assert (status["status"], status["current_step"]) == ("failed", None), (name, status)
+        assert status["error"].startswith(f"{kind}: "), (name, status["error"])
         assert status["steps"][0]["attempt"] == 1, "permanent: never tried again"
     assert worker.alive(), "no bad file crashes a worker"
     assert scalar(db, "SELECT count(*) FROM pipeline_step_result WHERE status = 'running'") == 0

@@ -20,6 +20,7 @@ UNREADABLE_KINDS = (
     "format_mismatch",  # its bytes claim a format its content is not
     "too_many_pages",  # more pages than DOCPIPE_MAX_DOCUMENT_PAGES
     "decompression_bomb",  # a DOCX whose zip expands past its bounds
+    "too_complex",  # a DOCX with more text boxes or deeper nesting than a Word file has
     "empty_text",  # no page gave any text
 )
 
