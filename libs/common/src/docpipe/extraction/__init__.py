@@ -12,6 +12,12 @@ The worker's ``extract_text`` step (docpipe.worker.text_extraction) drives them 
 memoises each page in PostgreSQL. Imports the foundation only (settings, errors).
 """
 
-from docpipe.extraction.formats import UNREADABLE_KINDS, DocumentFormat, check_upload, sniff_format
+from docpipe.extraction.formats import (
+    UNREADABLE_KINDS,
+    DocumentFormat,
+    check_upload,
+    format_of_head,
+    sniff_format,
+)
 
-__all__ = ["UNREADABLE_KINDS", "DocumentFormat", "check_upload", "sniff_format"]
+__all__ = ["UNREADABLE_KINDS", "DocumentFormat", "check_upload", "format_of_head", "sniff_format"]
