@@ -248,3 +248,12 @@ def test_files_built_to_exhaust_the_reader_are_too_complex(data: bytes, message:
         pages(data)
     assert refused.value.kind == "too_complex"
     assert message in str(refused.value)
+
+
+def test_blocks_wrapped_in_alternate_content_at_body_level_are_read_once() -> None:
+    wrapped = ('<mc:AlternateContent><mc:Choice Requires="w14">' + p("chosen block")
+               + "</mc:Choice><mc:Fallback>" + p("fallback block") + "</mc:Fallback>"
+               "</mc:AlternateContent>")  # fmt: skip
+    assert text(word.word_file(p("before") + wrapped + p("after"))) == (
+        "before\n\nchosen block\n\nafter"
+    )

@@ -62,7 +62,7 @@ _WORD_MAIN_TYPES = {
     "application/vnd.ms-word.template.macroEnabledTemplate.main+xml",
 }
 # Children of w:body that hold text; the main part is read one of them at a time.
-_BODY_BLOCKS = ("p", "tbl", "sdt", "customXml", "sectPr")
+_BODY_BLOCKS = tuple(W + t for t in ("p", "tbl", "sdt", "customXml", "sectPr"))
 
 
 def corrupt(message: str) -> UnreadableDocumentError:
@@ -120,10 +120,10 @@ class WordPackage:
         """The main document's body, one child (paragraph, table, content control,
         section properties) at a time; each is dropped once the caller moves on, so
         memory holds one block of a long document, not all of it."""
-        tags = tuple(W + t for t in _BODY_BLOCKS)
-        body = W + "body"
+        tags, body = _BODY_BLOCKS, W + "body"
         if self.strict:
             tags, body = tuple(_strict_name(t) for t in tags), _strict_name(body)
+        tags += (MC + "AlternateContent",)  # the same namespace in Strict files
         try:
             with self._archive.open(self.main_part) as stream:
                 # The same safe options as _parse's parser.
