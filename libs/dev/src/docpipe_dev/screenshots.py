@@ -49,21 +49,28 @@ def review_page_screenshot(out: Path) -> None:
 
 
 def _run_in_review(stack: LocalStack) -> str:
+    """A run of the scan paused for review. The invented quotes go to whichever section asks
+    first; a section that states no field leaves nothing unsupported, so try again."""
     headers = {"Authorization": f"Bearer {stack.api_key}"}
     fake = stack.env["DOCPIPE_LLM_BASE_URL"].removesuffix("/v1")
-    httpx.post(f"{fake}/control/faults", json={"kind": "invented_quote", "count": 1,
-               "step": "extract_fields"}, timeout=10).raise_for_status()  # fmt: skip
     scan = contract_scan(sample_contracts(1)[0].text)
     with httpx.Client(base_url=stack.api_url, headers=headers, timeout=30) as api:
-        api.put("/documents/review-sample", content=scan,
-                headers={"Content-Type": "application/pdf"}).raise_for_status()  # fmt: skip
-        run_id = str(api.post("/documents/review-sample/extract").json()["run_id"])
-        deadline = time.monotonic() + 300
-        while (status := api.get(f"/runs/{run_id}").json()["status"]) != "needs_review":
-            if status not in ("queued", "running") or time.monotonic() > deadline:
-                raise RuntimeError(f"run {run_id} is {status}, not waiting for review")
-            time.sleep(0.5)
-    return run_id
+        for attempt in range(8):
+            httpx.post(f"{fake}/control/reset", timeout=10).raise_for_status()
+            httpx.post(f"{fake}/control/faults", json={"kind": "invented_quote", "count": 1,
+                       "step": "extract_fields"}, timeout=10).raise_for_status()  # fmt: skip
+            document = f"review-sample-{attempt}"
+            api.put(f"/documents/{document}", content=scan,
+                    headers={"Content-Type": "application/pdf"}).raise_for_status()  # fmt: skip
+            run_id = str(api.post(f"/documents/{document}/extract").json()["run_id"])
+            deadline = time.monotonic() + 300
+            while (status := api.get(f"/runs/{run_id}").json()["status"]) in ("queued", "running"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"run {run_id} is still {status} after 300 s")
+                time.sleep(0.5)
+            if status == "needs_review":
+                return run_id
+    raise RuntimeError("no run paused for review in 8 attempts")
 
 
 def _shoot(stack: LocalStack, run_id: str, out: Path) -> None:
@@ -80,9 +87,12 @@ def _shoot(stack: LocalStack, run_id: str, out: Path) -> None:
         page.goto(f"{stack.api_url}/ui/reviews/{run_id}")
         page.wait_for_load_state("networkidle")
         quotes = page.locator(".evidence li").filter(has=page.locator(".mark.supported"))
-        quotes.first.get_by_role("button").click()
+        button = quotes.first.get_by_role("button")
+        button.click()
         page.wait_for_timeout(800)  # the smooth scroll to the highlighted quote
-        page.evaluate("document.querySelector('.review').scrollIntoView()")
+        # The value whose quote is shown in the middle; the document pane stays in view.
+        button.evaluate("b => b.scrollIntoView({block: 'center'})")
+        page.wait_for_timeout(300)
         page.screenshot(path=str(out))
         browser.close()
 
