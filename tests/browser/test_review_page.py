@@ -12,6 +12,7 @@ import uuid
 
 from playwright.sync_api import Page, expect
 
+from docpipe_dev.sample_files import contract_scan
 from tests.browser.conftest import UiStack, axe_violations
 from tests.browser.test_pages import CONTRACT
 from tests.fakellm import FakeLLM
@@ -148,3 +149,46 @@ def test_a_stale_form_shows_the_409_on_the_page(
     expect(page.get_by_role("alert")).to_contain_text("Ada Reviewer decided reject")
     expect(page.get_by_role("alert")).to_contain_text("Nothing was decided")
     assert ui_stack.api("GET", f"/runs/{run_id}").json()["status"] == "failed"
+
+
+SCANNED = """SUPPLY AGREEMENT
+
+This Supply Agreement (the "Agreement") is made between Acme GmbH ("Supplier") and Beta Retail Ltd ("Buyer").
+
+1. TERM
+This Agreement shall remain in force for an initial term of twelve (12) months.
+
+2. PRICE
+The total contract value is EUR 12,000.
+
+3. LAW
+This Agreement is governed by the laws of Germany.
+"""  # noqa: E501
+
+
+def test_a_scanned_contracts_review_shows_a_values_quote_on_its_page(
+    page: Page, ui_stack: UiStack, fake_llm_server: FakeLLM
+) -> None:
+    fake_llm_server.reset()
+    fake_llm_server.add_fault("invented_quote", count=1, step="extract_fields")
+    document_id = f"scan-{uuid.uuid4().hex[:8]}"
+    stored = ui_stack.api("PUT", f"/documents/{document_id}", content=contract_scan(SCANNED),
+                          headers={"Content-Type": "application/pdf"})  # fmt: skip
+    assert stored.status_code in (200, 201), stored.text
+    run_id = ui_stack.api("POST", f"/documents/{document_id}/extract").json()["run_id"]
+    wait_until(lambda: ui_stack.api("GET", f"/runs/{run_id}").json()["status"] == "needs_review",
+               timeout_s=120, every_s=0.5)  # fmt: skip
+    page.goto(f"{ui_stack.url}/ui/reviews/{run_id}")
+    expect(page.locator(".facts")).to_contain_text(f"{document_id} (pdf)")
+    # The page as an image is asked for first (GET /documents/{id}/pages/{n}).
+    assert page.locator("#page-image").get_attribute("src") == (
+        f"/ui/documents/{document_id}/pages/1"
+    )
+    term = page.locator('[data-pointer="/fields/term_months"]')
+    expect(term.get_by_label("Term months", exact=True)).to_have_value("12")
+    supported = page.locator(".value-row").filter(has=page.locator(".mark.supported")).first
+    supported.locator("input, select, textarea").first.click()
+    # A box over the page image where the page has one, else the highlighted span of the
+    # page's text.
+    expect(page.locator("[data-quote], [data-quote-box]").first).to_be_visible()
+    assert axe_violations(page) == []
