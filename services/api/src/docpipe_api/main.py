@@ -7,6 +7,7 @@ its lifespan, so ``uvicorn docpipe_api.main:app`` is configured by DOCPIPE_* var
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -24,7 +25,15 @@ from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
-from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
+from docpipe_api.routes import (
+    batches,
+    documents,
+    health,
+    pipelines,
+    results,
+    runs,
+    webhook_secrets,
+)
 from docpipe_api.streams import StreamSlots
 
 __all__ = ["app", "create_app"]
@@ -52,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pipelines=catalog,
             batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
+            export_slots=threading.Semaphore(resolved.max_result_exports),
         )
         try:
             with serving_metrics(resolved):
@@ -78,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         documents.router,
         runs.router,
         batches.router,
+        results.router,
         pipelines.router,
         webhook_secrets.router,
     ):

@@ -665,6 +665,7 @@ WITH new_runs AS (
            'batch',
            %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
            %(run_budget_usd)s, %(deadline_at)s,
+           -- batch_results reads the document's place in the request back from this key.
            'batch:' || %(batch_id)s::text || ':' || d.ordinality,
            d.document_id, %(traceparent)s, %(priority)s
     FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
@@ -713,6 +714,33 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
   AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
 ORDER BY id
 LIMIT %(limit)s;
+
+-- name: batch_results
+-- A batch's runs by run id after `after` (the export's resume cursor), with each step's
+-- output in pipeline order (null until the step is done), for GET /batches/{id}/results:
+-- read through a server-side cursor. `position` is the document's place in the batch
+-- request, 0-based, from the idempotency key create_batch_runs gives each run. The runs are
+-- ordered before their outputs are read, so the sort holds ids, not outputs.
+SELECT r.run_id, r.document_id, r.position, r.status, r.error, r.cost_usd, r.created_at,
+       r.finished_at,
+       (SELECT json_object_agg(s.step, CASE WHEN s.status = 'done' THEN s.output END
+                               ORDER BY s.step_index)
+        FROM pipeline_step_result s WHERE s.run_id = r.id) AS outputs
+FROM (SELECT id, id::text AS run_id, document_id, status, error, cost_usd, created_at,
+             finished_at,
+             CASE WHEN idempotency_key ~ '^batch:[0-9a-f-]+:[0-9]+$'
+                  THEN split_part(idempotency_key, ':', 3)::integer - 1 END AS position
+      FROM pipeline_run
+      WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+        AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+        AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
+      ORDER BY id) r
+ORDER BY r.id;
+
+-- name: batch_has_run
+-- Whether a run belongs to the batch (a resume cursor must name one of its runs).
+SELECT 1 AS found FROM pipeline_run
+WHERE id = %(run_id)s::uuid AND batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
 
 -- name: stop_batch_runs
 -- The first statement of stopping a running batch ('cancelled' or 'budget_exceeded'): its
