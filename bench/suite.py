@@ -254,6 +254,21 @@ BENCHMARKS = [
         ],
     ),
     Benchmark(
+        "results-export",
+        "bench.results_export",
+        ("--runs", "10000"),
+        ("--runs", "1000", "--templates", "6", "--rounds", "1"),
+        lambda f: [
+            (
+                f"results export of {f['runs']:,} runs, {r['format']}: runs/s, MB/s, API peak RSS",
+                f"{r['runs_per_s']:,.0f} runs/s, {r['mb_per_s']:.1f} MB/s, "
+                f"{r['peak_rss_mib']:.0f} MiB",
+            )
+            for r in f["rows"]
+            if r["runs"] == f["runs"]
+        ],
+    ),
+    Benchmark(
         "document-formats",
         "bench.document_formats",
         ("--documents", "200", "--rounds", "3"),
