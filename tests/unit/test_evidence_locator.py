@@ -169,8 +169,10 @@ def test_unsupported_values_are_read_from_every_step_that_records_evidence() -> 
     assert unsupported_values(outputs) == ["cap"]
 
 
-RECORD = {"field": "term_months", "value": 24, "quote": "twenty-four (24) months", "start": 5,
-          "end": 28, "page": 1, "section": "1", "section_title": "TERM", "supported": True}  # fmt: skip
+RECORD = {
+    "field": "term_months", "value": 24, "quote": "twenty-four (24) months", "start": 5,
+    "end": 28, "page": 1, "section": "1", "section_title": "TERM", "supported": True,
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
