@@ -22,6 +22,7 @@ pytest_plugins = ["tests.processes"]
 TABLES = (
     "periodic_job",
     "outbox",
+    "review_decision",
     "llm_call_log",
     "pipeline_step_result",
     "pipeline_run",

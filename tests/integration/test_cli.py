@@ -143,6 +143,42 @@ def test_watching_twenty_runs_stays_under_the_keys_rate_limit_and_finishes(
     print(f"watch requests per minute window for 20 runs: {counts}")
 
 
+def test_review_list_show_and_decisions_from_the_command_line(
+    db: Database, broker: object, fake_llm: FakeLLM, tmp_path: Path,
+    start_api: Callable[..., str], start_worker: Callable[..., ManagedProcess],
+) -> None:  # fmt: skip
+    api = start_api()
+    start_worker()
+    fake_llm.add_fault("invented_quote", count=100, step="extract_fields")
+    samples = tmp_path / "samples"
+    assert docpipe("samples", str(samples), "--count", "2").returncode == 0
+    submitted = docpipe("submit", *sorted(map(str, samples.iterdir())), "--watch", "--api", api)
+    assert submitted.returncode == 1, submitted.stdout  # both wait for a person
+    waiting = scalar(db, "SELECT array_agg(id::text ORDER BY review_since, id) FROM pipeline_run "
+                     "WHERE status = 'needs_review'")  # fmt: skip
+    assert len(waiting) == 2
+    listed = docpipe("review", "list", "--reason", "rule", "--api", api)
+    assert listed.returncode == 0, listed.stderr
+    assert all(run_id in listed.stdout for run_id in waiting)
+    shown = docpipe("review", "show", waiting[0], "--api", api)
+    assert "waits at step extract_fields" in shown.stdout and "NOT in the document" in shown.stdout
+    fake_llm.reset()
+    edits = tmp_path / "edits.json"
+    edits.write_text('[{"path": "/fields/governing_law", "action": "correct", "value": "Ohio"}]')
+    approved = docpipe("review", "approve", waiting[0], "--edit", str(edits),
+                       "--set", "/fields/term_months=24", "--api", api)  # fmt: skip
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert "approve recorded" in approved.stdout
+    rejected = docpipe("review", "reject", waiting[1], "--reason", "a test", "--api", api)
+    assert rejected.returncode == 0 and "the run is failed" in rejected.stdout
+    stale = docpipe("review", "reject", waiting[1], "--reason", "again", "--revision", "1",
+                    "--api", api)  # fmt: skip
+    assert stale.returncode == 2 and "HTTP 409" in stale.stdout
+    diff = scalar(db, "SELECT diff FROM review_decision WHERE action = 'approve'")
+    assert {(d["path"], d["after"]) for d in diff} >= {("/fields/governing_law", "Ohio"),
+                                                       ("/fields/term_months", 24)}  # fmt: skip
+
+
 def test_batch_results_download_resumes_after_the_connection_drops(
     db: Database, broker: object, tmp_path: Path, start_api: Callable[..., str]
 ) -> None:

@@ -17,6 +17,8 @@ boundary where they happen, so the executor decides on retries from the class al
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BudgetExceededError",
     "ConflictError",
@@ -121,9 +123,18 @@ class NotFoundError(DocpipeError):
     pass
 
 
-class ConflictError(DocpipeError):
+class _WithDetails(DocpipeError):
+    """``details``: what the caller needs to act on the error (JSON), shown beside its
+    one-line message (a stale review's current revision, an edit's per-field errors)."""
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}
+
+
+class ConflictError(_WithDetails):
     pass
 
 
-class InvalidRequestError(DocpipeError):
+class InvalidRequestError(_WithDetails):
     pass

@@ -31,6 +31,7 @@ from docpipe_api.routes import (
     health,
     pipelines,
     results,
+    reviews,
     runs,
     webhook_secrets,
 )
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (
         documents.router,
         runs.router,
+        reviews.router,
         batches.router,
         results.router,
         pipelines.router,

@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from docpipe.cli import batches, database, pipelines, runs, webhooks
+from docpipe.cli import batches, database, pipelines, reviews, runs, webhooks
 from docpipe.cli.client import ApiError
 from docpipe.cli.common import console
 
@@ -21,7 +21,7 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, runs, batches, pipelines, webhooks):
+    for group in (database, runs, batches, reviews, pipelines, webhooks):
         group.register(sub)
     for plugin in entry_points(group="docpipe.cli"):
         plugin.load().register(sub)

@@ -24,10 +24,12 @@ from docpipe.state.db import Database, Session
 __all__ = [
     "DOCUMENT_ID",
     "DocumentSource",
+    "DocumentText",
     "FinishedPage",
     "StoredDocument",
     "delete_document",
     "document_for_extraction",
+    "document_text",
     "finish_page",
     "finished_pages",
     "get_document",
@@ -230,3 +232,39 @@ def record_extraction(
     db.execute("record_extraction", tenant_id=tenant_id, id=document_id, content=content,
                page_starts=list(page_starts), ocr_pages=ocr_pages,
                warnings=Jsonb(warnings))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DocumentText:
+    """The text that evidence offsets refer to, with the offset where each page starts."""
+
+    format: str
+    text: str
+    page_starts: list[int]
+
+    def page(self, number: int) -> tuple[int, str]:
+        """(start offset, text) of the 1-based page ``number``."""
+        if not 1 <= number <= len(self.page_starts):
+            raise NotFoundError(
+                f"page {number} does not exist: the document has {len(self.page_starts)} "
+                f"page{'s' if len(self.page_starts) != 1 else ''}"
+            )
+        start = self.page_starts[number - 1]
+        end = self.page_starts[number] if number < len(self.page_starts) else len(self.text)
+        return start, self.text[start:end]
+
+
+def document_text(db: Database, tenant_id: str, document_id: str) -> DocumentText:
+    """The document's text; NotFoundError for ids this tenant never stored, ConflictError
+    while a PDF's or DOCX's text is not yet extracted (its first run's first step does it)."""
+    row = None
+    if DOCUMENT_ID.match(document_id):
+        row = db.one("document_text", tenant_id=tenant_id, id=document_id)
+    if row is None:
+        raise NotFoundError(f"document {document_id[:140]!r} does not exist")
+    if not row["extracted"]:
+        raise ConflictError(
+            f"document {document_id!r} is a {row['format'].upper()} whose text is not extracted "
+            "yet: its first run's extract_text step reads it"
+        )
+    return DocumentText(row["format"], row["content"], list(row["page_starts"]))

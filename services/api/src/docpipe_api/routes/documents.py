@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Query, Response
 
 from docpipe.errors import InvalidRequestError
 from docpipe.extraction import DocumentFormat
@@ -21,6 +21,7 @@ from docpipe.state.db import Session
 from docpipe.state.documents import (
     StoredDocument,
     delete_document,
+    document_text,
     get_document,
     put_document,
     put_file,
@@ -41,6 +42,7 @@ from docpipe_api.deps import (
 )
 from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
+from docpipe_api.review_schemas import DocumentTextOut
 from docpipe_api.schemas import (
     DOCUMENT_ID_ECMA,
     NO_NUL,
@@ -249,3 +251,23 @@ def _crash_at() -> str | None:
     # Read once: the tests set it before they start the process, and every extract request
     # passes here.
     return os.environ.get("DOCPIPE_CRASH_AT")
+
+
+@router.get(
+    "/documents/{document_id}/text",
+    response_model=DocumentTextOut,
+    summary="A document's text (or one page of it), which evidence offsets refer to",
+    responses=error_responses(404, 409, 422, 503),
+)
+def read_document_text(
+    document_id: DocumentIdPath,
+    db: DatabaseDep,
+    tenant: TenantDep,
+    page: Annotated[int | None, Query(ge=1, le=100_000, description="1-based page")] = None,
+) -> DocumentTextOut:
+    """409 while a PDF's or DOCX's text is not extracted yet; 404 for a page past the end."""
+    found = document_text(db, tenant, document_id)
+    start, text = (0, found.text) if page is None else found.page(page)
+    return DocumentTextOut(document_id=document_id, format=found.format,
+                           pages=len(found.page_starts), page_starts=found.page_starts,
+                           page=page, start=start, text=text)  # fmt: skip
