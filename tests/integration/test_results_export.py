@@ -69,8 +69,10 @@ def finished_batch(
     runs = httpx.get(f"{api}/batches/{batch_id}/runs").json()["runs"]
     cancelled = next(r["run_id"] for r in runs if r["document_id"] == "c-cancelled")
     assert httpx.post(f"{api}/runs/{cancelled}/cancel").status_code == 200
-    # One section's answer quotes what the contract does not say: that run goes to review.
-    fake_llm.add_fault("invented_quote", count=1, step="extract_fields")
+    # Five sections' answers quote what the contract does not say: that run goes to review.
+    # One worker process runs one step at a time, so they are all the first extract_fields'
+    # (a contract has 14 sections; its preamble alone may state no field).
+    fake_llm.add_fault("invented_quote", count=5, step="extract_fields")
     start_worker("batch", concurrency=1)
     wait_until(
         lambda: scalar(db, "SELECT count(*) FROM pipeline_run WHERE status IN "
@@ -101,10 +103,12 @@ def test_a_batch_streams_as_json_lines_and_csv_filters_and_resumes(
         d: (line["position"], "needs_review", "needs_review")
         for d, line in by_id.items() if line["status"] == "needs_review"
     }  # fmt: skip
-    reviewed = [line for line in lines if line["status"] == "needs_review"]
-    assert len(reviewed) == 1
-    assert reviewed[0]["error"].startswith("unsupported_evidence: ")
-    assert any(not v["supported"] for v in reviewed[0]["result"]["values"])
+    [paused] = [line for line in lines if line["status"] == "needs_review"]
+    assert (paused["review"]["step"], paused["review"]["reason"]) == ("extract_fields", "rule")
+    assert paused["error"].startswith("unsupported_evidence: ")
+    assert any(not v["supported"] for v in paused["result"]["values"])
+    assert all(line["decisions"] == [] for line in lines)
+    assert all(line["review"] is None for line in lines if line is not paused)
     steps = ["extract_text", "extract_sections", "extract_fields", "summarize"]
     for line in lines:
         assert line["document_id"] == line["custom_id"]
@@ -144,8 +148,11 @@ def test_a_batch_streams_as_json_lines_and_csv_filters_and_resumes(
             )
             assert row["extract_fields.fields.auto_renewal"] == str(fields["auto_renewal"]).lower()
             assert row["summarize.key_points"] == JOINER.join(summary["key_points"])
-        elif line["status"] == "needs_review":  # every step ran: its outputs are there
-            assert row["summarize.summary"] == line["result"]["outputs"]["summarize"]["summary"]
+        elif line["status"] == "needs_review":  # paused after extract_fields, its output kept
+            fields = line["result"]["outputs"]["extract_fields"]["fields"]
+            assert row["extract_fields.fields.contract_type"] == fields["contract_type"]
+            assert row["summarize.summary"] == ""
+            assert row["review_reason"] == "rule"
         else:
             assert row["summarize.summary"] == row["extract_fields.fields.contract_type"] == ""
     assert "extract_fields.fields.parties" not in rows[0]
@@ -164,6 +171,25 @@ def test_a_batch_streams_as_json_lines_and_csv_filters_and_resumes(
     assert rest == lines[2:]
     tail = csv_rows(httpx.get(url, params={"format": "csv", "after": lines[3]["run_id"]}))
     assert [r["run_id"] for r in tail] == [lines[4]["run_id"]]
+
+    # A person approves the paused run: it goes on to done, and the export says who decided.
+    decision = {"revision": paused["review"]["revision"], "action": "approve"}
+    approved = httpx.post(f"{api}/runs/{paused['run_id']}/review", json=decision)
+    assert approved.status_code == 200, approved.text
+    wait_until(lambda: httpx.get(f"{api}/runs/{paused['run_id']}").json()["status"] == "done",
+               timeout_s=60)  # fmt: skip
+    [line] = [x for x in jsonl(httpx.get(url)) if x["run_id"] == paused["run_id"]]
+    assert (line["status"], line["result"]["type"], line["review"]) == ("done", "succeeded", None)
+    [approval] = line["decisions"]
+    assert (approval["action"], approval["step"], approval["reviewer_name"]) == (
+        "approve", "extract_fields", "anonymous",
+    )  # fmt: skip
+    assert approval["revision"] == paused["review"]["revision"]
+    [row] = [r for r in csv_rows(httpx.get(url, params={"format": "csv"}))
+             if r["run_id"] == paused["run_id"]]  # fmt: skip
+    assert (row["result"], row["decision"], row["decided_by"], row["review_reason"]) == (
+        "succeeded", "approve", "anonymous", "",
+    )  # fmt: skip
 
 
 # --- refusals (in-process, no workers) ----------------------------------------------------

@@ -316,6 +316,10 @@ class ResultLine(BaseModel):
                                  "0-based")  # fmt: skip
     status: str = Field(description="the run's status")
     result: TypedResult
+    review: ReviewState | None = Field(
+        description="while the run awaits a person: the step, why, and the revision"
+    )
+    decisions: list[Decision] = Field(description="the audit trail of its reviews, oldest first")
     cost_usd: float
     error: str | None
     created_at: datetime

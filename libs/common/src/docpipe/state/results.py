@@ -8,14 +8,15 @@ rows after it are the rest, in the same order.
 
 Each run's status is typed the way provider batch APIs type a request's result
 (:data:`RESULT_TYPES`): ``succeeded``, ``failed``, ``needs_review``, ``cancelled``, and
-``pending`` while the run has not ended.
+``pending`` while the run has not ended. Each run comes with its review while it awaits a
+person, and with the decisions made on it (the audit trail, docpipe.state.reviews).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -23,6 +24,7 @@ from typing import Any
 
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.state.db import Database
+from docpipe.state.reviews import decisions_of
 from docpipe.statuses import RunStatus
 
 __all__ = [
@@ -75,6 +77,8 @@ class BatchResult:
     created_at: datetime
     finished_at: datetime | None
     outputs: dict[str, Any]  # every step's output in pipeline order; None until done
+    review: dict[str, Any] | None  # while it awaits a person: step, reason(s), revision
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # the audit trail
 
     @property
     def result_type(self) -> ResultType:
@@ -129,7 +133,7 @@ def batch_results(
     tenant's first (:func:`docpipe.state.batches.batch_progress`): this reads whatever it
     is asked, lazily."""
     with db.detached_transaction(application_name="docpipe-export", idle_s=IDLE_CLIENT_S) as tx:
-        yield from tx.chunks_as(
+        for chunk in tx.chunks_as(
             BatchResult,
             "batch_results",
             rows=chunk_rows,
@@ -137,4 +141,6 @@ def batch_results(
             batch_id=batch_id,
             statuses=list(statuses) or None,
             after=after,
-        )
+        ):
+            decided = decisions_of(db, tenant_id, [r.run_id for r in chunk])
+            yield [replace(r, decisions=decided.get(r.run_id, [])) for r in chunk]

@@ -11,6 +11,7 @@ import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from anyio import CancelScope
@@ -40,7 +41,10 @@ CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
 # The fields a CSV has no column for, and why: "name (why), name (why)".
 OMITTED_HEADER = "X-Docpipe-Omitted-Fields"
 # The columns every CSV starts with, before the pipeline's fields.
-CSV_RUN_COLUMNS = ("document_id", "position", "run_id", "result", "status", "cost_usd", "error")
+CSV_RUN_COLUMNS = (
+    "document_id", "position", "run_id", "result", "status", "cost_usd", "error",
+    "review_reason", "decision", "decided_by",
+)  # fmt: skip
 # An export slot frees when another download ends: seconds to minutes.
 _BUSY_RETRY_AFTER_S = 10
 
@@ -185,8 +189,16 @@ async def _streamed(
 
 def _jsonl(chunk: list[BatchResult]) -> bytes:
     return "".join(
-        json.dumps(_line(r), ensure_ascii=False, separators=(",", ":")) + "\n" for r in chunk
+        json.dumps(_line(r), ensure_ascii=False, separators=(",", ":"), default=_json_value) + "\n"
+        for r in chunk
     ).encode()
+
+
+def _json_value(value: Any) -> Any:
+    """What json cannot write itself: the decisions' times."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} in a results line")
 
 
 def _line(r: BatchResult) -> dict[str, Any]:
@@ -204,6 +216,8 @@ def _line(r: BatchResult) -> dict[str, Any]:
             "outputs": r.outputs,
             "values": evidence_records(done),
         },
+        "review": r.review,
+        "decisions": r.decisions,
         "cost_usd": float(r.cost_usd),
         "error": r.error,
         "created_at": r.created_at.isoformat(),
@@ -224,6 +238,7 @@ class _CsvRows:
         if not chunk:
             writer.writerow([*CSV_RUN_COLUMNS, *(c.name for c in self._columns)])
         for r in chunk:
+            last = r.decisions[-1] if r.decisions else {}
             writer.writerow(
                 [
                     cell_text(r.document_id),
@@ -233,6 +248,9 @@ class _CsvRows:
                     r.status,
                     cell_text(float(r.cost_usd)),
                     cell_text(r.error),
+                    cell_text(r.review and r.review["reason"]),
+                    cell_text(last.get("action")),
+                    cell_text(last.get("reviewer_name")),
                     *(c.cell(r.outputs) for c in self._columns),
                 ]
             )

@@ -778,17 +778,24 @@ LIMIT %(limit)s;
 
 -- name: batch_results
 -- A batch's runs by run id after `after` (the export's resume cursor), with each step's
--- output in pipeline order (null until the step is done), for GET /batches/{id}/results:
--- read through a server-side cursor. `position` is the document's place in the batch
--- request, 0-based, from the idempotency key create_batch_runs gives each run. The runs are
--- ordered before their outputs are read, so the sort holds ids, not outputs.
+-- output in pipeline order (null until the step is done) and, while a run awaits a person,
+-- its review (as run_status gives it), for GET /batches/{id}/results: read through a
+-- server-side cursor. `position` is the document's place in the batch request, 0-based,
+-- from the idempotency key create_batch_runs gives each run. The runs are ordered before
+-- their outputs are read, so the sort holds ids, not outputs.
 SELECT r.run_id, r.document_id, r.position, r.status, r.error, r.cost_usd, r.created_at,
        r.finished_at,
        (SELECT json_object_agg(s.step, CASE WHEN s.status = 'done' THEN s.output END
                                ORDER BY s.step_index)
-        FROM pipeline_step_result s WHERE s.run_id = r.id) AS outputs
+        FROM pipeline_step_result s WHERE s.run_id = r.id) AS outputs,
+       CASE WHEN r.status = 'needs_review' THEN
+           jsonb_build_object('step', r.review_step, 'reason', r.review_reason,
+                              'reasons', coalesce(r.review_reasons, '[]'::jsonb),
+                              'revision', r.review_revision, 'waiting_since', r.review_since)
+       END AS review
 FROM (SELECT id, id::text AS run_id, document_id, status, error, cost_usd, created_at,
-             finished_at,
+             finished_at, review_step, review_reason, review_reasons, review_revision,
+             review_since,
              CASE WHEN idempotency_key ~ '^batch:[0-9a-f-]+:[0-9]+$'
                   THEN split_part(idempotency_key, ':', 3)::integer - 1 END AS position
       FROM pipeline_run
