@@ -1103,13 +1103,14 @@ WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, tenant_id, name, created_at, revoked_at, last_used_at;
 
 -- name: prune_call_log
--- Delete up to `limit` provider-call rows older than the retention whose run has ended.
+-- Delete up to `limit` provider-call rows older than the retention whose run has ended; a
+-- run paused for a person has not (a retry it is given re-sends only unfinished calls).
 DELETE FROM llm_call_log
 WHERE id IN (
     SELECT c.id
     FROM llm_call_log c JOIN pipeline_run r ON r.id = c.run_id
     WHERE c.created_at < now() - make_interval(days => %(days)s)
-      AND r.status NOT IN ('queued', 'running')
+      AND r.status NOT IN ('queued', 'running', 'needs_review')
     LIMIT %(limit)s
     FOR UPDATE OF c SKIP LOCKED
 );
@@ -1126,13 +1127,15 @@ WHERE id IN (
 
 -- name: prune_runs
 -- Delete up to `limit` runs that ended longer ago than the retention, with their steps,
--- calls and webhook deliveries (ON DELETE CASCADE). Never while a webhook is still owed;
--- runs of a batch only once the batch has ended and sent its own webhook.
+-- calls, decisions and webhook deliveries (ON DELETE CASCADE). Never a run that awaits a
+-- person, however long it has waited (its document stays too: a run refers to it), nor
+-- while a webhook is still owed; runs of a batch only once the batch has ended and sent its
+-- own webhook.
 DELETE FROM pipeline_run
 WHERE id IN (
     SELECT r.id
     FROM pipeline_run r LEFT JOIN batch b ON b.id = r.batch_id
-    WHERE r.status NOT IN ('queued', 'running')
+    WHERE r.status NOT IN ('queued', 'running', 'needs_review')
       AND r.finished_at < now() - make_interval(days => %(days)s)
       AND (r.callback_url IS NULL OR r.notified_at IS NOT NULL)
       AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
