@@ -258,6 +258,9 @@ class Settings(BaseSettings):
     # the API serves /metrics on its own port.
     metrics_port: int = Field(default=9808, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104  (scraped from other pods)
+    # The longest a run should wait for a person: beat exports it beside the review backlog,
+    # and the alert DocpipeReviewWaitTooLong fires once the oldest review waits longer.
+    review_max_wait_s: Seconds = 86_400.0
 
     _provider_table: ProviderTable = PrivateAttr()
 

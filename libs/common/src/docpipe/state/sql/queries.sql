@@ -608,6 +608,15 @@ SELECT
 FROM outbox
 WHERE published_at IS NULL;
 
+-- name: metrics_review_backlog
+-- Runs awaiting a person per tenant and pipeline, and how long the oldest has waited (the
+-- review queue's own index).
+SELECT tenant_id, pipeline, count(*) AS runs,
+       coalesce(extract(epoch FROM now() - min(review_since)), 0)::float AS oldest_age_s
+FROM pipeline_run
+WHERE status = 'needs_review'
+GROUP BY tenant_id, pipeline;
+
 -- name: metrics_periodic_jobs
 -- When each periodic job last finished.
 SELECT name, extract(epoch FROM last_finished_at)::float AS last_finished
@@ -912,20 +921,31 @@ SELECT 'step', id, current_step, %(queues)s::jsonb ->> 'batch', traceparent FROM
 RETURNING id;
 
 -- name: queue_run_webhooks
--- Queue the completion webhook of ended runs that carry a callback URL.
+-- Queue the webhook of runs that carry a callback URL and ended, or paused for a person:
+-- run.needs_review with the review (step, reason, revision) when one pauses, run.ended when
+-- it ends. A decision clears notified_at, so a run that goes on sends its next event too.
 WITH ended AS (
     UPDATE pipeline_run SET notified_at = now()
     WHERE callback_url IS NOT NULL AND notified_at IS NULL
       AND status NOT IN ('queued', 'running')
     RETURNING id, callback_url, tenant_id, batch_id, document_id, status, steps_done,
-              steps_total, cost_usd, error, finished_at
+              steps_total, cost_usd, error, finished_at, review_step, review_reason,
+              review_reasons, review_revision, review_since
 ), deliveries AS (
     INSERT INTO webhook_delivery (run_id, tenant_id, url, payload)
     SELECT id, tenant_id, callback_url,
-           jsonb_build_object('event', 'run.ended', 'run_id', id, 'document_id', document_id,
-                              'batch_id', batch_id, 'status', status, 'steps_done', steps_done,
-                              'steps_total', steps_total, 'cost_usd', cost_usd, 'error', error,
-                              'finished_at', finished_at)
+           jsonb_build_object(
+               'event', CASE WHEN status = 'needs_review' THEN 'run.needs_review'
+                             ELSE 'run.ended' END,
+               'run_id', id, 'document_id', document_id, 'batch_id', batch_id,
+               'status', status, 'steps_done', steps_done, 'steps_total', steps_total,
+               'cost_usd', cost_usd, 'error', error, 'finished_at', finished_at,
+               'review', CASE WHEN status = 'needs_review' THEN
+                   jsonb_build_object('step', review_step, 'reason', review_reason,
+                                      'reasons', coalesce(review_reasons, '[]'::jsonb),
+                                      'revision', review_revision,
+                                      'waiting_since', review_since)
+               END)
     FROM ended
     RETURNING id
 )
