@@ -17,6 +17,7 @@ from docpipe.state.tenants import create_api_key
 from docpipe_dev.processes import ManagedProcess
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
+from tests.processes import wait_until
 from tests.servers import cutting_proxy
 
 
@@ -184,8 +185,9 @@ def test_batch_results_download_resumes_after_the_connection_drops(
 ) -> None:
     """The export through a proxy that drops the first connection part-way through a line:
     the command resumes after the last run it wrote whole, and the file holds every run
-    once, as one uninterrupted download would."""
-    api = start_api()
+    once, as one uninterrupted download would. The dropped download gave its export slot
+    (one, here) and its PostgreSQL connection back."""
+    api = start_api(DOCPIPE_MAX_RESULT_EXPORTS="1")
     documents = [{"id": f"d-{i:03}", "text": f"CONTRACT {i}\nThe parties agree."}
                  for i in range(300)]  # fmt: skip
     batch_id = httpx.post(f"{api}/batches", json={"documents": documents}).json()["batch_id"]
@@ -200,6 +202,8 @@ def test_batch_results_download_resumes_after_the_connection_drops(
         assert len(connections) == 2, "cut once, resumed once"
         assert f"batch {batch_id}: 300 runs written to {output}" in done.stderr
         assert output.read_bytes() == whole, f"{fmt}: every run once, in order"
+    exporting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'docpipe-export'"
+    wait_until(lambda: scalar(db, exporting) == 0, timeout_s=10)
     filtered = docpipe("batch", "results", batch_id, "--status", "pending", "--api", api)
     assert len(filtered.stdout.splitlines()) == 300, "to standard output"
     refused = docpipe("batch", "results", batch_id, "--status", "finished", "--api", api)
