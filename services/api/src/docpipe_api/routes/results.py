@@ -18,6 +18,7 @@ from anyio import CancelScope
 from anyio.to_thread import run_sync
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.pipelines.catalog import Catalog
@@ -121,9 +122,24 @@ def export_batch_results(
             headers={"Retry-After": str(_BUSY_RETRY_AFTER_S)},
         )
     chunks = results.batch_results(db, tenant, batch_id, statuses=statuses, after=resume)
-    return StreamingResponse(
-        _streamed(chunks, render, head, slots), media_type=media_type, headers=headers
-    )
+    return _Export(_streamed(chunks, render, head), slots, media_type=media_type, headers=headers)
+
+
+class _Export(StreamingResponse):
+    """A streamed export that gives its slot back however the response ends: sent whole,
+    broken off, or never begun (a client gone before the first byte, when the body is never
+    iterated and its own ``finally`` never runs)."""
+
+    def __init__(self, body: AsyncIterator[bytes], slots: threading.Semaphore,
+                 **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(body, **kwargs)
+        self._slots = slots
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slots.release()
 
 
 def _status_names(status: str) -> list[str]:
@@ -162,7 +178,6 @@ async def _streamed(
     chunks: Generator[list[BatchResult]],
     render: Callable[[list[BatchResult]], bytes],
     head: bytes,
-    slots: threading.Semaphore,
 ) -> AsyncIterator[bytes]:
     """The rendered chunks, each read and rendered in a worker thread. A failure mid-way is
     raised, never swallowed: the connection then drops without the body's end, which the
@@ -181,10 +196,10 @@ async def _streamed(
         log.warning("results export broke off: %s: %s", type(exc).__name__, exc)
         raise
     finally:
-        # Also when the client went away and this generator is being cancelled.
+        # Also when the client went away and this generator is being cancelled (a chunk
+        # being read in its thread is read to the end first: run_sync is not cancellable).
         with CancelScope(shield=True):
             await run_sync(chunks.close)
-        slots.release()
 
 
 def _jsonl(chunk: list[BatchResult]) -> bytes:
