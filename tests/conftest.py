@@ -28,6 +28,7 @@ TABLES = (
     "pipeline_run",
     "batch",
     "document_page",
+    "document_original_chunk",
     "document",
     "api_key",
     "webhook_secret",

@@ -15,6 +15,8 @@ from cryptography.fernet import Fernet
 from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key
 from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
+from tests import document_files as files
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
@@ -142,6 +144,65 @@ def test_watching_twenty_runs_stays_under_the_keys_rate_limit_and_finishes(
               for k in broker.scan_iter(f"docpipe:api-rate:key:{watcher.key.id}:*")]  # fmt: skip
     assert counts and max(counts) <= rpm, counts
     print(f"watch requests per minute window for 20 runs: {counts}")
+
+
+def _mixed_files(folder: Path) -> dict[str, str]:
+    """Two good files and one of each refusal, by name: what the command must say of it."""
+    folder.mkdir()
+    contract = sample_contracts(1)[0]
+    (folder / "contract.txt").write_text(contract.text, encoding="utf-8")
+    (folder / "contract.pdf").write_bytes(files.contract_as("pdf", contract.text))
+    (folder / "scan.pdf").write_bytes(files.contract_as("scan", contract.text))
+    (folder / "photo.docx").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    (folder / "bomb.docx").write_bytes(files.docx_declaring_a_bomb())
+    (folder / "latin1.txt").write_bytes("Vertrag über Lieferungen".encode("latin-1"))
+    return {
+        "scan.pdf": "HTTP 413: the body is larger than the limit of 30000 bytes for a PDF "
+                    "(DOCPIPE_MAX_PDF_BYTES)",
+        "photo.docx": "HTTP 415: send a PDF or DOCX file",
+        "bomb.docx": "HTTP 422: the DOCX cannot be read: decompression_bomb",
+        "latin1.txt": "not UTF-8 text",
+    }  # fmt: skip
+
+
+def _assert_each_refusal_named(stderr: str, folder: Path, refusals: dict[str, str]) -> None:
+    assert "2 of 6 files submitted, 4 refused" in stderr, stderr
+    refused_lines = [line for line in stderr.splitlines() if line.startswith("refused ")]
+    assert len(refused_lines) == 4, stderr
+    for name, reason in refusals.items():
+        assert any(f"{folder / name}: {reason}" in line for line in refused_lines), (name, stderr)
+
+
+def test_submit_names_each_refused_file_goes_on_and_fails_in_the_end(
+    db: Database, tmp_path: Path, start_api: Callable[..., str]
+) -> None:
+    api = start_api(DOCPIPE_MAX_PDF_BYTES="30000")
+    refusals = _mixed_files(tmp_path / "mixed")
+    names = sorted((tmp_path / "mixed").iterdir())
+    submitted = docpipe("submit", *map(str, names), "--api", api)
+    assert submitted.returncode == 1, submitted.stdout + submitted.stderr
+    _assert_each_refusal_named(submitted.stderr, tmp_path / "mixed", refusals)
+    # stdout stays one line per run started, for scripts; the files after a refusal went on.
+    started = sorted(line.split()[1] for line in submitted.stdout.splitlines())
+    assert started == ["contract", "contract.pdf"]
+    assert scalar(db, "SELECT count(*) FROM pipeline_run") == 2
+    assert scalar(db, "SELECT count(*) FROM document") == 2
+
+
+def test_batch_submit_names_each_refused_file_and_submits_the_others(
+    db: Database, tmp_path: Path, start_api: Callable[..., str]
+) -> None:
+    api = start_api(DOCPIPE_MAX_PDF_BYTES="30000")
+    refusals = _mixed_files(tmp_path / "mixed")
+    submitted = docpipe("batch", "submit", str(tmp_path / "mixed"), "--api", api)
+    assert submitted.returncode == 1, submitted.stdout + submitted.stderr
+    _assert_each_refusal_named(submitted.stderr, tmp_path / "mixed", refusals)
+    assert "2 documents" in submitted.stdout
+    assert scalar(db, "SELECT count(*) FROM batch") == 1
+    with db.session() as s:
+        ids = sorted(r["document_id"] for r in s.conn.execute(
+            b"SELECT document_id FROM pipeline_run").fetchall())  # fmt: skip
+    assert ids == ["contract", "contract.pdf"]
 
 
 def test_review_list_show_and_decisions_from_the_command_line(

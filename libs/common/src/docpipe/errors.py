@@ -96,7 +96,8 @@ class UnreadableDocumentError(DocpipeError):
     """A document's bytes cannot give text, and never will: the run fails at once.
 
     ``kind`` is one of docpipe.extraction.UNREADABLE_KINDS (``encrypted``, ``corrupt``,
-    ``format_mismatch``, ``too_many_pages``, ``decompression_bomb``, ``empty_text``).
+    ``format_mismatch``, ``too_many_pages``, ``decompression_bomb``, ``too_complex``,
+    ``empty_text``).
     """
 
     def __init__(self, message: str, *, kind: str) -> None:

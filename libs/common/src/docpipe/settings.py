@@ -113,9 +113,12 @@ class Settings(BaseSettings):
     pipelines_dir: Path | None = None
     pipeline_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
-    # Uploads (text, PDF or DOCX) larger than this are refused with 413; PDF and DOCX keep
-    # their original bytes in PostgreSQL, so this bounds a document row too.
+    # Uploads larger than their format's limit are refused with 413 naming it: text (and
+    # each text of a batch), PDF and DOCX. A file is read and stored in bounded chunks (the
+    # API holds a few MiB of it, whatever its size); PostgreSQL keeps its bytes.
     max_document_bytes: int = Field(default=1_000_000, ge=1)
+    max_pdf_bytes: int = Field(default=50_000_000, ge=1, le=1_000_000_000)
+    max_docx_bytes: int = Field(default=50_000_000, ge=1, le=1_000_000_000)
     # Text extraction (README, "Documents: formats, limits, OCR"). A PDF or DOCX with more
     # pages fails as too_many_pages before any page is read.
     max_document_pages: int = Field(default=500, ge=1, le=100_000)
@@ -165,8 +168,9 @@ class Settings(BaseSettings):
     # A batch body is read as it arrives and refused (413) once it passes max_batch_bytes;
     # an API process holds at most max_batch_bodies_in_flight bodies at once (more: 503 with
     # Retry-After). A body costs at most ~3.5 times its size while it is read, parsed and
-    # stored (bench/api_memory.py), so the API needs ~95 MiB + bytes x bodies x 3.5: with
-    # the defaults ~310 MiB, under the chart's 512Mi (values.yaml, api.resources).
+    # stored (bench/api_memory.py), so the API needs ~95 MiB + bytes x bodies x 3.5 (with
+    # the defaults ~310 MiB) + ~6 MiB per file upload in flight, whatever the file's size:
+    # under the chart's 512Mi (values.yaml, api.resources).
     max_batch_documents: int = Field(default=10_000, ge=1)
     max_batch_bytes: int = Field(default=32_000_000, ge=1)
     max_batch_bodies_in_flight: int = Field(default=2, ge=1, le=64)

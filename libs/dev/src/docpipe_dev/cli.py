@@ -134,8 +134,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "(the empty document shows a permanent failure)"
         )
         with DocpipeClient(stack.api_url, api_key=stack.api_key) as client:
-            started = submit_files(client, contracts, "interactive")
-            started += submit_files(client, ndas, "interactive", "nda_review:v1")
+            started = submit_files(client, contracts, "interactive").started
+            started += submit_files(client, ndas, "interactive", "nda_review:v1").started
             final = watch_runs(client, started)
     finally:
         with console.status("stopping the stack"):

@@ -13,7 +13,8 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn
 
 from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
-from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.common import add_api_flags, api_client, console, errors
+from docpipe.cli.uploads import FILE_SUFFIXES, print_summary, upload_files
 
 __all__ = ["register"]
 
@@ -21,7 +22,9 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     batch = sub.add_parser("batch", help="batches: submit, watch, cancel, results")
     batch_sub = batch.add_subparsers(dest="batch_command", required=True)
-    submit = batch_sub.add_parser("submit", help="submit a folder of .txt files or files")
+    submit = batch_sub.add_parser(
+        "submit", help="submit files, or folders of .txt, .pdf and .docx files, as one batch"
+    )
     submit.add_argument("paths", nargs="+", metavar="DIR|FILE")
     submit.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a key of docpipe pipelines")
     submit.add_argument("--budget-usd", help="stop the batch once it cost this much")
@@ -53,27 +56,38 @@ def _batch_files(paths: Sequence[str]) -> list[Path]:
     files: list[Path] = []
     for name in paths:
         path = Path(name)
-        files += sorted(path.glob("*.txt")) if path.is_dir() else [path]
+        files += sorted(p for p in path.iterdir() if p.suffix.lower() in _FOLDER_SUFFIXES
+                        ) if path.is_dir() else [path]  # fmt: skip
     return files
 
 
+# What a folder contributes: text, PDF and Word files.
+_FOLDER_SUFFIXES = (".txt", *FILE_SUFFIXES)
+
+
 def cmd_batch_submit(args: argparse.Namespace) -> int:
+    """Each file stored as a document first (a refused one is named, the others go on),
+    then one batch of the stored ones."""
     files = _batch_files(args.paths)
     if not files:
-        console.print("[red]no .txt files to submit[/red]")
+        errors.print("no .txt, .pdf or .docx files to submit")
         return 2
-    documents = [{"id": f.stem, "text": f.read_text(encoding="utf-8")} for f in files]
     options: dict[str, Any] = {"pipeline": args.pipeline}
     if args.budget_usd:
         options["budget_usd"] = args.budget_usd
     if args.callback_url:
         options["callback_url"] = args.callback_url
     with api_client(args, timeout_s=300) as client:
+        uploads = upload_files(client, files)
+        if not uploads.stored:
+            print_summary(len(files), 0, uploads.refused)
+            return 1
+        documents = [{"id": doc_id} for _, doc_id in uploads.stored]
         accepted = client.submit_batch(documents, **options)
         console.print(f"batch {accepted['batch_id']}: {accepted['runs_total']} documents")
-        if args.watch:
-            return _watch_batch(client, accepted["batch_id"])
-    return 0
+        done = _watch_batch(client, accepted["batch_id"]) == 0 if args.watch else True
+    print_summary(len(files), len(uploads.stored), uploads.refused)
+    return 0 if done and not uploads.refused else 1
 
 
 def cmd_batch_watch(args: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 
 from docpipe.errors import InvalidRequestError
-from docpipe.extraction import DocumentFormat
 from docpipe.observability import metrics, tracing
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
@@ -71,7 +70,9 @@ _DOCUMENT_BODY: dict[str, Any] = {
         "required": True,
         "description": (
             "The contract: a PDF or DOCX file (recognised from its bytes, whatever the "
-            'Content-Type), or its text as UTF-8 text/plain or JSON {"text": "..."}'
+            'Content-Type), or its text as UTF-8 text/plain or JSON {"text": "..."}. Each '
+            "format has its size limit (DOCPIPE_MAX_PDF_BYTES, DOCPIPE_MAX_DOCX_BYTES, "
+            "DOCPIPE_MAX_DOCUMENT_BYTES for text): more is 413, naming it"
         ),
         "content": {
             "text/plain": {"schema": {"type": "string", "pattern": NO_NUL}},
@@ -96,9 +97,9 @@ _DOCUMENT_LINKS = follow("document_id", "id", "read_document", "start_extraction
 
 
 def _store(tx: Session, tenant: str, document_id: str, upload: Upload) -> StoredDocument:
-    if upload.format is DocumentFormat.TEXT:
+    if upload.file is None:
         return put_document(tx, tenant, document_id, upload.text)
-    return put_file(tx, tenant, document_id, upload.data, upload.format)
+    return put_file(tx, tenant, document_id, upload.file, upload.format)
 
 
 def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:

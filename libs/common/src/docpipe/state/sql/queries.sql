@@ -3,11 +3,10 @@
 
 -- name: put_document
 -- Store a document once; an existing id keeps its content (the caller compares hashes). A PDF
--- or DOCX keeps its bytes in original; its content is written by extraction.
+-- or DOCX keeps its bytes in document_original_chunk; its content is written by extraction.
 WITH inserted AS (
-    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes, format, original)
-    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s, %(format)s,
-            %(original)s)
+    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes, format)
+    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s, %(format)s)
     ON CONFLICT (tenant_id, id) DO NOTHING
     RETURNING id, content_sha256 AS sha256, true AS created
 )
@@ -55,6 +54,16 @@ WHERE tenant_id = %(tenant_id)s AND document_id = %(id)s
 -- name: delete_document
 -- Delete a document (after delete_document_runs).
 DELETE FROM document WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+-- name: put_original_chunk
+-- One chunk of a file's bytes, in the transaction that stored its document.
+INSERT INTO document_original_chunk (tenant_id, document_id, seq, data)
+VALUES (%(tenant_id)s, %(document_id)s, %(seq)s, %(data)s);
+
+-- name: original_chunk
+-- One chunk of a file's bytes (none past the last).
+SELECT data FROM document_original_chunk
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND seq = %(seq)s;
+
 -- name: document_for_extraction
 -- What the extract_text step reads: the format and bytes, or the text once extracted.
 SELECT format, original, content,

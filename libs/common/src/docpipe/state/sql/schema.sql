@@ -9,11 +9,13 @@ CREATE TABLE document (
     content_sha256 text        NOT NULL,
     size_bytes     integer     NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT now(),
-    -- What was uploaded: text as it is; pdf and docx keep their bytes in original, and the
-    -- extract_text step writes their text into content (with the page map) once.
+    -- What was uploaded: text as it is; pdf and docx keep their bytes (in
+    -- document_original_chunk), and the extract_text step writes their text into content
+    -- (with the page map) once.
     format         text        NOT NULL DEFAULT 'text'
                    CHECK (format IN ('text', 'pdf', 'docx')),
-    original       bytea,                                -- the uploaded file; NULL for text
+    original       bytea,                                -- a file stored before migration
+                                                         -- 0020; later: document_original_chunk
     page_starts    integer[],                            -- offset in content where each page
                                                          -- starts; NULL: (0,) (text)
     ocr_pages      integer,                              -- pages read by OCR
@@ -23,6 +25,19 @@ CREATE TABLE document (
 );
 -- Retention deletes documents by age.
 CREATE INDEX document_created_idx ON document (created_at);
+
+-- A PDF's or DOCX's bytes, in chunks of at most 1 MiB written one by one as the upload is
+-- read, so no process holds a whole file to store it.
+CREATE TABLE document_original_chunk (
+    tenant_id   text    NOT NULL,
+    document_id text    NOT NULL,
+    seq         integer NOT NULL,                        -- 0, 1, 2 ... in file order
+    data        bytea   NOT NULL,
+    PRIMARY KEY (tenant_id, document_id, seq),
+    FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
+);
+-- PDFs and zips are compressed already: TOAST stores the chunks without trying again.
+ALTER TABLE document_original_chunk ALTER COLUMN data SET STORAGE EXTERNAL;
 
 -- Text extraction memoised per page, like provider calls: a killed worker's next attempt
 -- resumes at the page in flight. Per document, not per run: every run shares its pages.
