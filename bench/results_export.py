@@ -13,6 +13,7 @@ the client takes it; the API's peak RSS (VmHWM, reset before each export) is rea
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import uuid
@@ -23,6 +24,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from bench.harness import Bench, bench_stack, wait_for, write_report
+from bench.procstat import cpu_seconds
 from docpipe_dev.big_requests import peak_rss_bytes, reset_peak_rss, rss_bytes
 from docpipe_dev.samples import sample_contracts
 
@@ -51,11 +53,13 @@ def main() -> None:
         )  # fmt: skip
         _export(b, batches[sizes[0]], "jsonl")  # warm up: imports, pools, caches
         at_rest = rss_bytes(api.pid)
+        load_before = os.getloadavg()[0]
         for runs, batch_id in batches.items():
             for fmt in ("jsonl", "csv"):
                 measured = [_measured_export(b, api.pid, batch_id, fmt) for _ in range(args.rounds)]
                 assert all(m["lines"] == measured[0]["lines"] for m in measured)
                 rows.append(_row(runs, fmt, measured, at_rest))
+        load_after = os.getloadavg()[0]
         plan = _plan(b, batches[args.runs])
 
     lines = [
@@ -67,16 +71,20 @@ def main() -> None:
         f"(mean {output_kb:.1f} kB a step in PostgreSQL) copied into batches of "
         f"{' and '.join(f'{n:,}' for n in sizes)} runs (88 % done, 5 % in review, 4 % failed, "
         "2 % cancelled, 1 % over budget). Each export read in full over HTTP on localhost, "
-        f"{args.rounds} times; the API process at rest: {at_rest / MIB:.0f} MiB RSS.",
+        f"{args.rounds} times; the API process at rest: {at_rest / MIB:.0f} MiB RSS. The "
+        f"machine's load average (1 min) was {load_before:.1f} before the exports and "
+        f"{load_after:.1f} after: throughput moves with what else runs on it, the API's CPU "
+        "time per run and its memory much less.",
         "",
-        "| runs | format | body MB | seconds (median) | runs/s | MB/s | API peak RSS MiB "
-        "| growth over rest MiB |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| runs | format | body MB | seconds (median) | runs/s | MB/s | API CPU s | runs per "
+        "API CPU s | API peak RSS MiB | growth over rest MiB |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['runs']:,} | {r['format']} | {r['body_mb']:.1f} | {r['seconds']:.2f} | "
-            f"{r['runs_per_s']:,.0f} | {r['mb_per_s']:.1f} | {r['peak_rss_mib']:.0f} | "
+            f"{r['runs_per_s']:,.0f} | {r['mb_per_s']:.1f} | {r['api_cpu_s']:.2f} | "
+            f"{r['runs_per_api_cpu_s'] or 0:,.0f} | {r['peak_rss_mib']:.0f} | "
             f"{r['growth_mib']:.0f} |"
         )
     lines += [
@@ -95,6 +103,7 @@ def main() -> None:
     report = "\n".join(lines)
     print(report)
     write_report("results-export", report, {"runs": args.runs, "at_rest_mib": at_rest / MIB,
+                                             "load": [load_before, load_after],
                                              "rows": rows})  # fmt: skip
 
 
@@ -185,12 +194,15 @@ def _export(b: Bench, batch_id: str, fmt: str) -> tuple[int, int, float]:
 
 def _measured_export(b: Bench, pid: int, batch_id: str, fmt: str) -> dict[str, Any]:
     reset_peak_rss(pid)
+    cpu = cpu_seconds([pid])
     size, lines, seconds = _export(b, batch_id, fmt)
-    return {"bytes": size, "lines": lines, "seconds": seconds, "peak": peak_rss_bytes(pid)}
+    return {"bytes": size, "lines": lines, "seconds": seconds, "peak": peak_rss_bytes(pid),
+            "cpu_s": cpu_seconds([pid]) - cpu}  # fmt: skip
 
 
 def _row(runs: int, fmt: str, measured: list[dict[str, Any]], at_rest: int) -> dict[str, Any]:
     seconds = statistics.median(m["seconds"] for m in measured)
+    cpu_s = statistics.median(m["cpu_s"] for m in measured)
     peak = max(m["peak"] for m in measured)
     size = measured[0]["bytes"]
     return {
@@ -200,6 +212,8 @@ def _row(runs: int, fmt: str, measured: list[dict[str, Any]], at_rest: int) -> d
         "lines": measured[0]["lines"],
         "seconds": seconds,
         "runs_per_s": runs / seconds,
+        "api_cpu_s": cpu_s,
+        "runs_per_api_cpu_s": runs / cpu_s if cpu_s else None,
         "mb_per_s": size / MB / seconds,
         "peak_rss_mib": peak / MIB,
         "growth_mib": max(peak - at_rest, 0) / MIB,

@@ -86,8 +86,8 @@ class BatchResult:
 
 
 def run_statuses_named(names: Iterable[str]) -> tuple[str, ...]:
-    """The run statuses that ``names`` ask for, each a result type (``failed`` is every
-    failed type: failed, budget_exceeded, expired) or a run status; InvalidRequestError
+    """The run statuses that ``names`` ask for, each a result type (``failed``: every status
+    typed failed, i.e. failed, budget_exceeded, expired) or a run status; InvalidRequestError
     naming the accepted ones for anything else."""
     wanted: dict[str, None] = {}
     for name in names:
@@ -130,8 +130,8 @@ def batch_results(
 ) -> Generator[list[BatchResult]]:
     """The batch's runs (those with one of ``statuses``; all when empty) after run
     ``after``, in run id order, ``chunk_rows`` at a time. The caller checks the batch is the
-    tenant's first (:func:`docpipe.state.batches.batch_progress`): this reads whatever it
-    is asked, lazily."""
+    tenant's first (:func:`docpipe.state.batches.batch_progress`, a 404 before the answer
+    starts); nothing is read until the first chunk is asked for."""
     with db.detached_transaction(application_name="docpipe-export", idle_s=IDLE_CLIENT_S) as tx:
         for chunk in tx.chunks_as(
             BatchResult,
