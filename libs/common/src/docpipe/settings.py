@@ -231,6 +231,9 @@ class Settings(BaseSettings):
     # many open at once across every API process (more: 429).
     event_stream_max_s: Seconds = 900.0
     event_streams_per_key: int = Field(default=10, ge=1, le=10_000)
+    # Results exports (GET /batches/{id}/results) one API process streams at once, each from
+    # a PostgreSQL connection of its own besides the pool (more: 503 with Retry-After).
+    max_result_exports: int = Field(default=4, ge=1, le=64)
 
     # Retention: beat deletes what is older than this many days (0: keep forever), in
     # batches of retention_batch_size rows, each its own short transaction.
@@ -259,6 +262,9 @@ class Settings(BaseSettings):
     # the API serves /metrics on its own port.
     metrics_port: int = Field(default=9808, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104  (scraped from other pods)
+    # The longest a run should wait for a person: beat exports it beside the review backlog,
+    # and the alert DocpipeReviewWaitTooLong fires once the oldest review waits longer.
+    review_max_wait_s: Seconds = 86_400.0
 
     _provider_table: ProviderTable = PrivateAttr()
 
