@@ -266,6 +266,22 @@ BENCHMARKS = [
         ],
     ),
     Benchmark(
+        "results-export",
+        "bench.results_export",
+        ("--runs", "10000"),
+        ("--runs", "1000", "--templates", "6", "--rounds", "1"),
+        lambda f: [
+            (
+                f"results export of {f['runs']:,} runs, {r['format']}: runs/s, MB/s, API peak RSS",
+                f"{r['runs_per_s']:,.0f} runs/s, {r['mb_per_s']:.1f} MB/s, "
+                f"{r['peak_rss_mib']:.0f} MiB ({r.get('runs_per_api_cpu_s') or 0:,.0f} runs "
+                "per API CPU second)",
+            )
+            for r in f["rows"]
+            if r["runs"] == f["runs"]
+        ],
+    ),
+    Benchmark(
         "document-formats",
         "bench.document_formats",
         ("--documents", "200", "--rounds", "3"),

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import redis
 from cryptography.fernet import Fernet
 
@@ -18,6 +19,8 @@ from docpipe_dev.samples import sample_contracts
 from tests import document_files as files
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
+from tests.processes import wait_until
+from tests.servers import cutting_proxy
 
 
 def docpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -236,3 +239,33 @@ def test_review_list_show_and_decisions_from_the_command_line(
     diff = scalar(db, "SELECT diff FROM review_decision WHERE action = 'approve'")
     assert {(d["path"], d["after"]) for d in diff} >= {("/fields/governing_law", "Ohio"),
                                                        ("/fields/term_months", 24)}  # fmt: skip
+
+
+def test_batch_results_download_resumes_after_the_connection_drops(
+    db: Database, broker: object, tmp_path: Path, start_api: Callable[..., str]
+) -> None:
+    """The export through a proxy that drops the first connection part-way through a line:
+    the command resumes after the last run it wrote whole, and the file holds every run
+    once, as one uninterrupted download would. The dropped download gave its export slot
+    (one, here) and its PostgreSQL connection back."""
+    api = start_api(DOCPIPE_MAX_RESULT_EXPORTS="1")
+    documents = [{"id": f"d-{i:03}", "text": f"CONTRACT {i}\nThe parties agree."}
+                 for i in range(300)]  # fmt: skip
+    batch_id = httpx.post(f"{api}/batches", json={"documents": documents}).json()["batch_id"]
+    for fmt, cut_after in (("jsonl", 50_000), ("csv", 10_000)):
+        whole = httpx.get(f"{api}/batches/{batch_id}/results", params={"format": fmt}).content
+        assert len(whole) > 2 * cut_after
+        output = tmp_path / f"results.{fmt}"
+        with cutting_proxy(api, cut_after=cut_after) as (proxy, connections):
+            done = docpipe("batch", "results", batch_id, "--format", fmt, "-o", str(output),
+                           "--api", proxy)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(connections) == 2, "cut once, resumed once"
+        assert f"batch {batch_id}: 300 runs written to {output}" in done.stderr
+        assert output.read_bytes() == whole, f"{fmt}: every run once, in order"
+    exporting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'docpipe-export'"
+    wait_until(lambda: scalar(db, exporting) == 0, timeout_s=10)
+    filtered = docpipe("batch", "results", batch_id, "--status", "pending", "--api", api)
+    assert len(filtered.stdout.splitlines()) == 300, "to standard output"
+    refused = docpipe("batch", "results", batch_id, "--status", "finished", "--api", api)
+    assert refused.returncode == 2 and "422" in refused.stdout

@@ -234,6 +234,9 @@ class Settings(BaseSettings):
     # The web pages (/ui): a sign-in lasts this long, then the session cookie expires. The
     # cookie is encrypted under a key derived from secrets_key, which the pages need.
     ui_session_max_age_s: float = Field(default=8 * 3600.0, ge=60, le=30 * 86_400)
+    # Results exports (GET /batches/{id}/results) one API process streams at once, each from
+    # a PostgreSQL connection of its own besides the pool (more: 503 with Retry-After).
+    max_result_exports: int = Field(default=4, ge=1, le=64)
 
     # Retention: beat deletes what is older than this many days (0: keep forever), in
     # batches of retention_batch_size rows, each its own short transaction.
@@ -262,6 +265,9 @@ class Settings(BaseSettings):
     # the API serves /metrics on its own port.
     metrics_port: int = Field(default=9808, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"  # noqa: S104  (scraped from other pods)
+    # The longest a run should wait for a person: beat exports it beside the review backlog,
+    # and the alert DocpipeReviewWaitTooLong fires once the oldest review waits longer.
+    review_max_wait_s: Seconds = 86_400.0
 
     _provider_table: ProviderTable = PrivateAttr()
 

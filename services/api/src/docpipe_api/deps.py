@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import IO, Annotated
@@ -35,6 +36,7 @@ __all__ = [
     "BrokerDep",
     "DatabaseDep",
     "DocumentUploadDep",
+    "ExportSlotsDep",
     "ExtractRequestDep",
     "IdempotencyKeyDep",
     "PipelinesDep",
@@ -70,6 +72,8 @@ class Resources:
     # Batch bodies this process may hold at once (DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT).
     batch_bodies: anyio.Semaphore
     stream_slots: StreamSlots
+    # Results exports this process may stream at once (DOCPIPE_MAX_RESULT_EXPORTS).
+    export_slots: threading.Semaphore
 
 
 def resources_of(request: Request) -> Resources:
@@ -105,6 +109,10 @@ def _batch_bodies(request: Request) -> anyio.Semaphore:
 
 def _stream_slots(request: Request) -> StreamSlots:
     return resources_of(request).stream_slots
+
+
+def _export_slots(request: Request) -> threading.Semaphore:
+    return _resources(request).export_slots
 
 
 def _api_key_id(request: Request) -> str | None:
@@ -182,6 +190,7 @@ RedisDep = Annotated[redis.Redis, Depends(_redis)]
 PipelinesDep = Annotated[Catalog, Depends(_pipelines)]
 BatchBodiesDep = Annotated[anyio.Semaphore, Depends(_batch_bodies)]
 StreamSlotsDep = Annotated[StreamSlots, Depends(_stream_slots)]
+ExportSlotsDep = Annotated[threading.Semaphore, Depends(_export_slots)]
 ApiKeyIdDep = Annotated[str | None, Depends(_api_key_id)]
 TenantDep = Annotated[str, Depends(current_tenant)]
 

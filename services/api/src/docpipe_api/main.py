@@ -7,6 +7,7 @@ its lifespan, so ``uvicorn docpipe_api.main:app`` is configured by DOCPIPE_* var
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -29,6 +30,7 @@ from docpipe_api.routes import (
     documents,
     health,
     pipelines,
+    results,
     reviews,
     runs,
     webhook_secrets,
@@ -64,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pipelines=catalog,
             batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
+            export_slots=threading.Semaphore(resolved.max_result_exports),
         )
         ui.state.docpipe = app.state.docpipe
         try:
@@ -92,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runs.router,
         reviews.router,
         batches.router,
+        results.router,
         pipelines.router,
         webhook_secrets.router,
     ):

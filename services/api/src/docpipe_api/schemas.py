@@ -48,6 +48,7 @@ __all__ = [
     "PipelineList",
     "PipelineSummary",
     "Readiness",
+    "ResultLine",
     "RunStatus",
     "RunStatusList",
     "StepDetail",
@@ -288,6 +289,41 @@ class EvidencedValue(BaseModel):
                             "is kept, flagged, and a pipeline with review_if: "
                             "[unsupported_evidence] pauses for review")  # fmt: skip
     corrected: bool = Field(default=False, description="a reviewer corrected the value")
+
+
+class TypedResult(BaseModel):
+    """What a run gave, typed as provider batch APIs type a request's result."""
+
+    type: Literal["succeeded", "failed", "needs_review", "cancelled", "pending"] = Field(
+        description="succeeded: done; failed: failed, budget_exceeded or expired (error says "
+        "why); needs_review: waits for a person; cancelled: the run or its batch was "
+        "cancelled; pending: queued or running still"
+    )
+    outputs: dict[str, dict[str, Any] | None] = Field(
+        description="every step's output in pipeline order; null for a step not done"
+    )
+    values: list[EvidencedValue] = Field(description="each extracted value with its evidence")
+
+
+class ResultLine(BaseModel):
+    """One line of a batch's results export: one run."""
+
+    custom_id: str = Field(description="the document id the batch request named (or docpipe "
+                           "generated, for a document sent without one)")  # fmt: skip
+    run_id: str = Field(description="the run; pass the last one you got as ?after= to resume")
+    document_id: str
+    position: int | None = Field(description="the document's place in the batch request, "
+                                 "0-based")  # fmt: skip
+    status: str = Field(description="the run's status")
+    result: TypedResult
+    review: ReviewState | None = Field(
+        description="while the run awaits a person: the step, why, and the revision"
+    )
+    decisions: list[Decision] = Field(description="the audit trail of its reviews, oldest first")
+    cost_usd: float
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
 
 
 class RunStatus(BaseModel):

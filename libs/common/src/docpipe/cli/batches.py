@@ -1,8 +1,10 @@
-"""``docpipe batch submit | watch | cancel``: many documents through the batch lane."""
+"""``docpipe batch submit | watch | cancel | results``: many documents through the batch
+lane, and their results out in bulk."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +20,7 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    batch = sub.add_parser("batch", help="batches: submit, watch, cancel")
+    batch = sub.add_parser("batch", help="batches: submit, watch, cancel, results")
     batch_sub = batch.add_subparsers(dest="batch_command", required=True)
     submit = batch_sub.add_parser(
         "submit", help="submit files, or folders of .txt, .pdf and .docx files, as one batch"
@@ -35,7 +37,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cancel = batch_sub.add_parser("cancel", help="stop every step that has not started")
     cancel.add_argument("batch_id")
     cancel.set_defaults(handler=cmd_batch_cancel)
-    for parser in (submit, watch, cancel):
+    results = batch_sub.add_parser(
+        "results", help="every run's results as JSON lines or CSV (resumes if cut off)"
+    )
+    results.add_argument("batch_id")
+    results.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    results.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
+    results.add_argument(
+        "--status", help="only these (comma-separated): succeeded, failed, needs_review, "
+        "cancelled, pending, or run statuses",
+    )  # fmt: skip
+    results.set_defaults(handler=cmd_batch_results)
+    for parser in (submit, watch, cancel, results):
         add_api_flags(parser)
 
 
@@ -86,6 +99,22 @@ def cmd_batch_cancel(args: argparse.Namespace) -> int:
     with api_client(args) as client:
         status = client.cancel_batch(args.batch_id)
     console.print(f"batch {args.batch_id}: {status['status']} {status['runs_by_status']}")
+    return 0
+
+
+def cmd_batch_results(args: argparse.Namespace) -> int:
+    # A download takes as long as the batch is big; each read still has the usual timeout.
+    with api_client(args) as client:
+        if args.output is None:
+            runs = client.save_batch_results(args.batch_id, sys.stdout.buffer,
+                                             format=args.format, status=args.status)  # fmt: skip
+        else:
+            with Path(args.output).open("wb") as out:
+                runs = client.save_batch_results(args.batch_id, out, format=args.format,
+                                                 status=args.status)  # fmt: skip
+    # The results alone on stdout (for pipes); the note on stderr.
+    where = f" written to {args.output}" if args.output else ""
+    print(f"batch {args.batch_id}: {runs} runs{where}", file=sys.stderr)
     return 0
 
 

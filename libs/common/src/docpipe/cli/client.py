@@ -8,10 +8,14 @@ have been done.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
 
 import httpx
 
@@ -62,21 +66,36 @@ class DocpipeClient:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        with self._answer(method, path, stream=False, **kwargs) as response:
+            return response.json()
+
+    @contextmanager
+    def _answer(
+        self, method: str, path: str, *, stream: bool, **kwargs: Any
+    ) -> Iterator[httpx.Response]:
+        """The first answer that is not throttled (see the module docstring); ApiError for an
+        error status. With ``stream``, the body is read by the caller as it arrives."""
         for attempt in range(1, MAX_RETRIES + 2):
-            response = self._http.request(method, path, **kwargs)
+            request = self._http.build_request(method, path, **kwargs)
+            response = self._http.send(request, stream=stream)
             retriable = response.status_code == 429 or (
                 response.status_code == 503 and method == "GET"
             )
             if not retriable or attempt > MAX_RETRIES:
                 break
+            response.close()
             self._sleep(_wait_s(response, attempt))
-        if response.status_code >= 400:
-            try:
-                detail = str(response.json().get("detail"))
-            except ValueError:
-                detail = response.text[:500]
-            raise ApiError(response.status_code, detail)
-        return response.json()
+        try:
+            if response.status_code >= 400:
+                response.read()
+                try:
+                    detail = str(response.json().get("detail"))
+                except ValueError:
+                    detail = response.text[:500]
+                raise ApiError(response.status_code, detail)
+            yield response
+        finally:
+            response.close()
 
     def put_document(self, document_id: str, text: str) -> dict[str, Any]:
         return dict(
@@ -169,6 +188,30 @@ class DocpipeClient:
     def cancel_batch(self, batch_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/batches/{batch_id}/cancel"))
 
+    def save_batch_results(
+        self, batch_id: str, out: IO[bytes], *, format: str = "jsonl", status: str | None = None
+    ) -> int:
+        """Write the batch's results export to ``out`` as the API streams it; returns the
+        runs written. When the connection drops mid-way, the download goes on after the last
+        run written whole (``after=``), a few times at most: each run is in ``out`` once."""
+        saved = _SavedResults(out, csv_format=format == "csv")
+        params = {"format": format} | ({"status": status} if status else {})
+        for attempt in range(1, MAX_RETRIES + 2):
+            resume = {"after": saved.after} if saved.after else {}
+            try:
+                with self._answer("GET", f"/batches/{batch_id}/results", stream=True,
+                                  params=params | resume) as answer:  # fmt: skip
+                    saved.start_answer()
+                    for block in answer.iter_bytes():
+                        saved.receive(block)
+                    saved.receive(b"", ended=True)
+                return saved.runs
+            except httpx.TransportError:
+                if attempt > MAX_RETRIES:
+                    raise
+                self._sleep(retry_delay(attempt, base_s=_BACKOFF_BASE_S, cap_s=MAX_WAIT_S))
+        raise AssertionError("unreachable")
+
     def pipelines(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/pipelines")["pipelines"])
 
@@ -185,6 +228,65 @@ class DocpipeClient:
 
     def webhook_secret(self) -> dict[str, Any]:
         return dict(self._call("GET", "/webhook-secret"))
+
+
+class _SavedResults:
+    """A results download written record by record: only whole records reach the file, and
+    the run id of the last one is where a resumed download starts."""
+
+    def __init__(self, out: IO[bytes], *, csv_format: bool) -> None:
+        self._out = out
+        self._csv = csv_format
+        self._rest = b""
+        self._run_id_column: int | None = None  # CSV: from the header
+        self._header_due = csv_format  # the first record of every CSV answer is its header
+        self.runs = 0
+        self.after: str | None = None
+
+    def start_answer(self) -> None:
+        self._rest = b""  # a record cut off by a dropped connection comes again whole
+        self._header_due = self._csv
+
+    def receive(self, block: bytes, *, ended: bool = False) -> None:
+        records, self._rest = _whole_records(self._rest + block, csv_quoting=self._csv)
+        if ended and self._rest:
+            records, self._rest = [*records, self._rest], b""
+        for record in records:
+            if self._header_due:
+                self._header_due = False
+                if self._run_id_column is None:
+                    self._run_id_column = _csv_fields(record).index("run_id")
+                    self._out.write(record)
+                continue
+            self._out.write(record)
+            self.runs += 1
+            if self._run_id_column is not None:
+                self.after = _csv_fields(record)[self._run_id_column]
+            else:
+                self.after = str(json.loads(record)["run_id"])
+
+
+def _whole_records(data: bytes, *, csv_quoting: bool) -> tuple[list[bytes], bytes]:
+    """The whole records at the start of ``data`` (each with its line end) and the rest. A
+    JSON line has no raw newline inside; a CSV record may, inside quotes (RFC 4180: a quote
+    inside a quoted field is doubled, so quotes before a record's end come in pairs)."""
+    records: list[bytes] = []
+    start = at = 0
+    while (end := data.find(b"\n", at)) >= 0:
+        quote = data.find(b'"', at, end) if csv_quoting else -1
+        if quote >= 0:
+            closing = data.find(b'"', quote + 1)
+            if closing < 0:
+                break  # the quoted field goes on past what arrived
+            at = closing + 1
+            continue
+        records.append(data[start : end + 1])
+        start = at = end + 1
+    return records, data[start:]
+
+
+def _csv_fields(record: bytes) -> list[str]:
+    return next(csv.reader(io.StringIO(record.decode(), newline="")))
 
 
 def _wait_s(response: httpx.Response, attempt: int) -> float:

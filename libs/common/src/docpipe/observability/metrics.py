@@ -43,12 +43,13 @@ from prometheus_client.registry import Collector
 
 from docpipe.observability import multiprocess
 from docpipe.pipelines.catalog import pipelines
-from docpipe.statuses import ENDED_RUN_STATUSES, Lane
+from docpipe.statuses import ENDED_RUN_STATUSES, DecisionAction, Lane
 
 __all__ = [
     "Metrics",
     "count_model_choice",
     "count_recoveries",
+    "count_review_decision",
     "exposition_registry",
     "mark_beat_tick",
     "metrics",
@@ -86,6 +87,7 @@ REAPER_RECOVERIES = "docpipe_reaper_recoveries_total"
 OUTBOX_SWEPT = "docpipe_outbox_swept_total"
 HTTP_REQUEST_DURATION = "docpipe_http_request_duration_seconds"
 BEAT_LAST_TICK = "docpipe_beat_last_tick_timestamp_seconds"
+REVIEW_DECISIONS = "docpipe_review_decisions_total"
 # Served by beat from Redis and PostgreSQL (docpipe.worker.state_collector).
 QUEUE_LENGTH = "celery_queue_length"
 QUEUE_LAG = "docpipe_queue_lag_seconds"
@@ -101,6 +103,9 @@ LIMITER_WAITING = "docpipe_limiter_waiting_calls"
 LIMITER_ALLOWED_TPM = "docpipe_limiter_allowed_tpm"
 LIMITER_CONFIGURED_TPM = "docpipe_limiter_configured_tpm"
 PERIODIC_LAST_FINISHED = "docpipe_periodic_job_last_finished_timestamp_seconds"
+REVIEW_BACKLOG = "docpipe_review_backlog_runs"
+REVIEW_OLDEST_AGE = "docpipe_review_oldest_age_seconds"
+REVIEW_MAX_WAIT = "docpipe_review_max_wait_seconds"
 STATE_COLLECTOR_UP = "docpipe_state_collector_up"
 
 RECOVERY_KINDS = (
@@ -184,6 +189,8 @@ class Metrics:
         )  # fmt: skip
         self.beat_last_tick = Gauge(BEAT_LAST_TICK, "Unix time of beat's last scheduler tick",
                                     multiprocess_mode="livemax", registry=registry)  # fmt: skip
+        self.review_decisions = _counter(REVIEW_DECISIONS, "Reviewers' decisions recorded",
+                                         ("pipeline", "action"))  # fmt: skip
         self._initialise_known_series()
 
     def _initialise_known_series(self) -> None:
@@ -198,6 +205,9 @@ class Metrics:
             self.provider_rate_limited.labels(lane)
         for kind in RECOVERY_KINDS:
             self.reaper_recoveries.labels(kind)
+        for pipeline in pipelines():
+            for action in DecisionAction:
+                self.review_decisions.labels(pipeline, action)
 
 
 _created: Metrics | None = None
@@ -263,6 +273,11 @@ def count_recoveries(recovered: Mapping[str, int]) -> None:
     for kind, count in recovered.items():
         if count:
             counter.labels(kind).inc(count)
+
+
+def count_review_decision(pipeline: str, action: str) -> None:
+    """A reviewer's decision was recorded (committed) for a run of ``pipeline``."""
+    metrics().review_decisions.labels(pipeline, action).inc()
 
 
 def mark_beat_tick() -> None:

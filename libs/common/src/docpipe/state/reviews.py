@@ -31,6 +31,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
+from docpipe.observability import metrics
 from docpipe.pipelines.catalog import Catalog
 from docpipe.pipelines.edits import (
     Edit,
@@ -213,10 +214,13 @@ def decide(
         review = _review_row(tx, tenant_id, progress.run_id, lock=True, revision=request.revision)
         pipeline = pipelines.get(review["pipeline"])
         if request.action == DecisionAction.APPROVE:
-            return _approve(tx, review, request, reviewer, pipeline)
-        if request.action == DecisionAction.RETRY:
-            return _retry(tx, review, request, reviewer, progress, pipelines, pipeline, models)
-        return _reject(tx, review, request, reviewer)
+            decided = _approve(tx, review, request, reviewer, pipeline)
+        elif request.action == DecisionAction.RETRY:
+            decided = _retry(tx, review, request, reviewer, progress, pipelines, pipeline, models)
+        else:
+            decided = _reject(tx, review, request, reviewer)
+    metrics.count_review_decision(progress.pipeline, decided.action)  # once committed
+    return decided
 
 
 def decisions_of(

@@ -3,7 +3,9 @@
 What waits in the broker (length per queue, counting kombu's priority sub-lists, and the
 lag: age of the oldest waiting message), what the shared provider limiter allows and who
 waits for it, runs by status, batch runs still waiting in PostgreSQL for admission, the
-outbox backlog and its oldest row's age, and when each periodic job last finished.
+outbox backlog and its oldest row's age, the review backlog per tenant and pipeline (runs
+awaiting a person, and how long the oldest has waited, beside DOCPIPE_REVIEW_MAX_WAIT_S for
+the alert to compare with), and when each periodic job last finished.
 
 Beat is a singleton, so each series exists once however many workers run (computed in every
 worker, the same figure would appear once per worker and Redis/PostgreSQL would be asked as
@@ -158,6 +160,7 @@ class StateCollector(Collector):
         for row in s.all("metrics_periodic_jobs"):
             jobs.add_metric([row["name"]], row["last_finished"])
         return [
+            *self._review_backlog(s),
             runs,
             _gauge(m.BATCH_BACKLOG, "Batch runs awaiting admission", backlog["batch_backlog"]),
             _gauge(m.OUTBOX_BACKLOG, "Outbox rows due, unpublished", backlog["outbox_due"]),
@@ -169,6 +172,18 @@ class StateCollector(Collector):
             ),
             jobs,
         ]
+
+    def _review_backlog(self, s: Session) -> list[Metric]:
+        labels = ["tenant", "pipeline"]
+        runs = GaugeMetricFamily(m.REVIEW_BACKLOG, "Runs awaiting a person", labels=labels)
+        oldest = GaugeMetricFamily(m.REVIEW_OLDEST_AGE, "How long the oldest run awaiting a "
+                                   "person has waited, seconds", labels=labels)  # fmt: skip
+        for row in s.all("metrics_review_backlog"):
+            runs.add_metric([row["tenant_id"], row["pipeline"]], row["runs"])
+            oldest.add_metric([row["tenant_id"], row["pipeline"]], row["oldest_age_s"])
+        limit = _gauge(m.REVIEW_MAX_WAIT, "DOCPIPE_REVIEW_MAX_WAIT_S: the longest a run should "
+                       "await a person", self._settings.review_max_wait_s)  # fmt: skip
+        return [runs, oldest, limit]
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -617,6 +617,15 @@ SELECT
 FROM outbox
 WHERE published_at IS NULL;
 
+-- name: metrics_review_backlog
+-- Runs awaiting a person per tenant and pipeline, and how long the oldest has waited (the
+-- review queue's own index).
+SELECT tenant_id, pipeline, count(*) AS runs,
+       coalesce(extract(epoch FROM now() - min(review_since)), 0)::float AS oldest_age_s
+FROM pipeline_run
+WHERE status = 'needs_review'
+GROUP BY tenant_id, pipeline;
+
 -- name: metrics_periodic_jobs
 -- When each periodic job last finished.
 SELECT name, extract(epoch FROM last_finished_at)::float AS last_finished
@@ -735,6 +744,7 @@ WITH new_runs AS (
            'batch',
            %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
            %(run_budget_usd)s, %(deadline_at)s,
+           -- batch_results reads the document's place in the request back from this key.
            'batch:' || %(batch_id)s::text || ':' || d.ordinality,
            d.document_id, %(traceparent)s, %(priority)s
     FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
@@ -783,6 +793,40 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
   AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
 ORDER BY id
 LIMIT %(limit)s;
+
+-- name: batch_results
+-- A batch's runs by run id after `after` (the export's resume cursor), with each step's
+-- output in pipeline order (null until the step is done) and, while a run awaits a person,
+-- its review (as run_status gives it), for GET /batches/{id}/results: read through a
+-- server-side cursor. `position` is the document's place in the batch request, 0-based,
+-- from the idempotency key create_batch_runs gives each run. The runs are ordered before
+-- their outputs are read, so the sort holds ids, not outputs.
+SELECT r.run_id, r.document_id, r.position, r.status, r.error, r.cost_usd, r.created_at,
+       r.finished_at,
+       (SELECT json_object_agg(s.step, CASE WHEN s.status = 'done' THEN s.output END
+                               ORDER BY s.step_index)
+        FROM pipeline_step_result s WHERE s.run_id = r.id) AS outputs,
+       CASE WHEN r.status = 'needs_review' THEN
+           jsonb_build_object('step', r.review_step, 'reason', r.review_reason,
+                              'reasons', coalesce(r.review_reasons, '[]'::jsonb),
+                              'revision', r.review_revision, 'waiting_since', r.review_since)
+       END AS review
+FROM (SELECT id, id::text AS run_id, document_id, status, error, cost_usd, created_at,
+             finished_at, review_step, review_reason, review_reasons, review_revision,
+             review_since,
+             CASE WHEN idempotency_key ~ '^batch:[0-9a-f-]+:[0-9]+$'
+                  THEN split_part(idempotency_key, ':', 3)::integer - 1 END AS position
+      FROM pipeline_run
+      WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+        AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+        AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
+      ORDER BY id) r
+ORDER BY r.id;
+
+-- name: batch_has_run
+-- Whether a run belongs to the batch (a resume cursor must name one of its runs).
+SELECT 1 AS found FROM pipeline_run
+WHERE id = %(run_id)s::uuid AND batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
 
 -- name: stop_batch_runs
 -- The first statement of stopping a running batch ('cancelled' or 'budget_exceeded'): its
@@ -886,20 +930,31 @@ SELECT 'step', id, current_step, %(queues)s::jsonb ->> 'batch', traceparent FROM
 RETURNING id;
 
 -- name: queue_run_webhooks
--- Queue the completion webhook of ended runs that carry a callback URL.
+-- Queue the webhook of runs that carry a callback URL and ended, or paused for a person:
+-- run.needs_review with the review (step, reason, revision) when one pauses, run.ended when
+-- it ends. A decision clears notified_at, so a run that goes on sends its next event too.
 WITH ended AS (
     UPDATE pipeline_run SET notified_at = now()
     WHERE callback_url IS NOT NULL AND notified_at IS NULL
       AND status NOT IN ('queued', 'running')
     RETURNING id, callback_url, tenant_id, batch_id, document_id, status, steps_done,
-              steps_total, cost_usd, error, finished_at
+              steps_total, cost_usd, error, finished_at, review_step, review_reason,
+              review_reasons, review_revision, review_since
 ), deliveries AS (
     INSERT INTO webhook_delivery (run_id, tenant_id, url, payload)
     SELECT id, tenant_id, callback_url,
-           jsonb_build_object('event', 'run.ended', 'run_id', id, 'document_id', document_id,
-                              'batch_id', batch_id, 'status', status, 'steps_done', steps_done,
-                              'steps_total', steps_total, 'cost_usd', cost_usd, 'error', error,
-                              'finished_at', finished_at)
+           jsonb_build_object(
+               'event', CASE WHEN status = 'needs_review' THEN 'run.needs_review'
+                             ELSE 'run.ended' END,
+               'run_id', id, 'document_id', document_id, 'batch_id', batch_id,
+               'status', status, 'steps_done', steps_done, 'steps_total', steps_total,
+               'cost_usd', cost_usd, 'error', error, 'finished_at', finished_at,
+               'review', CASE WHEN status = 'needs_review' THEN
+                   jsonb_build_object('step', review_step, 'reason', review_reason,
+                                      'reasons', coalesce(review_reasons, '[]'::jsonb),
+                                      'revision', review_revision,
+                                      'waiting_since', review_since)
+               END)
     FROM ended
     RETURNING id
 )
@@ -1077,13 +1132,14 @@ WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, tenant_id, name, created_at, revoked_at, last_used_at;
 
 -- name: prune_call_log
--- Delete up to `limit` provider-call rows older than the retention whose run has ended.
+-- Delete up to `limit` provider-call rows older than the retention whose run has ended; a
+-- run paused for a person has not (a retry it is given re-sends only unfinished calls).
 DELETE FROM llm_call_log
 WHERE id IN (
     SELECT c.id
     FROM llm_call_log c JOIN pipeline_run r ON r.id = c.run_id
     WHERE c.created_at < now() - make_interval(days => %(days)s)
-      AND r.status NOT IN ('queued', 'running')
+      AND r.status NOT IN ('queued', 'running', 'needs_review')
     LIMIT %(limit)s
     FOR UPDATE OF c SKIP LOCKED
 );
@@ -1100,13 +1156,15 @@ WHERE id IN (
 
 -- name: prune_runs
 -- Delete up to `limit` runs that ended longer ago than the retention, with their steps,
--- calls and webhook deliveries (ON DELETE CASCADE). Never while a webhook is still owed;
--- runs of a batch only once the batch has ended and sent its own webhook.
+-- calls, decisions and webhook deliveries (ON DELETE CASCADE). Never a run that awaits a
+-- person, however long it has waited (its document stays too: a run refers to it), nor
+-- while a webhook is still owed; runs of a batch only once the batch has ended and sent its
+-- own webhook.
 DELETE FROM pipeline_run
 WHERE id IN (
     SELECT r.id
     FROM pipeline_run r LEFT JOIN batch b ON b.id = r.batch_id
-    WHERE r.status NOT IN ('queued', 'running')
+    WHERE r.status NOT IN ('queued', 'running', 'needs_review')
       AND r.finished_at < now() - make_interval(days => %(days)s)
       AND (r.callback_url IS NULL OR r.notified_at IS NOT NULL)
       AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
