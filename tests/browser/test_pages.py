@@ -5,9 +5,13 @@ axe-core on every page."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from playwright.sync_api import Browser, Page, expect
 
@@ -110,6 +114,32 @@ def test_a_batch_shows_its_counts_and_runs_and_can_be_cancelled(
     page.goto(f"{ui_stack.url}/ui/batches/{second.json()['batch_id']}")
     page.get_by_role("button", name="Cancel batch").click()
     expect(page.locator('[data-batch="status"]')).to_have_text("cancelled")
+
+
+def test_a_finished_batchs_csv_is_downloaded_with_a_row_per_document(
+    page: Page, ui_stack: UiStack
+) -> None:
+    documents = [{"id": f"csv-{i}", "text": f"{CONTRACT}\nReference csv-{i}.\n"} for i in range(3)]
+    submitted = ui_stack.api("POST", "/batches", json={"documents": documents})
+    assert submitted.status_code == 202, submitted.text
+    batch_id = submitted.json()["batch_id"]
+    page.goto(f"{ui_stack.url}/ui/batches/{batch_id}")
+    expect(page.locator('[data-batch="status"]')).to_have_text("done", timeout=90_000)
+    with page.expect_download() as csv_download:
+        page.get_by_role("link", name="CSV").click()
+    assert csv_download.value.suggested_filename == f"batch-{batch_id}.csv"
+    text = Path(csv_download.value.path()).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert sorted(r["document_id"] for r in rows) == ["csv-0", "csv-1", "csv-2"]
+    assert {(r["result"], r["status"]) for r in rows} == {("succeeded", "done")}
+    assert {r["extract_fields.fields.term_months"] for r in rows} == {"12"}
+    assert {r["extract_fields.fields.total_value.amount"] for r in rows} == {"12000"}
+    with page.expect_download() as lines_download:
+        page.get_by_role("link", name="JSON lines").click()
+    lines = Path(lines_download.value.path()).read_text(encoding="utf-8").splitlines()
+    parties = [json.loads(line)["result"]["outputs"]["extract_fields"]["fields"]["parties"]
+               for line in lines]  # fmt: skip
+    assert [p[0]["name"] for p in parties] == ["Acme <script>window.__xss = 1</script> GmbH"] * 3
 
 
 def test_a_form_with_a_forged_csrf_token_is_refused_and_changes_nothing(

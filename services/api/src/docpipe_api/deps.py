@@ -112,7 +112,7 @@ def _stream_slots(request: Request) -> StreamSlots:
 
 
 def _export_slots(request: Request) -> threading.Semaphore:
-    return _resources(request).export_slots
+    return resources_of(request).export_slots
 
 
 def _api_key_id(request: Request) -> str | None:

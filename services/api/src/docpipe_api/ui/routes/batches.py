@@ -1,5 +1,6 @@
 """A batch's page: runs per status, cost, ETA and its runs as they finish (refreshed by the
-page's script from ``/progress``), with the cancel the API allows."""
+page's script from ``/progress``), with the cancel the API allows, and its results as the
+API's export streams them (CSV or JSON lines)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from docpipe import statuses
-from docpipe_api.deps import DatabaseDep, RedisDep
+from docpipe_api.deps import DatabaseDep, ExportSlotsDep, PipelinesDep, RedisDep
 from docpipe_api.routes import batches as api
+from docpipe_api.routes import results as results_api
 from docpipe_api.ui.deps import UiTenantDep
 from docpipe_api.ui.pages import go_to, render
 
@@ -82,3 +84,22 @@ def cancel_batch(
 ) -> Response:
     api.cancel_batch(batch_id, db, broker_redis, tenant)
     return go_to(request, f"/batches/{batch_id}")
+
+
+@router.get("/batches/{batch_id}/results")
+def batch_results(
+    batch_id: str,
+    db: DatabaseDep,
+    pipelines: PipelinesDep,
+    slots: ExportSlotsDep,
+    tenant: UiTenantDep,
+    format: Literal["jsonl", "csv"] = "jsonl",
+) -> StreamingResponse:
+    """GET /batches/{id}/results for the page's download links (a browser sends the
+    session cookie, never a bearer token): the same export, bounds and tenant."""
+    response = results_api.export_batch_results(batch_id, db, pipelines, slots, tenant, format)
+    # A download with its name, in both formats (the API names the CSV only).
+    response.headers.setdefault(
+        "Content-Disposition", f'attachment; filename="batch-{batch_id}.{format}"'
+    )
+    return response
