@@ -45,16 +45,19 @@
   function drawBoxes(record) {
     const found = (record.boxes || []).filter((b) => Number(b.page) === current);
     for (const box of found) {
+      // PDF points on the upright page, origin top left, with the page's size beside.
       const width = Number(box.page_width || record.page_width);
       const height = Number(box.page_height || record.page_height);
-      if (!width || !height) continue;
+      const left = Number(box.left ?? box.x0), top = Number(box.top ?? box.y0);
+      const right = Number(box.right ?? box.x1), bottom = Number(box.bottom ?? box.y1);
+      if (!width || !height || !(right > left) || !(bottom > top)) continue;
       const div = document.createElement("div");
       div.className = "quote-box";
       div.dataset.quoteBox = String(record.index);
-      div.style.left = `${(100 * box.x0) / width}%`;
-      div.style.top = `${(100 * box.y0) / height}%`;
-      div.style.width = `${(100 * (box.x1 - box.x0)) / width}%`;
-      div.style.height = `${(100 * (box.y1 - box.y0)) / height}%`;
+      div.style.left = `${(100 * left) / width}%`;
+      div.style.top = `${(100 * top) / height}%`;
+      div.style.width = `${(100 * (right - left)) / width}%`;
+      div.style.height = `${(100 * (bottom - top)) / height}%`;
       boxes.appendChild(div);
     }
     if (found.length) boxes.firstChild.scrollIntoView({ block: "center", behavior: "smooth" });
