@@ -60,7 +60,8 @@
       div.style.height = `${(100 * (bottom - top)) / height}%`;
       boxes.appendChild(div);
     }
-    if (found.length) boxes.firstChild.scrollIntoView({ block: "center", behavior: "smooth" });
+    if (boxes.firstChild) boxes.firstChild.scrollIntoView({ block: "center", behavior: "smooth" });
+    return boxes.childElementCount;
   }
 
   function markText(record) {
@@ -90,8 +91,12 @@
       return;
     }
     showPage(record.page);
-    if (image && !image.dataset.failed) drawBoxes(record);
-    else markText(record);
+    if (image && !image.dataset.failed && drawBoxes(record) === 0) {
+      // Where no box is known for the quote, its text under the image shows it.
+      pageText(current).hidden = false;
+      notice.textContent = "No box is known for this quote on the page image; its text is highlighted below it.";
+    }
+    if (!image || image.dataset.failed || boxes.childElementCount === 0) markText(record);
   }
 
   function imageFailed() {
