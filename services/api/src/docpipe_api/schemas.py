@@ -30,6 +30,7 @@ __all__ = [
     "DOCUMENT_ID_ECMA",
     "MAX_DEADLINE_S",
     "NO_NUL",
+    "UUID_PATTERN",
     "BatchAccepted",
     "BatchDocumentIn",
     "BatchRequest",
@@ -64,6 +65,7 @@ DEFAULT_PIPELINE = "document_extract:v1"
 REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
 # Answers are built from docpipe.state's rows (dataclasses) by attribute name.
 ANSWER_MODEL = ConfigDict(from_attributes=True)
+UUID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # PostgreSQL text cannot hold NUL characters, so documents must not contain them.
 NO_NUL = "^[^\\u0000]*$"
 # The most DOCPIPE_MAX_DEADLINE_S may allow; the setting (7 days by default) is what applies.

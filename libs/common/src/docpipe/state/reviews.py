@@ -20,12 +20,11 @@ approval is reused when another run's same step reads the same input
 
 from __future__ import annotations
 
-import base64
-import binascii
+import re
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -48,6 +47,7 @@ from docpipe.state.db import Database, Row, Session
 from docpipe.statuses import DecisionAction, Lane, RunStatus
 
 __all__ = [
+    "CURSOR_PATTERN",
     "MAX_PAGE",
     "Decided",
     "DecisionRequest",
@@ -63,6 +63,10 @@ __all__ = [
 ]
 
 MAX_PAGE = 200
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# At most 17 digits of microseconds: until the year 5138, within what datetime holds.
+CURSOR_PATTERN = rf"^[0-9]{{1,17}}\.{_UUID}$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_REASON_CHARS = 2000
 
 
@@ -395,20 +399,18 @@ def _summary(row: Row) -> ReviewSummary:
 
 
 def _cursor(last: ReviewSummary) -> str:
+    """``<microseconds since the epoch>.<run id>``: every string of :data:`CURSOR_PATTERN`
+    is one a client may send (the OpenAPI document states the pattern)."""
     assert last.waiting_since is not None
-    raw = f"{last.waiting_since.isoformat()}|{last.run_id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    micros = (last.waiting_since - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}.{last.run_id}"
 
 
 def _read_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        since, run_id = raw.split("|")
-        return datetime.fromisoformat(since), str(uuid.UUID(run_id))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidRequestError(
-            "cursor: not a cursor this API gave (use next_cursor as it came)"
-        ) from None
+    if not re.fullmatch(CURSOR_PATTERN, cursor):
+        raise InvalidRequestError("cursor: not a cursor this API gave (use next_cursor as it came)")
+    micros, run_id = cursor.split(".")
+    return _EPOCH + timedelta(microseconds=int(micros)), run_id
 
 
 def _uuid_or_none(value: str | None, name: str) -> str | None:

@@ -28,7 +28,7 @@ from docpipe_api.deps import (
 from docpipe_api.errors import describe_validation_errors, error_responses
 from docpipe_api.review_schemas import DecisionIn, ReviewDetailOut, ReviewItem, ReviewPageOut
 from docpipe_api.routes.runs import run_status
-from docpipe_api.schemas import RunStatus, request_body_schema
+from docpipe_api.schemas import UUID_PATTERN, RunStatus, request_body_schema
 
 __all__ = ["router"]
 
@@ -59,9 +59,10 @@ def list_reviews(
     pipeline: Annotated[str | None, Query(max_length=200, description="a pipeline key")] = None,
     step: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     reason: ReviewReason | None = None,
-    batch_id: Annotated[str | None, Query(max_length=36)] = None,
+    batch_id: Annotated[str | None, Query(pattern=f"^{UUID_PATTERN}$")] = None,
     cursor: Annotated[
-        str | None, Query(max_length=200, description="next_cursor of the page before")
+        str | None,
+        Query(pattern=reviews.CURSOR_PATTERN, description="next_cursor of the page before"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=reviews.MAX_PAGE)] = 50,
 ) -> ReviewPageOut:

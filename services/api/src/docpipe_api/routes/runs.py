@@ -34,7 +34,7 @@ from docpipe_api.deps import (
 )
 from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
-from docpipe_api.schemas import RunStatus, RunStatusList
+from docpipe_api.schemas import UUID_PATTERN, RunStatus, RunStatusList
 from docpipe_api.streams import StreamSlot, StreamSlots
 
 __all__ = ["router"]
@@ -83,8 +83,7 @@ def _with_results(db: Database, tenant: str, found: list[runs.Progress]) -> list
 
 
 MAX_RUN_IDS = 100
-_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_RUN_IDS = re.compile(f"^{_UUID}(,{_UUID}){{0,{MAX_RUN_IDS - 1}}}$")
+_RUN_IDS = re.compile(f"^{UUID_PATTERN}(,{UUID_PATTERN}){{0,{MAX_RUN_IDS - 1}}}$")
 
 
 @router.get(
