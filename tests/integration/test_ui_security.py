@@ -185,7 +185,16 @@ def test_another_tenants_run_and_batch_are_not_found_and_stay_as_they_are(
     assert ui.post(f"/ui/runs/{theirs}/cancel", data={"csrf_token": token}).status_code == 404
     assert run_status(db, theirs) == "queued"
     assert ui.get(f"/ui/runs/{theirs}/events").status_code == 404
-    assert ui.get(f"/ui/batches/{theirs}").status_code == 404
+    globex = {"Authorization": f"Bearer {create_api_key(db, 'globex').plaintext}"}
+    batch = ui.post("/batches", json={"documents": [{"id": "g", "text": "TERM\nOne year.\n"}]},
+                    headers=globex)  # fmt: skip
+    assert batch.status_code == 202, batch.text
+    their_batch = batch.json()["batch_id"]
+    for path in ("", "/progress", "/results?format=csv", "/results"):
+        assert ui.get(f"/ui/batches/{their_batch}{path}").status_code == 404, path
+    assert ui.post(f"/ui/batches/{their_batch}/cancel", data={"csrf_token": token}).status_code \
+        == 404  # fmt: skip
+    assert ui.get(f"/batches/{their_batch}", headers=globex).json()["status"] == "running"
 
 
 def test_every_page_carries_a_nonce_csp_without_unsafe_inline(ui: TestClient, db: Database) -> None:
