@@ -12,25 +12,69 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.failures import ExitCode
 
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    batch = sub.add_parser("batch", help="batches: submit, watch, cancel")
-    batch_sub = batch.add_subparsers(dest="batch_command", required=True)
-    submit = batch_sub.add_parser("submit", help="submit a folder of .txt files or files")
-    submit.add_argument("paths", nargs="+", metavar="DIR|FILE")
-    submit.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a key of docpipe pipelines")
-    submit.add_argument("--budget-usd", help="stop the batch once it cost this much")
-    submit.add_argument("--callback-url", help="POSTed (signed) when the batch ends")
-    submit.add_argument("--watch", action="store_true")
+    batch = sub.add_parser(
+        "batch",
+        help="many documents at once, through the batch lane: submit, watch, cancel",
+        description="A batch is many documents sent in one request. Its runs wait in the "
+        "database and are admitted a few at a time, each tenant getting its fair share of "
+        "the batch workers.",
+    )
+    batch_sub = batch.add_subparsers(dest="batch_command", required=True, metavar="COMMAND")
+    submit = batch_sub.add_parser(
+        "submit",
+        help="send folders of .txt files (or text files) as one batch",
+        description="Sends every text file named, and every *.txt file of each folder, as "
+        "one batch; prints the batch's id and how many documents it holds.",
+    )
+    submit.add_argument("paths", nargs="+", metavar="DIR|FILE",
+                        help="folders (their *.txt files) or text files")  # fmt: skip
+    submit.add_argument(
+        "--pipeline",
+        default=DEFAULT_PIPELINE,
+        help="the pipeline every document runs, as name:vN (default: %(default)s)",
+    )
+    submit.add_argument(
+        "--budget-usd",
+        metavar="DOLLARS",
+        help="stop the batch once its runs have cost this much, e.g. 5.00 (default: no "
+        "budget for the batch; each run still has the deployment's default budget)",
+    )
+    submit.add_argument(
+        "--callback-url",
+        metavar="URL",
+        help="the API POSTs a signed webhook here when the batch ends (needs webhooks turned "
+        "on and your tenant's signing secret: docpipe webhook-secret rotate)",
+    )
+    submit.add_argument(
+        "--watch",
+        action="store_true",
+        help="stay and show progress bars until the batch ends; the exit code is 1 unless "
+        "it ended done",
+    )
     submit.set_defaults(handler=cmd_batch_submit)
-    watch = batch_sub.add_parser("watch", help="progress bars per run status, cost, ETA")
-    watch.add_argument("batch_id")
+    watch = batch_sub.add_parser(
+        "watch",
+        help="progress bars per run status, the cost so far and an ETA, until it ends",
+        description="Shows the batch's runs by status, its steps done, its cost so far and "
+        "an ETA until the batch ends. Exit code 1 unless it ended done.",
+    )
+    watch.add_argument("batch_id", metavar="BATCH_ID",
+                       help="the id docpipe batch submit printed")  # fmt: skip
     watch.set_defaults(handler=cmd_batch_watch)
-    cancel = batch_sub.add_parser("cancel", help="stop every step that has not started")
-    cancel.add_argument("batch_id")
+    cancel = batch_sub.add_parser(
+        "cancel",
+        help="stop a batch: no step that has not started will run",
+        description="Cancels the batch: steps running now finish, no other step starts, and "
+        "what finished stays readable. A batch that has ended already is a conflict (409).",
+    )
+    cancel.add_argument("batch_id", metavar="BATCH_ID",
+                        help="the id docpipe batch submit printed")  # fmt: skip
     cancel.set_defaults(handler=cmd_batch_cancel)
     for parser in (submit, watch, cancel):
         add_api_flags(parser)
@@ -47,8 +91,8 @@ def _batch_files(paths: Sequence[str]) -> list[Path]:
 def cmd_batch_submit(args: argparse.Namespace) -> int:
     files = _batch_files(args.paths)
     if not files:
-        console.print("[red]no .txt files to submit[/red]")
-        return 2
+        console.print(f"[red]no .txt files in {' '.join(args.paths)}[/red]")
+        return ExitCode.USAGE
     documents = [{"id": f.stem, "text": f.read_text(encoding="utf-8")} for f in files]
     options: dict[str, Any] = {"pipeline": args.pipeline}
     if args.budget_usd:
@@ -110,4 +154,4 @@ def _watch_batch(client: DocpipeClient, batch_id: str) -> int:
             time.sleep(0.5)
     console.print(f"batch {batch_id} {status['status']}: {status['runs_by_status']}, "
                   f"${status['cost_so_far_usd']:.6f}")  # fmt: skip
-    return 0 if status["status"] == "done" else 1
+    return ExitCode.OK if status["status"] == "done" else ExitCode.NOT_DONE

@@ -4,6 +4,10 @@ A 429 (this key's requests per minute) is waited out, as its Retry-After says, a
 503 of a read (the database or Redis briefly away); a few times at most, each wait capped,
 then the error is the caller's. Nothing else is retried: a write that failed otherwise may
 have been done.
+
+Errors are two, and httpx's never pass this module: :class:`ApiError` is the API's answer
+(status and its ``detail``), :class:`ApiUnreachable` no answer at all (refused, unknown
+host, timed out), naming the URL tried.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import httpx
 
 from docpipe.backoff import retry_delay
 
-__all__ = ["DEFAULT_PIPELINE", "MAX_RUN_IDS", "ApiError", "DocpipeClient"]
+__all__ = ["DEFAULT_PIPELINE", "MAX_RUN_IDS", "ApiError", "ApiUnreachable", "DocpipeClient"]
 
 DEFAULT_PIPELINE = "document_extract:v1"
 MAX_RUN_IDS = 100  # per GET /runs?ids=...
@@ -30,10 +34,24 @@ _BACKOFF_BASE_S = 0.5
 
 
 class ApiError(RuntimeError):
-    def __init__(self, status: int, detail: str) -> None:
+    """The API answered with an error: its status, its ``detail`` as one line of text, and
+    how many times the request was sent (more than once only for a 429 or a read's 503)."""
+
+    def __init__(self, status: int, detail: str, attempts: int = 1) -> None:
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        self.attempts = attempts
+
+
+class ApiUnreachable(RuntimeError):
+    """No answer from the API at ``url``: ``reason`` says why (refused, unknown host,
+    timed out)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach {url}: {reason}")
+        self.url = url
+        self.reason = reason
 
 
 class DocpipeClient:
@@ -51,6 +69,7 @@ class DocpipeClient:
             base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
         )
         self._sleep = sleep
+        self.base_url = base_url
 
     def close(self) -> None:
         self._http.close()
@@ -63,7 +82,7 @@ class DocpipeClient:
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         for attempt in range(1, MAX_RETRIES + 2):
-            response = self._http.request(method, path, **kwargs)
+            response = self._send(method, path, **kwargs)
             retriable = response.status_code == 429 or (
                 response.status_code == 503 and method == "GET"
             )
@@ -71,12 +90,16 @@ class DocpipeClient:
                 break
             self._sleep(_wait_s(response, attempt))
         if response.status_code >= 400:
-            try:
-                detail = str(response.json().get("detail"))
-            except ValueError:
-                detail = response.text[:500]
-            raise ApiError(response.status_code, detail)
+            raise ApiError(response.status_code, _detail(response), attempt)
         return response.json()
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise ApiUnreachable(self.base_url, "no answer in time") from exc
+        except httpx.TransportError as exc:
+            raise ApiUnreachable(self.base_url, _reason(exc)) from exc
 
     def put_document(self, document_id: str, text: str) -> dict[str, Any]:
         return dict(
@@ -173,6 +196,36 @@ class DocpipeClient:
 
     def webhook_secret(self) -> dict[str, Any]:
         return dict(self._call("GET", "/webhook-secret"))
+
+
+def _detail(response: httpx.Response) -> str:
+    """The API's ``detail`` as one line: a string as it is, a validation error's list as
+    ``where: what`` pairs; a body that is not docpipe's JSON, its first 300 characters."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        parts = []
+        for error in detail:
+            if isinstance(error, dict):
+                where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+                parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+            else:
+                parts.append(str(error))
+        detail = "; ".join(parts)
+    text = str(detail) if detail is not None else (response.text[:300] or response.reason_phrase)
+    return " ".join(text.split())
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    """Why a connection failed, in a few words (httpx's message without the errno)."""
+    text = str(exc) or type(exc).__name__
+    if "refused" in text.lower():
+        return "connection refused"
+    if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():
+        return "unknown host"
+    return " ".join(text.split())[:200]
 
 
 def _wait_s(response: httpx.Response, attempt: int) -> float:
