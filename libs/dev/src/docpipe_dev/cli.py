@@ -14,7 +14,7 @@ from docpipe.cli.common import console
 from docpipe.cli.runs import submit_files, watch_runs
 
 if TYPE_CHECKING:
-    from docpipe_dev.stack import StackOptions
+    from docpipe_dev.stack import LocalStack, StackOptions
 
 __all__ = ["register"]
 
@@ -132,12 +132,27 @@ def _stack_options(args: argparse.Namespace) -> StackOptions:
     )
 
 
+def _start(stack: LocalStack, what: str) -> None:
+    """Start ``stack``; a process that will not start ends the command with one line: the
+    process, the last line its log has (the error, usually), and where the log is."""
+    try:
+        with console.status(what):
+            stack.up()
+    except RuntimeError as exc:
+        name, _, log = str(exc).partition("\n")
+        lines = [line.strip() for line in log.splitlines() if line.strip()]
+        last = next(
+            (line for line in reversed(lines) if "Error" in line), lines[-1] if lines else ""
+        )
+        logs = Path(stack.options.state_dir) / "logs"
+        raise SystemExit(f"error: {name.rstrip(':')}: {last} (logs in {logs})") from None
+
+
 def cmd_stack_up(args: argparse.Namespace) -> int:
     from docpipe_dev.stack import LocalStack
 
     stack = LocalStack(_stack_options(args))
-    with console.status("starting PostgreSQL, Redis, the fake provider, API, workers, beat"):
-        stack.up()
+    _start(stack, "starting PostgreSQL, Redis, the fake provider, API, workers, beat")
     console.print(f"docpipe is up: API {stack.api_url} (OpenAPI at {stack.api_url}/docs)")
     if stack.api_key:
         console.print(f"  API key (tenant 'default', revoked on exit): {stack.api_key}")
@@ -168,10 +183,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from docpipe_dev.stack import LocalStack
 
     stack = LocalStack(_stack_options(args))
-    with console.status(
-        "starting the local stack (PostgreSQL, Redis, fake provider, API, workers, beat)"
-    ):
-        stack.up()
+    _start(stack, "starting the local stack (PostgreSQL, Redis, fake provider, API, workers, beat)")
     try:
         folder = Path(args.state_dir) / "samples"
         contracts = write_samples(folder, args.count, with_dummy=True)

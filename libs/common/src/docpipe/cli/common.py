@@ -15,8 +15,8 @@ __all__ = ["DEFAULT_API_URL", "add_api_flags", "api_client", "console"]
 DEFAULT_API_URL = "http://127.0.0.1:8000"  # where `docpipe stack up` serves it
 
 # A pipe or CI log gets a fixed width instead of rich's 80 columns (the results table's
-# notes fit on one line).
-console = Console(width=None if sys.stdout.isatty() else 160)
+# notes fit on one line), unless COLUMNS says otherwise.
+console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160))
 
 
 def add_api_flags(parser: argparse.ArgumentParser) -> None:
