@@ -33,6 +33,12 @@ def test_docpipe_version_prints_it() -> None:
     assert done.stdout == f"docpipe {VERSION}\n"
 
 
+def test_the_openapi_document_states_it() -> None:
+    from docpipe_api.main import create_app
+
+    assert create_app().openapi()["info"]["version"] == VERSION
+
+
 def test_the_charts_app_version_is_it() -> None:
     chart = yaml.safe_load((ROOT / "charts/docpipe/Chart.yaml").read_text())
     assert chart["appVersion"] == VERSION, "set appVersion in charts/docpipe/Chart.yaml"
