@@ -78,7 +78,9 @@ def test_submit_watch_and_status_over_the_api(
     # The dummy document fails on purpose (empty), so the command reports a failure ...
     assert submitted.returncode == 1, submitted.stderr
     assert "docpipe results" in submitted.stdout
-    assert "the document is empty" in submitted.stdout
+    # The dummy's row: failed, its note (wrapped at words in the table's last column).
+    dummy = next(line for line in submitted.stdout.splitlines() if "│ 00-dummy-empty" in line)
+    assert "│ failed" in dummy and "the document" in dummy, dummy
     # ... and every contract is done.
     assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 2
     run_id = str(scalar(db, "SELECT id FROM pipeline_run WHERE status = 'done' LIMIT 1"))

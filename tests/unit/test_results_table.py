@@ -5,7 +5,7 @@ from typing import Any
 
 from rich.console import Console
 
-from docpipe.cli.results import evidence_count, readable, results_table, run_results
+from docpipe.cli.results import evidence_count, readable, results_table, run_results, values_table
 
 
 def status(pipeline: str, values: list[dict[str, Any]] | None,
@@ -92,3 +92,20 @@ def test_a_runs_results_wrap_long_text_at_word_boundaries() -> None:
     # Every word whole, in order: lines end at word boundaries.
     assert " ".join(summary) == VERDICT["summary"]
     assert "…" not in "\n".join(lines) and "[{" not in "\n".join(lines)
+
+
+def test_values_and_their_quotes_fit_the_terminal_and_wrap_at_words() -> None:
+    quote = ("Client may terminate this Agreement without cause on 45 days' written notice "
+             "to Consultant.")  # fmt: skip
+    values = [{"field": "termination_notice_days", "value": 45, "quote": quote, "page": 2,
+               "section": "4", "section_title": "Term and Termination", "supported": True},
+              {"field": "liability_cap", "value": {"amount": 1000000, "currency": "USD"},
+               "quote": "not in any clause", "page": None, "section": None,
+               "supported": False}]  # fmt: skip
+    for width in (90, 100, 160):
+        lines = rendered(values_table(values, width), width=width)
+        assert max(len(line) for line in lines) <= width
+        cells = [line.split("│")[5].strip() for line in lines if line.count("│") == 6]
+        text = " ".join(c for c in cells if c)
+        assert quote in text, width  # whole words, in order, across its lines
+        assert "not in the document: not in any clause" in text

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from docpipe.cli.client import DocpipeClient
 from docpipe.cli.common import console
-from docpipe.cli.runs import submit_files, watch_runs
+from docpipe.cli.runs import document_id_of, submit_files, watch_runs
 
 if TYPE_CHECKING:
     from docpipe_dev.stack import LocalStack, StackOptions
@@ -197,6 +197,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "(the empty document shows a permanent failure)"
         )
         with DocpipeClient(stack.api_url, api_key=stack.api_key) as client:
+            # A PDF, Word file or scan made again differs in its bytes (dates, noise), and a
+            # document's content never changes: the last demo's documents go first.
+            for path in contracts + ndas:
+                client.delete_document(document_id_of(path))
             started = submit_files(client, contracts, "interactive")
             started += submit_files(client, ndas, "interactive", "nda_review:v1")
             final = watch_runs(client, started)

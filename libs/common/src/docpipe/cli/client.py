@@ -91,7 +91,7 @@ class DocpipeClient:
             self._sleep(_wait_s(response, attempt))
         if response.status_code >= 400:
             raise ApiError(response.status_code, _detail(response), attempt)
-        return response.json()
+        return response.json() if response.content else None
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -121,6 +121,16 @@ class DocpipeClient:
                 headers={"Content-Type": "application/octet-stream"},
             )
         )
+
+    def delete_document(self, document_id: str) -> bool:
+        """Delete a document and the ended runs on it; False when there was none."""
+        try:
+            self._call("DELETE", f"/documents/{document_id}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def extract(
         self, document_id: str, *, idempotency_key: str | None = None, **options: Any

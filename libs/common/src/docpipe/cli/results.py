@@ -77,13 +77,16 @@ def run_results(run: dict[str, Any]) -> RenderableType:
     return Group(*parts, "")
 
 
-def values_table(values: Sequence[dict[str, Any]]) -> Table:
+def values_table(values: Sequence[dict[str, Any]], width: int | None = None) -> Table:
+    """Each value with its evidence; ``width`` (the console's, by default) is shared so
+    that the quote, the longest, keeps the most room, and every column wraps at words."""
+    room = (width or console.width) - max(len(v["field"]) for v in values) - 4 - 16
     table = Table(title="values and their evidence", title_justify="left", show_lines=True)
-    table.add_column("field", overflow="fold")
-    table.add_column("value", overflow="fold", max_width=40)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold", width=min(30, max(12, room * 3 // 10)))
     table.add_column("page", justify="right")
-    table.add_column("section", overflow="fold", max_width=24)
-    table.add_column("evidence", overflow="fold", ratio=1)
+    table.add_column("section", overflow="fold", width=min(22, max(11, room // 5)))
+    table.add_column("evidence", overflow="fold")
     for v in values:
         section = " ".join(str(s) for s in (v.get("section"), v.get("section_title")) if s)
         quote = Text(v.get("quote") or "")
@@ -98,8 +101,8 @@ def output_table(step: str, output: Any) -> Table:
     """A step's output, one row per key, each value :func:`readable`."""
     table = Table(title=f"{step} (the last step's output)", title_justify="left",
                   show_lines=True)  # fmt: skip
-    table.add_column("key", overflow="fold")
-    table.add_column("value", overflow="fold", ratio=1)
+    table.add_column("key", overflow="fold", no_wrap=True)
+    table.add_column("value", overflow="fold")
     items = output.items() if isinstance(output, dict) else [("", output)]
     for key, value in items:
         table.add_row(str(key), readable(value))
@@ -139,11 +142,15 @@ def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
     table = Table(title="docpipe results")
     columns = ("document", "format", "pipeline", "status", "found", "evidence", "tokens",
                "cost USD", "attempts", "note")  # fmt: skip
+    # A document's id is one word: as wide as the longest (up to a limit), so that the
+    # columns of words (found, note) wrap instead.
+    longest = max((len(doc) for doc, _ in rows), default=8)
     for column in columns:
         table.add_column(
             column,
             justify="right" if column in ("tokens", "cost USD") else "left",
             overflow="fold",
+            min_width=min(longest, 48) if column == "document" else None,
         )
     total_cost = 0.0
     for doc, status in rows:

@@ -17,7 +17,7 @@ from docpipe.cli.failures import ExitCode
 from docpipe.cli.results import results_table
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
-__all__ = ["register", "submit_files", "watch_runs"]
+__all__ = ["document_id_of", "register", "submit_files", "watch_runs"]
 
 POLL_INTERVAL_S = 1.0  # one request per poll for every run watched
 
@@ -79,6 +79,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 _FILE_SUFFIXES = (".pdf", ".docx")
 
 
+def document_id_of(path: Path) -> str:
+    """The document a file is stored as: a text file by its stem ("contract.txt":
+    "contract"), a PDF or Word file with its suffix, so that the same contract as text, PDF
+    and DOCX makes three documents."""
+    return path.name if path.suffix.lower() in _FILE_SUFFIXES else path.stem
+
+
 def submit_files(
     client: DocpipeClient, files: Sequence[Path], lane: str, pipeline: str = DEFAULT_PIPELINE
 ) -> list[tuple[str, str]]:
@@ -86,13 +93,10 @@ def submit_files(
     (document, run_id)."""
     started = []
     for path in files:
-        # A text file is named by its stem ("contract.txt": "contract"); a PDF or Word file
-        # keeps its suffix, so the same contract as text, PDF and DOCX makes three documents.
+        doc_id = document_id_of(path)
         if path.suffix.lower() in _FILE_SUFFIXES:
-            doc_id = path.name
             client.put_file(doc_id, path.read_bytes())
         else:
-            doc_id = path.stem
             client.put_document(doc_id, path.read_text(encoding="utf-8"))
         key = f"cli:{doc_id}:{lane}:{pipeline}"
         run = client.extract(doc_id, idempotency_key=key, lane=lane, pipeline=pipeline)
