@@ -51,6 +51,7 @@ def _usage(parser: argparse.ArgumentParser) -> str:
 
 def _name(action: argparse.Action) -> str:
     if action.option_strings:
-        value = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+        choices = "{" + ",".join(str(c) for c in action.choices) + "}" if action.choices else ""
+        value = "" if action.nargs == 0 else f" {action.metavar or choices or action.dest.upper()}"
         return ", ".join(action.option_strings) + value
     return str(action.metavar or action.dest)

@@ -12,8 +12,11 @@ REPO = Path(__file__).resolve().parents[5]
 
 
 def cell(text: object) -> str:
-    """Text that stays in its table cell: pipes escaped, lines joined."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Text that stays in its table cell: pipes escaped, lines joined, and ``<`` outside
+    code spans escaped (``dp_<id>_<secret>`` is text, not an HTML tag)."""
+    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
+    parts[::2] = [part.replace("<", "&lt;") for part in parts[::2]]
+    return "`".join(parts)
 
 
 def code(text: object) -> str:
