@@ -37,7 +37,7 @@ lint: venv ## ruff, mypy (strict on the library), the import-linter contracts, j
 	$(WORKFLOW_LINT) $(WORKFLOWS)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .local/site
 
-docs: venv ## serve the docs site at http://127.0.0.1:8800, rebuilt on every change
+docs: venv ## serve the docs site at http://127.0.0.1:8800/en/latest/, rebuilt on every change
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8800
 
 fmt: venv
