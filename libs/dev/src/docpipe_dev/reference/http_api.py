@@ -5,6 +5,9 @@ settings serves it: its bounds and its pipelines."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -23,11 +26,23 @@ def openapi_document() -> dict[str, Any]:
     from docpipe_api.main import create_app
     from docpipe_api.openapi import describe_pipelines
 
-    settings = Settings()
-    app = create_app(settings)
-    describe_pipelines(app, load_catalog(settings))  # done in the lifespan when serving
-    document: dict[str, Any] = app.openapi()
+    with _default_environment():
+        settings = Settings()
+        app = create_app(settings)
+        describe_pipelines(app, load_catalog(settings))  # done in the lifespan when serving
+        document: dict[str, Any] = app.openapi()
     return document
+
+
+@contextmanager
+def _default_environment() -> Iterator[None]:
+    """No DOCPIPE_* variable of the machine building the site: the page shows docpipe's
+    defaults, not someone's deployment."""
+    saved = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith("DOCPIPE_")}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def page() -> str:
@@ -67,7 +82,7 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
     if body := op.get("requestBody"):
         parts.append(_body(body))
     rows = []
-    for status, answer in op.get("responses", {}).items():
+    for status, answer in sorted(op.get("responses", {}).items()):
         content: dict[str, Any] = answer.get("content", {})
         first: dict[str, Any] = next(iter(content.values()), {})
         schema = first.get("schema")
