@@ -137,6 +137,7 @@ OLD_README_SECTIONS = {
     "HTTP API": "reference/http-api.md",
     "Documents: formats, limits, OCR": "guides/documents.md",
     "Evidence": "concepts/evidence.md",
+    "Review": "guides/reviews.md",
     "Write your own pipeline": "guides/pipelines.md",
     "Upgrade notes": "guides/upgrading.md#010",
     "Configuration": "reference/settings.md",

@@ -22,6 +22,8 @@ from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key
 from docpipe_dev.localstack import free_port
 from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
+from tests import document_files as files
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 
@@ -303,36 +305,116 @@ def test_every_error_status_is_one_line_with_the_apis_detail_and_its_exit_code(
 
 
 def test_the_real_apis_refusals_are_one_line_with_its_detail(
-    db: Database, broker: object, tmp_path: Path, start_api: Callable[..., str]
+    db: Database, broker: object, start_api: Callable[..., str]
 ) -> None:
-    api = start_api(DOCPIPE_AUTH="keys", DOCPIPE_MAX_DOCUMENT_BYTES="100")
+    api = start_api(DOCPIPE_AUTH="keys")
     key = create_api_key(db, "acme").plaintext
-    small, large = tmp_path / "small.txt", tmp_path / "large.txt"
-    small.write_text("A short agreement between two parties.")
-    large.write_text("word " * 100)
 
     no_key = docpipe("pipelines", "list", "--api", api)
     assert no_key.returncode == 4
     assert one_line_error(no_key) == REFUSALS[401][1].replace(
-        "stand-in 401", "this route needs a tenant's API key: send 'Authorization: Bearer <key>'"
-    )
+        "stand-in 401", "this route needs a tenant's API key: send 'Authorization: Bearer <key>'")
     with_key = {"DOCPIPE_API_KEY": key, "DOCPIPE_API_URL": api}
     unknown_run = str(uuid.uuid4())
     missing = docpipe("status", unknown_run, env=with_key)
-    assert (missing.returncode, one_line_error(missing)) == (
-        4,
-        REFUSALS[404][1].replace("stand-in 404", f"run '{unknown_run}' does not exist"),
-    )
-    too_large = docpipe("submit", str(large), env=with_key)
-    assert (too_large.returncode, one_line_error(too_large)) == (
-        4,
-        REFUSALS[413][1].replace("stand-in 413", "the body is larger than the limit of 100 bytes"),
-    )
-    invalid = docpipe("submit", str(small), "--pipeline", "nosuch:v1", env=with_key)
-    assert (invalid.returncode, one_line_error(invalid)) == (
-        4,
-        REFUSALS[422][1].replace(
-            "pipeline: Input should be 'a:v1'",
-            "unknown pipeline 'nosuch:v1' (known: document_extract:v1, nda_review:v1)",
-        ),
-    )
+    assert (missing.returncode, one_line_error(missing)) == (4, REFUSALS[404][1].replace(
+        "stand-in 404", f"run '{unknown_run}' does not exist"))
+    invalid = docpipe("review", "list", "--limit", "0", env=with_key)
+    assert (invalid.returncode, one_line_error(invalid)) == (4, REFUSALS[422][1].replace(
+        "pipeline: Input should be 'a:v1'", "query.limit: Input should be greater than or equal to 1"))
+    # 409: test_batch_submit_watch_and_cancel; a file refused with 413 is one of the files a
+    # submit goes on past (test_submit_names_each_refused_file_goes_on_and_fails_in_the_end).
+
+def _mixed_files(folder: Path) -> dict[str, str]:
+    """Two good files and one of each refusal, by name: what the command must say of it."""
+    folder.mkdir()
+    contract = sample_contracts(1)[0]
+    (folder / "contract.txt").write_text(contract.text, encoding="utf-8")
+    (folder / "contract.pdf").write_bytes(files.contract_as("pdf", contract.text))
+    (folder / "scan.pdf").write_bytes(files.contract_as("scan", contract.text))
+    (folder / "photo.docx").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    (folder / "bomb.docx").write_bytes(files.docx_declaring_a_bomb())
+    (folder / "latin1.txt").write_bytes("Vertrag über Lieferungen".encode("latin-1"))
+    return {
+        "scan.pdf": "HTTP 413: the body is larger than the limit of 30000 bytes for a PDF "
+                    "(DOCPIPE_MAX_PDF_BYTES)",
+        "photo.docx": "HTTP 415: send a PDF or DOCX file",
+        "bomb.docx": "HTTP 422: the DOCX cannot be read: decompression_bomb",
+        "latin1.txt": "not UTF-8 text",
+    }  # fmt: skip
+
+
+def _assert_each_refusal_named(stderr: str, folder: Path, refusals: dict[str, str]) -> None:
+    assert "2 of 6 files submitted, 4 refused" in stderr, stderr
+    refused_lines = [line for line in stderr.splitlines() if line.startswith("refused ")]
+    assert len(refused_lines) == 4, stderr
+    for name, reason in refusals.items():
+        assert any(f"{folder / name}: {reason}" in line for line in refused_lines), (name, stderr)
+
+
+def test_submit_names_each_refused_file_goes_on_and_fails_in_the_end(
+    db: Database, tmp_path: Path, start_api: Callable[..., str]
+) -> None:
+    api = start_api(DOCPIPE_MAX_PDF_BYTES="30000")
+    refusals = _mixed_files(tmp_path / "mixed")
+    names = sorted((tmp_path / "mixed").iterdir())
+    submitted = docpipe("submit", *map(str, names), "--api", api)
+    assert submitted.returncode == 1, submitted.stdout + submitted.stderr
+    _assert_each_refusal_named(submitted.stderr, tmp_path / "mixed", refusals)
+    # stdout stays one line per run started, for scripts; the files after a refusal went on.
+    started = sorted(line.split()[1] for line in submitted.stdout.splitlines())
+    assert started == ["contract", "contract.pdf"]
+    assert scalar(db, "SELECT count(*) FROM pipeline_run") == 2
+    assert scalar(db, "SELECT count(*) FROM document") == 2
+
+
+def test_batch_submit_names_each_refused_file_and_submits_the_others(
+    db: Database, tmp_path: Path, start_api: Callable[..., str]
+) -> None:
+    api = start_api(DOCPIPE_MAX_PDF_BYTES="30000")
+    refusals = _mixed_files(tmp_path / "mixed")
+    submitted = docpipe("batch", "submit", str(tmp_path / "mixed"), "--api", api)
+    assert submitted.returncode == 1, submitted.stdout + submitted.stderr
+    _assert_each_refusal_named(submitted.stderr, tmp_path / "mixed", refusals)
+    assert "2 documents" in submitted.stdout
+    assert scalar(db, "SELECT count(*) FROM batch") == 1
+    with db.session() as s:
+        ids = sorted(r["document_id"] for r in s.conn.execute(
+            b"SELECT document_id FROM pipeline_run").fetchall())  # fmt: skip
+    assert ids == ["contract", "contract.pdf"]
+
+
+def test_review_list_show_and_decisions_from_the_command_line(
+    db: Database, broker: object, fake_llm: FakeLLM, tmp_path: Path,
+    start_api: Callable[..., str], start_worker: Callable[..., ManagedProcess],
+) -> None:  # fmt: skip
+    api = start_api()
+    start_worker()
+    fake_llm.add_fault("invented_quote", count=100, step="extract_fields")
+    samples = tmp_path / "samples"
+    assert docpipe("samples", str(samples), "--count", "2").returncode == 0
+    submitted = docpipe("submit", *sorted(map(str, samples.iterdir())), "--watch", "--api", api)
+    assert submitted.returncode == 1, submitted.stdout  # both wait for a person
+    waiting = scalar(db, "SELECT array_agg(id::text ORDER BY review_since, id) FROM pipeline_run "
+                     "WHERE status = 'needs_review'")  # fmt: skip
+    assert len(waiting) == 2
+    listed = docpipe("review", "list", "--reason", "rule", "--api", api)
+    assert listed.returncode == 0, listed.stderr
+    assert all(run_id in listed.stdout for run_id in waiting)
+    shown = docpipe("review", "show", waiting[0], "--api", api)
+    assert "waits at step extract_fields" in shown.stdout and "NOT in the document" in shown.stdout
+    fake_llm.reset()
+    edits = tmp_path / "edits.json"
+    edits.write_text('[{"path": "/fields/governing_law", "action": "correct", "value": "Ohio"}]')
+    approved = docpipe("review", "approve", waiting[0], "--edit", str(edits),
+                       "--set", "/fields/term_months=24", "--api", api)  # fmt: skip
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert "approve recorded" in approved.stdout
+    rejected = docpipe("review", "reject", waiting[1], "--reason", "a test", "--api", api)
+    assert rejected.returncode == 0 and "the run is failed" in rejected.stdout
+    stale = docpipe("review", "reject", waiting[1], "--reason", "again", "--revision", "1",
+                    "--api", api)  # fmt: skip
+    assert stale.returncode == 2 and "HTTP 409" in stale.stdout
+    diff = scalar(db, "SELECT diff FROM review_decision WHERE action = 'approve'")
+    assert {(d["path"], d["after"]) for d in diff} >= {("/fields/governing_law", "Ohio"),
+                                                       ("/fields/term_months", 24)}  # fmt: skip

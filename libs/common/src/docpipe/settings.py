@@ -203,14 +203,28 @@ class Settings(BaseSettings):
         ),
     )
 
+    # Uploads larger than their format's limit are refused with 413 naming it: text (and
+    # each text of a batch), PDF and DOCX. A file is read and stored in bounded chunks (the
+    # API holds a few MiB of it, whatever its size); PostgreSQL keeps its bytes.
     max_document_bytes: int = Field(
         default=1_000_000,
         ge=1,
+        description="larger text uploads, and larger texts in a batch, get 413 naming it",
+    )
+    max_pdf_bytes: int = Field(
+        default=50_000_000,
+        ge=1,
+        le=1_000_000_000,
         description=(
-            "larger uploads (text, PDF or DOCX) get 413; a PDF's or DOCX's bytes are kept in "
-            "PostgreSQL, so this bounds a document row too (raise it for scans: about 50-150 kB a "
-            "page)"
+            "larger PDF uploads get 413 naming it (a scan is about 50-150 kB a page); read and "
+            "stored in 1 MiB chunks, so the API's memory does not grow with it"
         ),
+    )
+    max_docx_bytes: int = Field(
+        default=50_000_000,
+        ge=1,
+        le=1_000_000_000,
+        description="larger DOCX uploads get 413 naming it; stored like a PDF",
     )
     max_document_pages: int = Field(
         default=500,
@@ -348,8 +362,9 @@ class Settings(BaseSettings):
     # A batch body is read as it arrives and refused (413) once it passes max_batch_bytes;
     # an API process holds at most max_batch_bodies_in_flight bodies at once (more: 503 with
     # Retry-After). A body costs at most ~3.5 times its size while it is read, parsed and
-    # stored (bench/api_memory.py), so the API needs ~95 MiB + bytes x bodies x 3.5: with
-    # the defaults ~310 MiB, under the chart's 512Mi (values.yaml, api.resources).
+    # stored (bench/api_memory.py), so the API needs ~95 MiB + bytes x bodies x 3.5 (with
+    # the defaults ~310 MiB) + ~6 MiB per file upload in flight, whatever the file's size:
+    # under the chart's 512Mi (values.yaml, api.resources).
     max_batch_documents: int = Field(
         default=10_000, ge=1, description="documents per `POST /batches` (more: 422)"
     )

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from docpipe.cli.client import DocpipeClient
 from docpipe.cli.common import console
-from docpipe.cli.runs import document_id_of, submit_files, watch_runs
+from docpipe.cli.runs import submit_files, watch_runs
+from docpipe.cli.uploads import document_id_of
 
 if TYPE_CHECKING:
     from docpipe_dev.stack import LocalStack, StackOptions
@@ -201,8 +202,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             # document's content never changes: the last demo's documents go first.
             for path in contracts + ndas:
                 client.delete_document(document_id_of(path))
-            started = submit_files(client, contracts, "interactive")
-            started += submit_files(client, ndas, "interactive", "nda_review:v1")
+            started = submit_files(client, contracts, "interactive").started
+            started += submit_files(client, ndas, "interactive", "nda_review:v1").started
             final = watch_runs(client, started)
     finally:
         with console.status("stopping the stack"):

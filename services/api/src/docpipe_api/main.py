@@ -25,7 +25,15 @@ from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
-from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
+from docpipe_api.routes import (
+    batches,
+    documents,
+    health,
+    pipelines,
+    reviews,
+    runs,
+    webhook_secrets,
+)
 from docpipe_api.streams import StreamSlots
 
 __all__ = ["app", "create_app"]
@@ -78,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (
         documents.router,
         runs.router,
+        reviews.router,
         batches.router,
         pipelines.router,
         webhook_secrets.router,

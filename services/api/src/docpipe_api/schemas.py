@@ -24,6 +24,7 @@ from pydantic import (
 from docpipe import __version__
 from docpipe.state.documents import DOCUMENT_ID
 from docpipe.statuses import DeliveryStatus, Lane, Priority
+from docpipe_api.review_schemas import Decision, ReviewState
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -258,6 +259,11 @@ class StepStatus(BaseModel):
     error: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    reviewed: Literal["approved", "reused"] | None = Field(
+        default=None,
+        description="approved: the output is a person's decision; reused: an "
+        "earlier run's approval of the same input, so no one was asked again",
+    )
 
 
 class EvidencedValue(BaseModel):
@@ -266,6 +272,8 @@ class EvidencedValue(BaseModel):
     model_config = ANSWER_MODEL
 
     field: str = Field(description="the field the value is for, e.g. liability_cap")
+    path: str | None = Field(default=None, description="JSON Pointer of the value in its "
+                             "step's output, where known")  # fmt: skip
     value: Any = Field(description="the value as read (for a list such as parties: the items "
                        "this quote supports)")  # fmt: skip
     quote: str = Field(description="the passage the model says it read the value from")
@@ -279,7 +287,8 @@ class EvidencedValue(BaseModel):
     supported: bool = Field(description="false: the quote was not found in the document "
                             "(whitespace, hyphenation and quotation marks aside); the value "
                             "is kept, flagged, and a pipeline with review_if: "
-                            "[unsupported_evidence] ends needs_review")  # fmt: skip
+                            "[unsupported_evidence] pauses for review")  # fmt: skip
+    corrected: bool = Field(default=False, description="a reviewer corrected the value")
 
 
 class RunStatus(BaseModel):
@@ -300,6 +309,14 @@ class RunStatus(BaseModel):
     created_at: datetime
     finished_at: datetime | None
     steps: list[StepStatus]
+    review: ReviewState | None = Field(
+        default=None,
+        description="while the run awaits a person (status needs_review): the "
+        "step, why, and the revision a decision names (POST /runs/{run_id}/review)",
+    )
+    decisions: list[Decision] = Field(
+        default_factory=list, description="the audit trail of its reviews, oldest first"
+    )
     webhook: WebhookStatus | None = None
     result: dict[str, Any] | None = Field(
         default=None, description="each step's output by step name, once the run is done"

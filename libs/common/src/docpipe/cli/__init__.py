@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from docpipe import __version__
-from docpipe.cli import batches, completion, database, pipelines, results, runs, webhooks
+from docpipe.cli import (
+    batches,
+    completion,
+    database,
+    pipelines,
+    results,
+    reviews,
+    runs,
+    webhooks,
+)
 from docpipe.cli.failures import ExitCode, explain
 from docpipe.cli.tree import commands
 
@@ -63,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="on a failure, show the traceback instead of one line")  # fmt: skip
     sub = parser.add_subparsers(title="commands", dest="command", required=True,
                                 metavar="COMMAND")  # fmt: skip
-    for group in (runs, results, batches, pipelines, webhooks, database, completion):
+    for group in (runs, results, batches, reviews, pipelines, webhooks, database, completion):
         group.register(sub)
     for plugin in entry_points(group="docpipe.cli"):
         plugin.load().register(sub)

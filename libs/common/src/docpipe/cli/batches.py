@@ -11,8 +11,9 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn
 
 from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
-from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.common import add_api_flags, api_client, console, errors
 from docpipe.cli.failures import ExitCode
+from docpipe.cli.uploads import FILE_SUFFIXES, print_summary, upload_files
 
 __all__ = ["register"]
 
@@ -28,12 +29,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     batch_sub = batch.add_subparsers(dest="batch_command", required=True, metavar="COMMAND")
     submit = batch_sub.add_parser(
         "submit",
-        help="send folders of .txt files (or text files) as one batch",
-        description="Sends every text file named, and every *.txt file of each folder, as "
-        "one batch; prints the batch's id and how many documents it holds.",
+        help="send files, or folders of .txt, .pdf and .docx files, as one batch",
+        description="Stores every file named, and every .txt, .pdf and .docx file of each "
+        "folder, as a document, then sends them as one batch; prints the batch's id and how "
+        "many documents it holds. A file the API refuses is named on stderr with the reason "
+        "and the others go on; the exit code is 1 if any was refused.",
     )
     submit.add_argument("paths", nargs="+", metavar="DIR|FILE",
-                        help="folders (their *.txt files) or text files")  # fmt: skip
+                        help="files, or folders (their .txt, .pdf and .docx files)")  # fmt: skip
     submit.add_argument(
         "--pipeline",
         default=DEFAULT_PIPELINE,
@@ -84,27 +87,38 @@ def _batch_files(paths: Sequence[str]) -> list[Path]:
     files: list[Path] = []
     for name in paths:
         path = Path(name)
-        files += sorted(path.glob("*.txt")) if path.is_dir() else [path]
+        files += sorted(p for p in path.iterdir() if p.suffix.lower() in _FOLDER_SUFFIXES
+                        ) if path.is_dir() else [path]  # fmt: skip
     return files
 
 
+# What a folder contributes: text, PDF and Word files.
+_FOLDER_SUFFIXES = (".txt", *FILE_SUFFIXES)
+
+
 def cmd_batch_submit(args: argparse.Namespace) -> int:
+    """Each file stored as a document first (a refused one is named, the others go on),
+    then one batch of the stored ones."""
     files = _batch_files(args.paths)
     if not files:
-        console.print(f"[red]no .txt files in {' '.join(args.paths)}[/red]")
+        errors.print(f"no .txt, .pdf or .docx files in {' '.join(args.paths)}", highlight=False)
         return ExitCode.USAGE
-    documents = [{"id": f.stem, "text": f.read_text(encoding="utf-8")} for f in files]
     options: dict[str, Any] = {"pipeline": args.pipeline}
     if args.budget_usd:
         options["budget_usd"] = args.budget_usd
     if args.callback_url:
         options["callback_url"] = args.callback_url
     with api_client(args, timeout_s=300) as client:
+        uploads = upload_files(client, files)
+        if not uploads.stored:
+            print_summary(len(files), 0, uploads.refused)
+            return ExitCode.NOT_DONE
+        documents = [{"id": doc_id} for _, doc_id in uploads.stored]
         accepted = client.submit_batch(documents, **options)
         console.print(f"batch {accepted['batch_id']}: {accepted['runs_total']} documents")
-        if args.watch:
-            return _watch_batch(client, accepted["batch_id"])
-    return 0
+        done = _watch_batch(client, accepted["batch_id"]) == 0 if args.watch else True
+    print_summary(len(files), len(uploads.stored), uploads.refused)
+    return ExitCode.OK if done and not uploads.refused else ExitCode.NOT_DONE
 
 
 def cmd_batch_watch(args: argparse.Namespace) -> int:

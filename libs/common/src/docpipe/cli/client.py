@@ -166,6 +166,18 @@ class DocpipeClient:
         params = {"from_step": from_step} if from_step else {}
         return dict(self._call("POST", f"/runs/{run_id}/retry", params=params))
 
+    def reviews(self, **filters: str | None) -> dict[str, Any]:
+        """A page of the runs awaiting review, oldest first (``cursor`` for the next)."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        return dict(self._call("GET", "/reviews", params=params))
+
+    def review(self, run_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/reviews/{run_id}"))
+
+    def decide(self, run_id: str, decision: dict[str, Any]) -> dict[str, Any]:
+        """Post a review decision (it names the revision it was made on)."""
+        return dict(self._call("POST", f"/runs/{run_id}/review", json=decision))
+
     def submit_batch(
         self,
         documents: list[dict[str, str]],

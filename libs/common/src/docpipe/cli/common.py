@@ -10,13 +10,16 @@ from rich.console import Console
 
 from docpipe.cli.client import DocpipeClient
 
-__all__ = ["DEFAULT_API_URL", "add_api_flags", "api_client", "console"]
+__all__ = ["DEFAULT_API_URL", "add_api_flags", "api_client", "console", "errors"]
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"  # where `docpipe stack up` serves it
 
 # A pipe or CI log gets a fixed width instead of rich's 80 columns (the results table's
 # notes fit on one line), unless COLUMNS says otherwise.
 console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160))
+# What went wrong, apart from what a command prints for scripts to read (run ids, tables);
+# a line each, never wrapped, so a file's name and its reason stay together for grep.
+errors = Console(stderr=True, soft_wrap=True)
 
 
 def add_api_flags(parser: argparse.ArgumentParser) -> None:

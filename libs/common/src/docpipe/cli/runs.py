@@ -6,6 +6,8 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,10 @@ from docpipe.cli.client import DEFAULT_PIPELINE, ApiError, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
 from docpipe.cli.failures import ExitCode
 from docpipe.cli.results import results_table
+from docpipe.cli.uploads import Refusal, attempt, print_summary, upload_files
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
-__all__ = ["document_id_of", "register", "submit_files", "watch_runs"]
+__all__ = ["Submitted", "register", "submit_files", "watch_runs"]
 
 POLL_INTERVAL_S = 1.0  # one request per poll for every run watched
 
@@ -75,43 +78,41 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         add_api_flags(parser)
 
 
-# Sent as files (the API reads their format from their bytes); anything else as UTF-8 text.
-_FILE_SUFFIXES = (".pdf", ".docx")
+@dataclass
+class Submitted:
+    """The runs started, (document, run id), and the files refused on the way."""
 
-
-def document_id_of(path: Path) -> str:
-    """The document a file is stored as: a text file by its stem ("contract.txt":
-    "contract"), a PDF or Word file with its suffix, so that the same contract as text, PDF
-    and DOCX makes three documents."""
-    return path.name if path.suffix.lower() in _FILE_SUFFIXES else path.stem
+    started: list[tuple[str, str]] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
 
 
 def submit_files(
     client: DocpipeClient, files: Sequence[Path], lane: str, pipeline: str = DEFAULT_PIPELINE
-) -> list[tuple[str, str]]:
-    """Upload each file as a document named after it and start a run of ``pipeline``;
-    (document, run_id)."""
-    started = []
-    for path in files:
-        doc_id = document_id_of(path)
-        if path.suffix.lower() in _FILE_SUFFIXES:
-            client.put_file(doc_id, path.read_bytes())
-        else:
-            client.put_document(doc_id, path.read_text(encoding="utf-8"))
-        key = f"cli:{doc_id}:{lane}:{pipeline}"
-        run = client.extract(doc_id, idempotency_key=key, lane=lane, pipeline=pipeline)
-        started.append((doc_id, run["run_id"]))
-    return started
+) -> Submitted:
+    """Upload each file as a document (docpipe.cli.uploads names them) and start a run of
+    ``pipeline``; a file refused at either request is named and the others go on."""
+    uploads = upload_files(client, files)
+    submitted = Submitted(refused=uploads.refused)
+    for path, doc_id in uploads.stored:
+        start = partial(client.extract, doc_id, idempotency_key=f"cli:{doc_id}:{lane}:{pipeline}",
+                        lane=lane, pipeline=pipeline)  # fmt: skip
+        run = attempt(uploads, path, start)
+        if run is not None:
+            submitted.started.append((doc_id, run["run_id"]))
+    return submitted
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    files = [Path(f) for f in args.files]
     with api_client(args) as client:
-        started = submit_files(client, [Path(f) for f in args.files], args.lane, args.pipeline)
-        for doc_id, run_id in started:
+        submitted = submit_files(client, files, args.lane, args.pipeline)
+        for doc_id, run_id in submitted.started:
             console.print(f"{run_id}  {doc_id}")
-        if args.watch:
-            return _all_done(watch_runs(client, started))
-    return 0
+        all_done = True
+        if args.watch and submitted.started:
+            all_done = _all_done(watch_runs(client, submitted.started)) == 0
+    print_summary(len(files), len(submitted.started), submitted.refused)
+    return ExitCode.OK if all_done and not submitted.refused else ExitCode.NOT_DONE
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

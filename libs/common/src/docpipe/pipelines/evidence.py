@@ -28,6 +28,7 @@ __all__ = [
     "locate_quote",
     "normalised",
     "page_of",
+    "quoted_values",
     "section_of",
     "unsupported_values",
 ]
@@ -55,11 +56,14 @@ _WORD = re.compile(r"\w")
 # One value with its evidence, as a step records it in the ``evidence`` list of its output
 # and GET /runs/{id} shows it: offsets into the document text (``end`` exclusive), the
 # 1-based page and the section holding ``start``; all null when the quote is not found.
+# ``path``, where known, is the JSON Pointer of the value in the step's output (a reviewer's
+# correction of that value is carried into the record).
 EVIDENCE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["field", "value", "quote", "start", "end", "page", "section", "supported"],
     "properties": {
         "field": {"type": "string"},
+        "path": {"type": "string"},
         "value": {},
         "quote": {"type": "string", "maxLength": MAX_QUOTE_CHARS},
         "start": {"type": ["integer", "null"], "minimum": 0},
@@ -205,6 +209,38 @@ def evidence_records(outputs: Mapping[str, Any]) -> list[dict[str, Any]]:
         for item in output["evidence"]
         if _RECORD.is_valid(item)
     ]
+
+
+def quoted_values(
+    answer: Mapping[str, Any],
+    prop: str,
+    *,
+    document: str,
+    page_starts: Sequence[int],
+    sections: Sequence[Mapping[str, Any]] = (),
+    prefix: str = "",
+) -> list[dict[str, Any]]:
+    """Evidence records of the ``{"value", "quote"}`` objects an answer holds under
+    ``prop``: a mapping of names to such objects, or a list of them. ``prefix`` is the
+    answer's own place in the step's output (a map step's ``items/3``)."""
+    held = answer.get(prop)
+    if isinstance(held, Mapping):
+        entries = [(str(k), v) for k, v in held.items()]
+    elif isinstance(held, list):
+        entries = [(str(i), v) for i, v in enumerate(held)]
+    else:
+        return []
+    at = f"{prefix}/{prop}" if prefix else f"/{prop}"
+    records = []
+    for key, quoted in entries:
+        if not isinstance(quoted, Mapping) or not isinstance(quoted.get("quote"), str):
+            continue
+        where = evidence_for(document, quoted["quote"], page_starts=page_starts,
+                             sections=sections)  # fmt: skip
+        name = ".".join(p for p in (*at.strip("/").split("/"), key) if p)
+        records.append({"field": name, "path": f"{at}/{key}/value",
+                        "value": quoted.get("value"), **where})  # fmt: skip
+    return records
 
 
 def unsupported_values(outputs: Mapping[str, Any]) -> list[str]:
