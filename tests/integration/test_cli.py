@@ -313,17 +313,24 @@ def test_the_real_apis_refusals_are_one_line_with_its_detail(
     no_key = docpipe("pipelines", "list", "--api", api)
     assert no_key.returncode == 4
     assert one_line_error(no_key) == REFUSALS[401][1].replace(
-        "stand-in 401", "this route needs a tenant's API key: send 'Authorization: Bearer <key>'")
+        "stand-in 401", "this route needs a tenant's API key: send 'Authorization: Bearer <key>'"
+    )
     with_key = {"DOCPIPE_API_KEY": key, "DOCPIPE_API_URL": api}
     unknown_run = str(uuid.uuid4())
     missing = docpipe("status", unknown_run, env=with_key)
-    assert (missing.returncode, one_line_error(missing)) == (4, REFUSALS[404][1].replace(
-        "stand-in 404", f"run '{unknown_run}' does not exist"))
+    assert (missing.returncode, one_line_error(missing)) == (
+        4,
+        REFUSALS[404][1].replace("stand-in 404", f"run '{unknown_run}' does not exist"),
+    )
     invalid = docpipe("review", "list", "--limit", "0", env=with_key)
-    assert (invalid.returncode, one_line_error(invalid)) == (4, REFUSALS[422][1].replace(
-        "pipeline: Input should be 'a:v1'", "query.limit: Input should be greater than or equal to 1"))
+    limit = "query.limit: Input should be greater than or equal to 1"
+    assert (invalid.returncode, one_line_error(invalid)) == (
+        4,
+        REFUSALS[422][1].replace("pipeline: Input should be 'a:v1'", limit),
+    )
     # 409: test_batch_submit_watch_and_cancel; a file refused with 413 is one of the files a
     # submit goes on past (test_submit_names_each_refused_file_goes_on_and_fails_in_the_end).
+
 
 def _mixed_files(folder: Path) -> dict[str, str]:
     """Two good files and one of each refusal, by name: what the command must say of it."""
@@ -414,7 +421,11 @@ def test_review_list_show_and_decisions_from_the_command_line(
     assert rejected.returncode == 0 and "the run is failed" in rejected.stdout
     stale = docpipe("review", "reject", waiting[1], "--reason", "again", "--revision", "1",
                     "--api", api)  # fmt: skip
-    assert stale.returncode == 2 and "HTTP 409" in stale.stdout
+    assert stale.returncode == 4
+    assert one_line_error(stale).startswith(
+        f"error: it conflicts with what is stored (409): run {waiting[1]}'s review is at "
+        "revision 2, not 1: anonymous decided reject at "
+    )
     diff = scalar(db, "SELECT diff FROM review_decision WHERE action = 'approve'")
     assert {(d["path"], d["after"]) for d in diff} >= {("/fields/governing_law", "Ohio"),
                                                        ("/fields/term_months", 24)}  # fmt: skip

@@ -43,7 +43,7 @@ def test_bash_completes_commands_subcommands_options_and_choices(bash_script: st
     assert {"submit", "results", "batch", "completion", "stack"} <= set(
         complete_in_bash(bash_script, "docpipe", "''")
     )
-    assert complete_in_bash(bash_script, "docpipe", "re") == ["results"]
+    assert complete_in_bash(bash_script, "docpipe", "re") == ["results", "review"]
     assert complete_in_bash(bash_script, "docpipe", "batch", "''") == ["submit", "watch", "cancel"]
     assert set(complete_in_bash(bash_script, "docpipe", "submit", "--")) >= {
         "--lane", "--pipeline", "--watch", "--api", "--api-key", "--debug",
