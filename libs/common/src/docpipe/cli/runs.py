@@ -31,8 +31,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="upload documents and start a run of a pipeline on each",
         description="Uploads each FILE as a document named after it (a .pdf or .docx as a "
         "file, anything else as UTF-8 text) and starts a run of the pipeline on it. Prints "
-        "one line per file: the run's id and the document. Submitting the same file again "
-        "gives the same run.",
+        "one line per run on stdout: its id and the document. Submitting the same file "
+        "again gives the same run. A file the API refuses (too large, not a PDF or DOCX, "
+        "unreadable) is named on stderr with the reason and the others go on; a summary "
+        "ends the command, and the exit code is 1 if any file was refused.",
     )
     submit.add_argument("files", nargs="+", metavar="FILE",
                         help="documents: PDF, Word (.docx) or text files")  # fmt: skip
