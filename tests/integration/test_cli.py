@@ -461,4 +461,7 @@ def test_batch_results_download_resumes_after_the_connection_drops(
     filtered = docpipe("batch", "results", batch_id, "--status", "pending", "--api", api)
     assert len(filtered.stdout.splitlines()) == 300, "to standard output"
     refused = docpipe("batch", "results", batch_id, "--status", "finished", "--api", api)
-    assert refused.returncode == 2 and "422" in refused.stdout
+    assert refused.returncode == 4, refused.stderr
+    assert refused.stderr.startswith(
+        "error: the API refused the request as invalid (422): status: 'finished' is neither"
+    )
