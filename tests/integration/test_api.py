@@ -25,6 +25,7 @@ import redis
 from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
+import docpipe
 from docpipe.broker.transport import CeleryPublisher
 from docpipe.broker.transport import app as celery_app
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
@@ -669,7 +670,7 @@ def test_the_event_stream_reports_progress_until_the_run_ends(
 
 
 def test_health_and_readiness(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/healthz").json() == {"status": "ok", "version": docpipe.__version__}
     ready = client.get("/readyz")
     assert ready.status_code == 200
     # Redis is not asked: see test_outages.py for readiness while it is down.

@@ -103,7 +103,7 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- range $i, $inner := initial $chain }}
 {{- $outer := index $chain (add1 $i) }}
 {{- if not (lt (float64 (index $inner 1)) (float64 (index $outer 1))) }}
-{{- fail (printf "incoherent time limits: %s=%v must be below %s=%v (rule: llm timeout < task soft limit < task hard limit < broker visibility timeout; see the README, \"The time-limit rule\")" (index $inner 0) (index $inner 1) (index $outer 0) (index $outer 1)) }}
+{{- fail (printf "incoherent time limits: %s=%v must be below %s=%v (rule: llm timeout < task soft limit < task hard limit < broker visibility timeout; see docs/reference/settings.md, \"The time-limit rule\")" (index $inner 0) (index $inner 1) (index $outer 0) (index $outer 1)) }}
 {{- end }}
 {{- end }}
 {{- if not (lt (addf .soft $c.llmTimeoutSeconds) (float64 .hard)) }}

@@ -175,8 +175,8 @@ def limit_client_address(
     """429 once the client's address sent more than DOCPIPE_CLIENT_IP_RPM requests this
     minute. Runs before the API key is looked at, so guessing keys and floods without one
     are cut off before they reach PostgreSQL. The address is the peer's, or the one a
-    trusted proxy put in X-Forwarded-For (uvicorn's --forwarded-allow-ips: README,
-    "Security" > "Bounds")."""
+    trusted proxy put in X-Forwarded-For (uvicorn's --forwarded-allow-ips: docs,
+    operations/security.md, "Bounds")."""
     limit = resources.settings.client_ip_rpm
     if limit:
         address = request.client.host if request.client else "unknown"

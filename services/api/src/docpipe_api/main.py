@@ -15,6 +15,7 @@ import anyio
 import psycopg
 from fastapi import Depends, FastAPI
 
+from docpipe import __version__
 from docpipe.broker.transport import CeleryPublisher, redis_client
 from docpipe.observability import tracing
 from docpipe.pipelines.catalog import Catalog, load_catalog
@@ -79,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="docpipe",
-        version="0.1.0",
+        version=__version__,
         summary="Durable LLM extraction pipelines for contracts",
         lifespan=lifespan,
         # Operation ids are the route functions' names: stable, and what links name.

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from docpipe import __version__
 from docpipe.state.documents import DOCUMENT_ID
 from docpipe.statuses import DeliveryStatus, Lane, Priority
 from docpipe_api.review_schemas import Decision, ReviewState
@@ -554,6 +555,7 @@ class PipelineDetail(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
+    version: str = Field(default=__version__, description="docpipe's version (docpipe --version)")
 
 
 class Readiness(BaseModel):

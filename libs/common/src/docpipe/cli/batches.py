@@ -14,35 +14,87 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console, errors
+from docpipe.cli.failures import ExitCode
 from docpipe.cli.uploads import FILE_SUFFIXES, print_summary, upload_files
 
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    batch = sub.add_parser("batch", help="batches: submit, watch, cancel, results")
-    batch_sub = batch.add_subparsers(dest="batch_command", required=True)
-    submit = batch_sub.add_parser(
-        "submit", help="submit files, or folders of .txt, .pdf and .docx files, as one batch"
+    batch = sub.add_parser(
+        "batch",
+        help="many documents at once, through the batch lane: submit, watch, cancel, results",
+        description="A batch is many documents sent in one request. Its runs wait in the "
+        "database and are admitted a few at a time, each tenant getting its fair share of "
+        "the batch workers.",
     )
-    submit.add_argument("paths", nargs="+", metavar="DIR|FILE")
-    submit.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a key of docpipe pipelines")
-    submit.add_argument("--budget-usd", help="stop the batch once it cost this much")
-    submit.add_argument("--callback-url", help="POSTed (signed) when the batch ends")
-    submit.add_argument("--watch", action="store_true")
+    batch_sub = batch.add_subparsers(dest="batch_command", required=True, metavar="COMMAND")
+    submit = batch_sub.add_parser(
+        "submit",
+        help="send files, or folders of .txt, .pdf and .docx files, as one batch",
+        description="Stores every file named, and every .txt, .pdf and .docx file of each "
+        "folder, as a document, then sends them as one batch; prints the batch's id and how "
+        "many documents it holds. A file the API refuses is named on stderr with the reason "
+        "and the others go on; the exit code is 1 if any was refused.",
+    )
+    submit.add_argument("paths", nargs="+", metavar="DIR|FILE",
+                        help="files, or folders (their .txt, .pdf and .docx files)")  # fmt: skip
+    submit.add_argument(
+        "--pipeline",
+        default=DEFAULT_PIPELINE,
+        help="the pipeline every document runs, as name:vN (default: %(default)s)",
+    )
+    submit.add_argument(
+        "--budget-usd",
+        metavar="DOLLARS",
+        help="stop the batch once its runs have cost this much, e.g. 5.00 (default: no "
+        "budget for the batch; each run still has the deployment's default budget)",
+    )
+    submit.add_argument(
+        "--callback-url",
+        metavar="URL",
+        help="the API POSTs a signed webhook here when the batch ends (needs webhooks turned "
+        "on and your tenant's signing secret: docpipe webhook-secret rotate)",
+    )
+    submit.add_argument(
+        "--watch",
+        action="store_true",
+        help="stay and show progress bars until the batch ends; the exit code is 1 unless "
+        "it ended done",
+    )
     submit.set_defaults(handler=cmd_batch_submit)
-    watch = batch_sub.add_parser("watch", help="progress bars per run status, cost, ETA")
-    watch.add_argument("batch_id")
+    watch = batch_sub.add_parser(
+        "watch",
+        help="progress bars per run status, the cost so far and an ETA, until it ends",
+        description="Shows the batch's runs by status, its steps done, its cost so far and "
+        "an ETA until the batch ends. Exit code 1 unless it ended done.",
+    )
+    watch.add_argument("batch_id", metavar="BATCH_ID",
+                       help="the id docpipe batch submit printed")  # fmt: skip
     watch.set_defaults(handler=cmd_batch_watch)
-    cancel = batch_sub.add_parser("cancel", help="stop every step that has not started")
-    cancel.add_argument("batch_id")
+    cancel = batch_sub.add_parser(
+        "cancel",
+        help="stop a batch: no step that has not started will run",
+        description="Cancels the batch: steps running now finish, no other step starts, and "
+        "what finished stays readable. A batch that has ended already is a conflict (409).",
+    )
+    cancel.add_argument("batch_id", metavar="BATCH_ID",
+                        help="the id docpipe batch submit printed")  # fmt: skip
     cancel.set_defaults(handler=cmd_batch_cancel)
     results = batch_sub.add_parser(
-        "results", help="every run's results as JSON lines or CSV (resumes if cut off)"
+        "results",
+        help="every run's results as JSON lines or CSV (resumes if cut off)",
+        description="Downloads the batch's results: one JSON line per run (its outputs, "
+        "values with evidence, review decisions, cost and error), or a CSV with one row per "
+        "document and the pipeline's fields as columns. A download cut off part-way goes on "
+        "where it stopped, so each run is written once.",
     )
-    results.add_argument("batch_id")
-    results.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
-    results.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
+    results.add_argument("batch_id", metavar="BATCH_ID",
+                         help="the id docpipe batch submit printed")  # fmt: skip
+    results.add_argument("--format", choices=("jsonl", "csv"), default="jsonl",
+                         help="JSON lines (default) or CSV")  # fmt: skip
+    results.add_argument("-o", "--output", metavar="FILE",
+                         help="write to FILE (default: standard output)")  # fmt: skip
     results.add_argument(
         "--status", help="only these (comma-separated): succeeded, failed, needs_review, "
         "cancelled, pending, or run statuses",
@@ -70,8 +122,8 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
     then one batch of the stored ones."""
     files = _batch_files(args.paths)
     if not files:
-        errors.print("no .txt, .pdf or .docx files to submit")
-        return 2
+        errors.print(f"no .txt, .pdf or .docx files in {' '.join(args.paths)}", highlight=False)
+        return ExitCode.USAGE
     options: dict[str, Any] = {"pipeline": args.pipeline}
     if args.budget_usd:
         options["budget_usd"] = args.budget_usd
@@ -81,13 +133,13 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
         uploads = upload_files(client, files)
         if not uploads.stored:
             print_summary(len(files), 0, uploads.refused)
-            return 1
+            return ExitCode.NOT_DONE
         documents = [{"id": doc_id} for _, doc_id in uploads.stored]
         accepted = client.submit_batch(documents, **options)
         console.print(f"batch {accepted['batch_id']}: {accepted['runs_total']} documents")
         done = _watch_batch(client, accepted["batch_id"]) == 0 if args.watch else True
     print_summary(len(files), len(uploads.stored), uploads.refused)
-    return 0 if done and not uploads.refused else 1
+    return ExitCode.OK if done and not uploads.refused else ExitCode.NOT_DONE
 
 
 def cmd_batch_watch(args: argparse.Namespace) -> int:
@@ -153,4 +205,4 @@ def _watch_batch(client: DocpipeClient, batch_id: str) -> int:
             time.sleep(0.5)
     console.print(f"batch {batch_id} {status['status']}: {status['runs_by_status']}, "
                   f"${status['cost_so_far_usd']:.6f}")  # fmt: skip
-    return 0 if status["status"] == "done" else 1
+    return ExitCode.OK if status["status"] == "done" else ExitCode.NOT_DONE

@@ -4,6 +4,10 @@ A 429 (this key's requests per minute) is waited out, as its Retry-After says, a
 503 of a read (the database or Redis briefly away); a few times at most, each wait capped,
 then the error is the caller's. Nothing else is retried: a write that failed otherwise may
 have been done.
+
+Errors are two, and httpx's never pass this module: :class:`ApiError` is the API's answer
+(status and its ``detail``), :class:`ApiUnreachable` no answer at all (refused, unknown
+host, timed out), naming the URL tried.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import httpx
 
 from docpipe.backoff import retry_delay
 
-__all__ = ["DEFAULT_PIPELINE", "MAX_RUN_IDS", "ApiError", "DocpipeClient"]
+__all__ = ["DEFAULT_PIPELINE", "MAX_RUN_IDS", "ApiError", "ApiUnreachable", "DocpipeClient"]
 
 DEFAULT_PIPELINE = "document_extract:v1"
 MAX_RUN_IDS = 100  # per GET /runs?ids=...
@@ -34,10 +38,24 @@ _BACKOFF_BASE_S = 0.5
 
 
 class ApiError(RuntimeError):
-    def __init__(self, status: int, detail: str) -> None:
+    """The API answered with an error: its status, its ``detail`` as one line of text, and
+    how many times the request was sent (more than once only for a 429 or a read's 503)."""
+
+    def __init__(self, status: int, detail: str, attempts: int = 1) -> None:
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        self.attempts = attempts
+
+
+class ApiUnreachable(RuntimeError):
+    """No answer from the API at ``url``: ``reason`` says why (refused, unknown host,
+    timed out)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach {url}: {reason}")
+        self.url = url
+        self.reason = reason
 
 
 class DocpipeClient:
@@ -55,6 +73,7 @@ class DocpipeClient:
             base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
         )
         self._sleep = sleep
+        self.base_url = base_url
 
     def close(self) -> None:
         self._http.close()
@@ -67,7 +86,7 @@ class DocpipeClient:
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         with self._answer(method, path, stream=False, **kwargs) as response:
-            return response.json()
+            return response.json() if response.content else None
 
     @contextmanager
     def _answer(
@@ -76,8 +95,7 @@ class DocpipeClient:
         """The first answer that is not throttled (see the module docstring); ApiError for an
         error status. With ``stream``, the body is read by the caller as it arrives."""
         for attempt in range(1, MAX_RETRIES + 2):
-            request = self._http.build_request(method, path, **kwargs)
-            response = self._http.send(request, stream=stream)
+            response = self._send(method, path, stream=stream, **kwargs)
             retriable = response.status_code == 429 or (
                 response.status_code == 503 and method == "GET"
             )
@@ -88,14 +106,18 @@ class DocpipeClient:
         try:
             if response.status_code >= 400:
                 response.read()
-                try:
-                    detail = str(response.json().get("detail"))
-                except ValueError:
-                    detail = response.text[:500]
-                raise ApiError(response.status_code, detail)
+                raise ApiError(response.status_code, _detail(response), attempt)
             yield response
         finally:
             response.close()
+
+    def _send(self, method: str, path: str, *, stream: bool, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.send(self._http.build_request(method, path, **kwargs), stream=stream)
+        except httpx.TimeoutException as exc:
+            raise ApiUnreachable(self.base_url, "no answer in time") from exc
+        except httpx.TransportError as exc:
+            raise ApiUnreachable(self.base_url, _reason(exc)) from exc
 
     def put_document(self, document_id: str, text: str) -> dict[str, Any]:
         return dict(
@@ -117,6 +139,16 @@ class DocpipeClient:
                 headers={"Content-Type": "application/octet-stream"},
             )
         )
+
+    def delete_document(self, document_id: str) -> bool:
+        """Delete a document and the ended runs on it; False when there was none."""
+        try:
+            self._call("DELETE", f"/documents/{document_id}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def extract(
         self, document_id: str, *, idempotency_key: str | None = None, **options: Any
@@ -287,6 +319,36 @@ def _whole_records(data: bytes, *, csv_quoting: bool) -> tuple[list[bytes], byte
 
 def _csv_fields(record: bytes) -> list[str]:
     return next(csv.reader(io.StringIO(record.decode(), newline="")))
+
+
+def _detail(response: httpx.Response) -> str:
+    """The API's ``detail`` as one line: a string as it is, a validation error's list as
+    ``where: what`` pairs; a body that is not docpipe's JSON, its first 300 characters."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        parts = []
+        for error in detail:
+            if isinstance(error, dict):
+                where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+                parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+            else:
+                parts.append(str(error))
+        detail = "; ".join(parts)
+    text = str(detail) if detail is not None else (response.text[:300] or response.reason_phrase)
+    return " ".join(text.split())
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    """Why a connection failed, in a few words (httpx's message without the errno)."""
+    text = str(exc) or type(exc).__name__
+    if "refused" in text.lower():
+        return "connection refused"
+    if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():
+        return "unknown host"
+    return " ".join(text.split())[:200]
 
 
 def _wait_s(response: httpx.Response, attempt: int) -> float:

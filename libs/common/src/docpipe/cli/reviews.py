@@ -19,9 +19,13 @@ _REASONS = ("invalid_output", "attempts_exhausted", "rule", "definition_changed"
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     review = sub.add_parser(
-        "review", help="the runs awaiting a person: list, show, approve, retry, reject"
+        "review",
+        help="the runs awaiting a person: list, show, approve, retry, reject",
+        description="A run in needs_review waits for a person after the step a rule "
+        "questioned (or that could not succeed by itself). A decision names the revision it "
+        "was made on; the run then goes on at its next step, paying nothing again.",
     )
-    review_sub = review.add_subparsers(dest="review_command", required=True)
+    review_sub = review.add_subparsers(dest="review_command", required=True, metavar="COMMAND")
     listing = review_sub.add_parser("list", help="runs awaiting review, oldest first")
     listing.add_argument("--pipeline", help="only runs of this pipeline key")
     listing.add_argument("--step", help="only reviews of this step")
@@ -30,13 +34,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     listing.add_argument("--limit", type=int, default=50, help="at most this many (1-200)")
     listing.set_defaults(handler=cmd_list)
     show = review_sub.add_parser("show", help="why a run waits, its output and history")
-    show.add_argument("run_id")
+    show.add_argument("run_id", metavar="RUN_ID", help="a run awaiting review, as list shows it")
     show.add_argument("--json", action="store_true", help="the whole review as JSON")
     show.set_defaults(handler=cmd_show)
     approve = review_sub.add_parser(
         "approve", help="accept the step's output, as it is or edited; the run goes on"
     )
-    approve.add_argument("run_id")
+    approve.add_argument("run_id", metavar="RUN_ID", help="the run whose step output you accept")
     approve.add_argument(
         "--edit", type=Path, metavar="FILE",
         help="a JSON file: the whole output (an object), or edits "
@@ -47,11 +51,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="correct one value, e.g. --set /fields/term_months=24 (repeatable)",
     )  # fmt: skip
     retry = review_sub.add_parser("retry", help="run the step (or an earlier one) again")
-    retry.add_argument("run_id")
+    retry.add_argument("run_id", metavar="RUN_ID", help="the run whose step should run again")
     retry.add_argument("--from-step", help="this step or an earlier one (default: the step)")
     retry.add_argument("--model", help="a model the deployment knows, asked instead")
     reject = review_sub.add_parser("reject", help="end the run as failed, saying why")
-    reject.add_argument("run_id")
+    reject.add_argument("run_id", metavar="RUN_ID", help="the run to end as failed")
     reject.add_argument("--reason", required=True, help="why (recorded, and the run's error)")
     for parser, handler in ((approve, cmd_approve), (retry, cmd_retry), (reject, cmd_reject)):
         parser.add_argument(

@@ -32,12 +32,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _start_http_server
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -46,7 +48,9 @@ from docpipe.pipelines.catalog import pipelines
 from docpipe.statuses import ENDED_RUN_STATUSES, DecisionAction, Lane
 
 __all__ = [
+    "SCRAPED_GAUGES",
     "Metrics",
+    "ScrapedGauge",
     "count_model_choice",
     "count_recoveries",
     "count_review_decision",
@@ -56,6 +60,7 @@ __all__ = [
     "observe_limiter_wait",
     "observe_provider_call",
     "observe_step",
+    "scraped_gauge",
     "serve_metrics",
     "use_multiprocess_dir",
 ]
@@ -107,6 +112,58 @@ REVIEW_BACKLOG = "docpipe_review_backlog_runs"
 REVIEW_OLDEST_AGE = "docpipe_review_oldest_age_seconds"
 REVIEW_MAX_WAIT = "docpipe_review_max_wait_seconds"
 STATE_COLLECTOR_UP = "docpipe_state_collector_up"
+
+
+@dataclass(frozen=True)
+class ScrapedGauge:
+    """A gauge beat reads from Redis or PostgreSQL at scrape time: its help and labels are
+    declared here, beside the metrics recorded where things happen, so that every figure
+    docpipe serves is described in one module (and in the docs' metrics reference)."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...] = ()
+
+
+SCRAPED_GAUGES = {
+    gauge.name: gauge
+    for gauge in (
+        ScrapedGauge(QUEUE_LENGTH, "Messages waiting, incl. priority sub-lists", ("queue_name",)),
+        ScrapedGauge(QUEUE_LAG, "Age of the oldest waiting message, seconds", ("queue_name",)),
+        ScrapedGauge(RUNS, "Runs by status and lane", ("status", "lane")),
+        ScrapedGauge(BATCH_BACKLOG, "Batch runs awaiting admission"),
+        ScrapedGauge(OUTBOX_BACKLOG, "Outbox rows due, unpublished"),
+        ScrapedGauge(OUTBOX_PARKED, "Outbox rows parked for later"),
+        ScrapedGauge(OUTBOX_OLDEST_AGE, "Oldest due outbox row, seconds"),
+        ScrapedGauge(LIMITER_ALLOWED_RPM, "Requests/minute allowed now", ("provider", "model")),
+        ScrapedGauge(LIMITER_CONFIGURED_RPM,
+                     "Requests/minute configured, or stated by the provider",
+                     ("provider", "model")),
+        ScrapedGauge(LIMITER_ALLOWED_TPM, "Tokens/minute allowed now", ("provider", "model")),
+        ScrapedGauge(LIMITER_CONFIGURED_TPM, "Tokens/minute configured, or stated by the provider",
+                     ("provider", "model")),
+        ScrapedGauge(LIMITER_IN_FLIGHT, "Calls holding a limiter slot", ("provider",)),
+        ScrapedGauge(LIMITER_WAITING, "Calls waiting for the provider limiter",
+                     ("provider", "lane")),
+        ScrapedGauge(PERIODIC_LAST_FINISHED, "Unix time a periodic job last finished", ("job",)),
+        ScrapedGauge(STATE_COLLECTOR_UP, "1 if the source answered this scrape", ("source",)),
+        ScrapedGauge(REVIEW_BACKLOG, "Runs awaiting a person", ("tenant", "pipeline")),
+        ScrapedGauge(REVIEW_OLDEST_AGE, "How long the oldest run awaiting a person has waited, "
+                     "seconds", ("tenant", "pipeline")),
+        ScrapedGauge(REVIEW_MAX_WAIT, "DOCPIPE_REVIEW_MAX_WAIT_S: the longest a run should await "
+                     "a person"),
+    )
+}  # fmt: skip
+
+
+def scraped_gauge(name: str, value: float | None = None) -> GaugeMetricFamily:
+    """An empty family of the scraped gauge ``name`` (labelled), or one without labels
+    holding ``value``."""
+    gauge = SCRAPED_GAUGES[name]
+    if value is not None:
+        return GaugeMetricFamily(name, gauge.documentation, value=value)
+    return GaugeMetricFamily(name, gauge.documentation, labels=list(gauge.labels))
+
 
 RECOVERY_KINDS = (
     "expired_leases",
