@@ -568,6 +568,16 @@ class Settings(BaseSettings):
             "on a PostgreSQL connection of its own besides the pool (more: 503 with Retry-After)"
         ),
     )
+    ui_session_max_age_s: float = Field(
+        default=8 * 3600.0,
+        ge=60,
+        le=30 * 86_400,
+        description=(
+            "a sign-in to the web pages (`/ui`) lasts this long (60 s to 30 days); their session "
+            "cookie is encrypted under a key derived from `DOCPIPE_SECRETS_KEY`, which the pages "
+            "need under `DOCPIPE_AUTH=keys`"
+        ),
+    )
 
     # Retention: beat deletes what is older than this many days (0: keep forever), in
     # batches of retention_batch_size rows, each its own short transaction.

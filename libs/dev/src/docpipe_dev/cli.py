@@ -154,10 +154,12 @@ def cmd_stack_up(args: argparse.Namespace) -> int:
 
     stack = LocalStack(_stack_options(args))
     _start(stack, "starting PostgreSQL, Redis, the fake provider, API, workers, beat")
-    console.print(f"docpipe is up: API {stack.api_url} (OpenAPI at {stack.api_url}/docs)")
+    console.print(f"docpipe is up: API {stack.api_url} (OpenAPI at {stack.api_url}/docs, "
+                  f"web pages at {stack.api_url}/ui/)")  # fmt: skip
     if stack.api_key:
         console.print(f"  API key (tenant 'default', revoked on exit): {stack.api_key}")
-        console.print("  e.g. export DOCPIPE_API_KEY=<key> for docpipe submit/watch/status")
+        console.print("  e.g. export DOCPIPE_API_KEY=<key> for docpipe submit/watch/status, "
+                      "or sign in to the web pages with it")  # fmt: skip
     for proc in stack.processes:
         console.print(f"  {proc.name:20} pid {proc.pid:<7} log {proc.log_path}")
     console.print("Ctrl-C stops everything.")

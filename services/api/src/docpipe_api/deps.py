@@ -50,6 +50,8 @@ __all__ = [
     "limit_client_address",
     "read_capped",
     "require_json",
+    "resources_of",
+    "tenant_of_key",
 ]
 
 # Options are a few hundred bytes; anything near this is not an extraction request.
@@ -74,42 +76,43 @@ class Resources:
     export_slots: threading.Semaphore
 
 
-def _resources(request: Request) -> Resources:
+def resources_of(request: Request) -> Resources:
+    """The process' resources (also the web pages' app's: the API's lifespan shares them)."""
     resources = request.app.state.docpipe
     assert isinstance(resources, Resources), "the app's lifespan has not run"
     return resources
 
 
 def _settings(request: Request) -> Settings:
-    return _resources(request).settings
+    return resources_of(request).settings
 
 
 def _database(request: Request) -> Database:
-    return _resources(request).database
+    return resources_of(request).database
 
 
 def _broker(request: Request) -> Broker:
-    return _resources(request).broker
+    return resources_of(request).broker
 
 
 def _redis(request: Request) -> redis.Redis:
-    return _resources(request).redis
+    return resources_of(request).redis
 
 
 def _pipelines(request: Request) -> Catalog:
-    return _resources(request).pipelines
+    return resources_of(request).pipelines
 
 
 def _batch_bodies(request: Request) -> anyio.Semaphore:
-    return _resources(request).batch_bodies
+    return resources_of(request).batch_bodies
 
 
 def _stream_slots(request: Request) -> StreamSlots:
-    return _resources(request).stream_slots
+    return resources_of(request).stream_slots
 
 
 def _export_slots(request: Request) -> threading.Semaphore:
-    return _resources(request).export_slots
+    return resources_of(request).export_slots
 
 
 def _api_key_id(request: Request) -> str | None:
@@ -133,7 +136,7 @@ def _unauthorized(detail: str, *, invalid_token: bool) -> HTTPException:
 def current_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    resources: Annotated[Resources, Depends(_resources)],
+    resources: Annotated[Resources, Depends(resources_of)],
 ) -> str:
     """The caller's tenant: the owner of the request's API key (DOCPIPE_AUTH=keys), or
     "default" for everyone (DOCPIPE_AUTH=none). 401 for a missing, malformed, unknown or
@@ -148,18 +151,26 @@ def current_tenant(
             invalid_token=False,
         )
     try:
-        key_id, tenant = verify_api_key(resources.database, credentials.credentials)
+        key_id, tenant = tenant_of_key(resources, credentials.credentials)
     except InvalidApiKey as exc:  # its message never contains the key
         raise _unauthorized(str(exc), invalid_token=True) from None
     request.state.api_key_id = key_id
-    if settings.api_key_rpm:
-        enforce_rate_limit(resources.redis, f"key:{key_id}", settings.api_key_rpm,
-                           who="this API key")  # fmt: skip
     return tenant
 
 
+def tenant_of_key(resources: Resources, plaintext: str) -> tuple[str, str]:
+    """(key id, tenant) of a valid API key, counted against DOCPIPE_API_KEY_RPM (429 past
+    it); InvalidApiKey (or RevokedApiKey) otherwise. What the API's bearer token and the
+    web pages' session cookie are both checked with, on every request."""
+    key_id, tenant = verify_api_key(resources.database, plaintext)
+    if resources.settings.api_key_rpm:
+        enforce_rate_limit(resources.redis, f"key:{key_id}", resources.settings.api_key_rpm,
+                           who="this API key")  # fmt: skip
+    return key_id, tenant
+
+
 def limit_client_address(
-    request: Request, resources: Annotated[Resources, Depends(_resources)]
+    request: Request, resources: Annotated[Resources, Depends(resources_of)]
 ) -> None:
     """429 once the client's address sent more than DOCPIPE_CLIENT_IP_RPM requests this
     minute. Runs before the API key is looked at, so guessing keys and floods without one

@@ -37,6 +37,7 @@ from docpipe_api.routes import (
     webhook_secrets,
 )
 from docpipe_api.streams import StreamSlots
+from docpipe_api.ui import create_ui
 
 __all__ = ["app", "create_app"]
 
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The API; ``settings`` default to the DOCPIPE_* environment, read at start-up."""
+    # The web pages, with their own middleware (session cookie, CSRF, CSP) and error pages;
+    # they share the resources the lifespan opens.
+    ui = create_ui()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -65,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
             export_slots=threading.Semaphore(resolved.max_result_exports),
         )
+        ui.state.docpipe = app.state.docpipe
         try:
             with serving_metrics(resolved):
                 yield
@@ -101,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             responses=error_responses(401, 429),
         )
     app.include_router(health.router)
+    app.mount("/ui", ui)
     return app
 
 
