@@ -126,7 +126,7 @@ def test_a_document_is_stored_once_and_never_changed(client: TestClient) -> None
     assert first.headers["location"] == "/documents/doc-1"
     body = first.json()
     assert set(body) == {"id", "sha256", "size_bytes", "created_at", "format", "extracted",
-                         "pages", "ocr_pages", "ocr", "warnings"}  # fmt: skip
+                         "pages", "ocr_pages", "ocr", "warnings", "rotated_pages"}  # fmt: skip
     assert (body["id"], body["size_bytes"]) == ("doc-1", len(TEXT.encode()))
     # A text is its own text: one page, no OCR, nothing to extract.
     assert (body["format"], body["extracted"], body["pages"], body["ocr"]) == (

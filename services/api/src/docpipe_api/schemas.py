@@ -43,10 +43,12 @@ __all__ = [
     "ExtractRequest",
     "Health",
     "ModelChoice",
+    "PageWarningOut",
     "PipelineDetail",
     "PipelineList",
     "PipelineSummary",
     "Readiness",
+    "RotatedPage",
     "RunStatus",
     "RunStatusList",
     "StepDetail",
@@ -146,6 +148,25 @@ class DocumentText(BaseModel):
     text: str = Field(json_schema_extra={"pattern": NO_NUL})
 
 
+class PageWarningOut(BaseModel):
+    """Something extraction noticed on a page."""
+
+    kind: str = Field(description="low_ocr_confidence, no_text, ocr_timeout, reduced_resolution, "
+                      "orientation_undecided or garbage_text_layer")  # fmt: skip
+    page: int = Field(description="1-based page")
+    value: float | None = Field(description="the measure that decided it: the OCR confidence "
+                                "(0-100), the seconds of the time limit, the dpi, the text "
+                                "layer's score (0-1); null when there is none")  # fmt: skip
+    message: str = Field(description="the same in a sentence")
+
+
+class RotatedPage(BaseModel):
+    page: int = Field(description="1-based page")
+    degrees: Literal[90, 180, 270] = Field(description="clockwise, to read it upright from "
+                                           "how the PDF shows it (its own /Rotate applied), "
+                                           "as orientation detection found")  # fmt: skip
+
+
 class DocumentOut(BaseModel):
     model_config = ANSWER_MODEL
 
@@ -160,9 +181,13 @@ class DocumentOut(BaseModel):
     ocr_pages: int | None = Field(description="pages read by OCR (no text layer); null until "
                                   "extracted")  # fmt: skip
     ocr: bool | None = Field(description="whether any page needed OCR; null until extracted")
-    warnings: list[str] | None = Field(
-        description="what extraction noticed (low OCR confidence, pages without text); null "
-        "until extracted"
+    warnings: list[PageWarningOut] | None = Field(
+        description="what extraction noticed, page by page (low OCR confidence, pages without "
+        "text, ...); null until extracted"
+    )
+    rotated_pages: list[RotatedPage] | None = Field(
+        description="the pages found scanned sideways or upside down, turned to be read "
+        "upright; null until extracted"
     )
 
 

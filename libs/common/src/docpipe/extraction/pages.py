@@ -3,17 +3,49 @@ into one document text with its page map."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from docpipe.errors import UnreadableDocumentError
 from docpipe.settings import Settings
 
-__all__ = ["PAGE_SEPARATOR", "PageLimits", "PageText", "join_pages"]
+__all__ = ["PAGE_SEPARATOR", "WARNING_KINDS", "PageLimits", "PageText", "PageWarning", "join_pages"]
 
 # Between two pages of the document text: a blank line, like between paragraphs, so a
 # heading at the top of a page stays a line of its own.
 PAGE_SEPARATOR = "\n\n"
+
+# What extraction may notice on a page; ``value`` is the measure named here.
+WARNING_KINDS = (
+    "low_ocr_confidence",  # Tesseract's mean word confidence (0-100) below the setting
+    "no_text",  # the page gave no text at all (value: null)
+    "ocr_timeout",  # OCR ran past its time limit, the page's text is missing (seconds)
+    "reduced_resolution",  # a large page rendered below the configured dpi for OCR (dpi)
+    "orientation_undecided",  # OCR read poorly and Tesseract could not tell which way is up
+    "garbage_text_layer",  # the text layer had no real words and the page was OCRed (score)
+)
+
+
+@dataclass(frozen=True)
+class PageWarning:
+    """Something extraction noticed on one page: its kind (:data:`WARNING_KINDS`), the
+    1-based page, the measure that decided it, and a sentence for people."""
+
+    kind: str
+    page: int
+    value: float | None
+    message: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "page": self.page, "value": self.value,
+                "message": self.message}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PageWarning:
+        value = data.get("value")
+        return cls(str(data["kind"]), int(data["page"]), None if value is None else float(value),
+                   str(data["message"]))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -23,7 +55,10 @@ class PageText:
     ocr: bool
     seconds: float
     confidence: float | None = None
-    warning: str | None = None
+    warnings: tuple[PageWarning, ...] = ()
+    # Degrees clockwise the page, as the PDF shows it (turned by its own /Rotate), was
+    # turned further to be read upright: what orientation detection found on a scan.
+    rotation: int = 0
 
 
 @dataclass(frozen=True)

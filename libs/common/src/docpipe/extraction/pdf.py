@@ -1,19 +1,21 @@
 """PDF pages through pypdfium2 (PDFium): each page's text layer, or when it has none, the
-page rendered in grey and read by Tesseract. Opening classifies what cannot be read."""
+page rendered in grey, turned by its own /Rotate, and read upright by Tesseract (turned
+again when orientation detection says it was scanned sideways or upside down). Opening
+classifies what cannot be read."""
 
 from __future__ import annotations
 
-import io
 import math
 import re
 import time
 from dataclasses import dataclass
 
 import pypdfium2 as pdfium
+from PIL import Image
 
 from docpipe.errors import UnreadableDocumentError
-from docpipe.extraction.ocr import OcrTimeout, read_image
-from docpipe.extraction.pages import PageLimits, PageText
+from docpipe.extraction.ocr import OcrTimeout, read_upright
+from docpipe.extraction.pages import PageLimits, PageText, PageWarning
 
 __all__ = ["PdfReader"]
 
@@ -29,7 +31,7 @@ _OBJECT = re.compile(rb"\d+\s+\d+\s+obj\b")
 
 @dataclass(frozen=True)
 class _Rendered:
-    png: bytes
+    image: Image.Image
     dpi: int
     reduced: bool  # rendered below the configured resolution to stay within max pixels
 
@@ -64,26 +66,39 @@ class PdfReader:
             text_page.close()
             if len(re.sub(r"\s", "", native)) >= self._limits.ocr_min_text_chars:
                 return PageText(index, native, ocr=False, seconds=time.monotonic() - started)
-            rendered = self._render(page)
+            rendered = self._render(page)  # as the PDF shows it: turned by its own /Rotate
         finally:
             page.close()
-        warning = None
+        return self._ocr(index, rendered, started)
+
+    def _ocr(self, index: int, rendered: _Rendered, started: float) -> PageText:
+        limits, page = self._limits, index + 1
+        warnings = []
         if rendered.reduced:
-            warning = f"page {index + 1} is large: rendered at {rendered.dpi} dpi for OCR"
+            warnings.append(PageWarning("reduced_resolution", page, rendered.dpi,
+                                        f"page {page} is large: rendered at {rendered.dpi} dpi "
+                                        "for OCR"))  # fmt: skip
         try:
-            read = read_image(
-                rendered.png,
-                language=self._limits.ocr_language,
-                dpi=rendered.dpi,
-                timeout_s=self._limits.ocr_page_timeout_s,
-            )
+            upright = read_upright(rendered.image, language=limits.ocr_language,
+                                   dpi=rendered.dpi, timeout_s=limits.ocr_page_timeout_s,
+                                   low_confidence=limits.ocr_low_confidence)  # fmt: skip
         except OcrTimeout as exc:
+            warnings.append(PageWarning("ocr_timeout", page, limits.ocr_page_timeout_s,
+                                        f"page {page}: {exc}; its text is missing"))  # fmt: skip
             return PageText(index, "", ocr=True, seconds=time.monotonic() - started,
-                            warning=f"page {index + 1}: {exc}; its text is missing")  # fmt: skip
-        if read.confidence is not None and read.confidence < self._limits.ocr_low_confidence:
-            warning = f"page {index + 1}: low OCR confidence ({read.confidence:g})"
+                            warnings=tuple(warnings))  # fmt: skip
+        read = upright.read
+        if upright.undecided:
+            warnings.append(PageWarning("orientation_undecided", page, None,
+                                        f"page {page}: which way is up could not be told; "
+                                        "it was read as it lies"))  # fmt: skip
+        if read.confidence is not None and read.confidence < limits.ocr_low_confidence:
+            warnings.append(PageWarning("low_ocr_confidence", page, read.confidence,
+                                        f"page {page}: low OCR confidence "
+                                        f"({read.confidence:g})"))  # fmt: skip
         return PageText(index, read.text, ocr=True, confidence=read.confidence,
-                        seconds=time.monotonic() - started, warning=warning)  # fmt: skip
+                        seconds=time.monotonic() - started, warnings=tuple(warnings),
+                        rotation=upright.rotation)  # fmt: skip
 
     def _render(self, page: pdfium.PdfPage) -> _Rendered:
         width_pt, height_pt = page.get_size()
@@ -94,12 +109,11 @@ class PdfReader:
             dpi = max(1, int(dpi * math.sqrt(self._limits.max_page_pixels / pixels)))
         bitmap = page.render(scale=dpi / _POINTS_PER_INCH, grayscale=True)
         try:
-            image = bitmap.to_pil()
-            buffer = io.BytesIO()
-            image.save(buffer, format="PNG", compress_level=1)
+            # A copy: PIL would share the bitmap's buffer, which PDFium frees below.
+            image = bitmap.to_pil().copy()
         finally:
             bitmap.close()
-        return _Rendered(buffer.getvalue(), dpi, reduced)
+        return _Rendered(image, dpi, reduced)
 
 
 def _text_layer(text_page: pdfium.PdfTextPage) -> str:

@@ -54,6 +54,8 @@ class StoredDocument:
     pages: int | None  # None until extracted
     ocr_pages: int | None
     warnings: list[Any] | None
+    # The pages turned to be read upright: {"page": 1-based, "degrees": clockwise}.
+    rotated_pages: list[Any] | None
 
     @property
     def ocr(self) -> bool | None:
@@ -167,6 +169,7 @@ class DocumentSource:
     page_starts: list[int]
     ocr_pages: int
     warnings: list[Any]
+    rotated_pages: list[Any]
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,8 @@ class FinishedPage:
     text: str
     ocr: bool
     confidence: float | None
-    warning: str | None
+    warnings: list[dict[str, Any]]  # docpipe.extraction.pages.PageWarning as JSON
+    rotation: int
 
 
 def document_for_extraction(db: Database, tenant_id: str, document_id: str) -> DocumentSource:
@@ -202,12 +206,13 @@ def finish_page(
     text: str,
     ocr: bool,
     confidence: float | None,
-    warning: str | None,
+    warnings: list[dict[str, Any]],
+    rotation: int,
     seconds: float,
 ) -> None:
     db.execute("finish_page", tenant_id=tenant_id, document_id=document_id, page=page,
-               text=text, ocr=ocr, confidence=confidence, warning=warning,
-               seconds=seconds)  # fmt: skip
+               text=text, ocr=ocr, confidence=confidence, warnings=Jsonb(warnings),
+               rotation=rotation, seconds=seconds)  # fmt: skip
 
 
 def finished_pages(db: Database, tenant_id: str, document_id: str) -> list[FinishedPage]:
@@ -223,7 +228,7 @@ def record_extraction(
     content: str,
     page_starts: tuple[int, ...],
     ocr_pages: int,
-    warnings: list[str],
+    warnings: list[dict[str, Any]],
 ) -> None:
     """Write the text and page map onto the document, unless a concurrent run already did
     (from the same pages, so the same text)."""

@@ -63,7 +63,8 @@ def extract_document_text(
     source = documents.document_for_extraction(db, tenant_id, document_id)
     if source.extracted:  # a text document (its emptiness is extract_sections' to judge)
         return _summary(source.format, source.content, source.page_starts, source.warnings,
-                        source.ocr_pages, confidences=[])  # fmt: skip
+                        source.ocr_pages, confidences=[],
+                        rotated_pages=source.rotated_pages)  # fmt: skip
     fmt = DocumentFormat(source.format)
     assert source.original is not None, "a PDF or DOCX keeps its bytes"
     require_format(source.original, fmt)
@@ -103,14 +104,15 @@ def _read_pages(
         if attempt is None:
             continue  # another run of this document read it meanwhile
         page = reader.read_page(index)
+        warnings = [w.as_json() for w in page.warnings]
         documents.finish_page(db, doc.tenant_id, doc.document_id, index, text=page.text,
-                              ocr=page.ocr, confidence=page.confidence,
-                              warning=page.warning, seconds=page.seconds)  # fmt: skip
+                              ocr=page.ocr, confidence=page.confidence, warnings=warnings,
+                              rotation=page.rotation, seconds=page.seconds)  # fmt: skip
         log.info("document %s page %d/%d read (%s, attempt %d, %.2fs)", doc.document_id,
                  index + 1, reader.page_count, "ocr" if page.ocr else "text", attempt,
                  page.seconds)  # fmt: skip
-        finished[index] = FinishedPage(index, page.text, page.ocr, page.confidence,
-                                       page.warning)  # fmt: skip
+        finished[index] = FinishedPage(index, page.text, page.ocr, page.confidence, warnings,
+                                       page.rotation)  # fmt: skip
         read_here += 1
     return [finished[i] for i in range(reader.page_count)]
 
@@ -123,13 +125,14 @@ def _record(
         raise UnreadableDocumentError(
             f"none of its {len(pages)} pages gave any text", kind="empty_text"
         )
-    warnings = [p.warning for p in pages if p.warning]
+    warnings = [w for p in pages for w in p.warnings]
     ocr_pages = sum(p.ocr for p in pages)
     documents.record_extraction(db, doc.tenant_id, doc.document_id, content=text,
                                 page_starts=starts, ocr_pages=ocr_pages,
                                 warnings=warnings)  # fmt: skip
     confidences = [p.confidence for p in pages if p.confidence is not None]
-    return _summary(fmt, text, list(starts), warnings, ocr_pages, confidences)
+    rotated = [{"page": p.page + 1, "degrees": p.rotation} for p in pages if p.rotation]
+    return _summary(fmt, text, list(starts), warnings, ocr_pages, confidences, rotated)
 
 
 def _summary(
@@ -139,6 +142,7 @@ def _summary(
     warnings: list[Any],
     ocr_pages: int,
     confidences: list[float],
+    rotated_pages: list[Any],
 ) -> dict[str, Any]:
     return {
         "format": str(fmt),
@@ -146,5 +150,6 @@ def _summary(
         "ocr_pages": ocr_pages,
         "characters": len(text),
         "ocr_confidence": round(sum(confidences) / len(confidences), 1) if confidences else None,
-        "warnings": [str(w) for w in warnings],
+        "warnings": warnings,
+        "rotated_pages": rotated_pages,
     }

@@ -23,7 +23,14 @@ SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created, f
        (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
        CASE WHEN format = 'text' THEN 1 ELSE cardinality(page_starts) END AS pages,
        CASE WHEN format = 'text' THEN 0 ELSE ocr_pages END AS ocr_pages,
-       CASE WHEN format = 'text' THEN '[]'::jsonb ELSE extraction_warnings END AS warnings
+       CASE WHEN format = 'text' THEN '[]'::jsonb ELSE extraction_warnings END AS warnings,
+       CASE WHEN extracted_at IS NOT NULL THEN (
+           SELECT coalesce(jsonb_agg(jsonb_build_object('page', p.page + 1, 'degrees', p.rotation)
+                                     ORDER BY p.page), '[]'::jsonb)
+           FROM document_page p
+           WHERE p.tenant_id = document.tenant_id AND p.document_id = document.id
+             AND p.rotation <> 0)
+       WHEN format = 'text' THEN '[]'::jsonb END AS rotated_pages
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
@@ -53,7 +60,12 @@ DELETE FROM document WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 SELECT format, original, content,
        (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
        coalesce(page_starts, '{0}') AS page_starts, coalesce(ocr_pages, 0) AS ocr_pages,
-       coalesce(extraction_warnings, '[]'::jsonb) AS warnings
+       coalesce(extraction_warnings, '[]'::jsonb) AS warnings,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object('page', p.page + 1, 'degrees', p.rotation)
+                                  ORDER BY p.page), '[]'::jsonb)
+        FROM document_page p
+        WHERE p.tenant_id = document.tenant_id AND p.document_id = document.id
+          AND p.rotation <> 0 AND document.extracted_at IS NOT NULL) AS rotated_pages
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
@@ -70,14 +82,14 @@ RETURNING attempts;
 -- name: finish_page
 -- Record what a page gave; the memo that later attempts and other runs read.
 UPDATE document_page
-SET text = %(text)s, ocr = %(ocr)s, confidence = %(confidence)s, warning = %(warning)s,
-    seconds = %(seconds)s, finished_at = now()
+SET text = %(text)s, ocr = %(ocr)s, confidence = %(confidence)s, warnings = %(warnings)s,
+    rotation = %(rotation)s, seconds = %(seconds)s, finished_at = now()
 WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s
   AND finished_at IS NULL;
 
 -- name: finished_pages
 -- The pages of a document read so far, in order.
-SELECT page, text, ocr, confidence, warning
+SELECT page, text, ocr, confidence, warnings, rotation
 FROM document_page
 WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND finished_at IS NOT NULL
 ORDER BY page;

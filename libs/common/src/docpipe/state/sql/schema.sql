@@ -34,10 +34,14 @@ CREATE TABLE document_page (
     text        text,                                    -- NULL while it is being read
     ocr         boolean,                                 -- read by Tesseract (no text layer)
     confidence  real,                                    -- Tesseract's mean word confidence
-    warning     text,                                    -- what went wrong on this page
     seconds     real,                                    -- time its reading took
     started_at  timestamptz NOT NULL DEFAULT now(),
     finished_at timestamptz,                             -- read: the memo later attempts use
+    -- Degrees clockwise the page, as the PDF shows it (its /Rotate applied), was turned to
+    -- be read upright: what orientation detection found on a scan.
+    rotation    integer     NOT NULL DEFAULT 0 CHECK (rotation IN (0, 90, 180, 270)),
+    -- What extraction noticed: [{"kind", "page" (1-based), "value", "message"}].
+    warnings    jsonb       NOT NULL DEFAULT '[]',
     PRIMARY KEY (tenant_id, document_id, page),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
 );
