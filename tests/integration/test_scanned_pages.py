@@ -1,11 +1,13 @@
 """Scans as they come, read by the PDF reader with the real Tesseract: pages fed into the
 scanner sideways or upside down are read upright and the angle is recorded, the PDF's own
-/Rotate is honoured, and a page whose way up cannot be told is read as it lies, with a
-warning."""
+/Rotate is honoured, a page whose way up cannot be told is read as it lies, with a
+warning; a scan whose text layer (an earlier OCR) holds no real words is OCRed again, one
+whose layer is good is not."""
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from functools import cache
 
 import pypdfium2 as pdfium
@@ -14,8 +16,8 @@ import pytest
 from docpipe.extraction.pages import PageLimits, PageText
 from docpipe.extraction.pdf import PdfReader
 from docpipe.settings import Settings
-from docpipe_dev.sample_files import contract_scan
-from tests.document_files import word_recall
+from docpipe_dev.sample_files import contract_scan, scan_with_text_layer
+from tests.document_files import bad_ocr, shifted, word_recall
 
 LIMITS = PageLimits.of(Settings())
 ONE_PAGE = (
@@ -94,3 +96,23 @@ def test_a_page_whose_way_up_cannot_be_told_is_read_as_it_lies_with_a_warning() 
     undecided = page.warnings[kinds.index("orientation_undecided")]
     assert (undecided.page, undecided.value) == (1, None)
     assert "read as it lies" in undecided.message
+
+
+@pytest.mark.parametrize("layer", [bad_ocr, shifted], ids=["bad-earlier-ocr", "wrong-encoding"])
+def test_a_text_layer_without_real_words_is_read_again_by_ocr(layer: Callable[[str], str]) -> None:
+    garbage = layer(ONE_PAGE)
+    page = read_first_page(scan_with_text_layer(ONE_PAGE, garbage))
+    assert page.ocr
+    assert word_recall(ONE_PAGE, page.text) >= 0.97, page.text
+    # The decision and its measure, on the page.
+    assert page.text_layer_score is not None and page.text_layer_score < LIMITS.text_layer_min_score
+    assert [(w.kind, w.page, w.value) for w in page.warnings] == [
+        ("garbage_text_layer", 1, page.text_layer_score)
+    ]
+
+
+def test_a_scan_whose_earlier_ocr_reads_well_keeps_its_text_layer() -> None:
+    page = read_first_page(scan_with_text_layer(ONE_PAGE, ONE_PAGE))
+    assert (page.ocr, page.warnings) == (False, ())
+    assert page.text_layer_score is not None and page.text_layer_score > 0.95
+    assert word_recall(ONE_PAGE, page.text) == 1.0

@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     max_page_pixels: int = Field(default=25_000_000, ge=1_000_000, le=200_000_000)
     # A PDF page whose text layer has fewer non-blank characters than this is OCRed.
     ocr_min_text_chars: int = Field(default=16, ge=1)
+    # ... and so is one whose text layer holds no real words: a share (0-1) of its
+    # characters in word-shaped tokens below this (a bad earlier OCR, a font without its
+    # Unicode map); the OCR is kept when it scores better (docpipe.extraction.quality).
+    text_layer_min_score: float = Field(default=0.6, ge=0, le=1)
     # A page read with a lower mean word confidence (0-100) gets a warning.
     ocr_low_confidence: float = Field(default=60.0, ge=0, le=100)
     # A DOCX is a zip: refused when its members expand past this many bytes or this many

@@ -57,8 +57,12 @@ class PageText:
     confidence: float | None = None
     warnings: tuple[PageWarning, ...] = ()
     # Degrees clockwise the page, as the PDF shows it (turned by its own /Rotate), was
-    # turned further to be read upright: what orientation detection found on a scan.
+    # turned further to be read upright: what orientation detection found on a scan, or
+    # the way a text layer's lines run.
     rotation: int = 0
+    # The text layer's share of characters in word-shaped tokens (0-1; None: no layer to
+    # judge); below DOCPIPE_TEXT_LAYER_MIN_SCORE the page was OCRed.
+    text_layer_score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class PageLimits:
     max_page_pixels: int
     ocr_min_text_chars: int
     ocr_low_confidence: float
+    text_layer_min_score: float
 
     @classmethod
     def of(cls, settings: Settings) -> PageLimits:
@@ -81,6 +86,7 @@ class PageLimits:
             max_page_pixels=settings.max_page_pixels,
             ocr_min_text_chars=settings.ocr_min_text_chars,
             ocr_low_confidence=settings.ocr_low_confidence,
+            text_layer_min_score=settings.text_layer_min_score,
         )
 
     def check_page_count(self, pages: int) -> None:

@@ -1,14 +1,15 @@
-"""PDF pages through pypdfium2 (PDFium): each page's text layer, or when it has none, the
-page rendered in grey, turned by its own /Rotate, and read upright by Tesseract (turned
-again when orientation detection says it was scanned sideways or upside down). Opening
-classifies what cannot be read."""
+"""PDF pages through pypdfium2 (PDFium): each page's text layer in reading order
+(:mod:`text_layer`), or when it has none, or none worth reading (:mod:`quality`), the page
+rendered in grey, turned by its own /Rotate, and read upright by Tesseract (:mod:`ocr`:
+turned again when orientation detection says it was scanned sideways or upside down).
+Opening classifies what cannot be read."""
 
 from __future__ import annotations
 
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pypdfium2 as pdfium
 from PIL import Image
@@ -16,14 +17,14 @@ from PIL import Image
 from docpipe.errors import UnreadableDocumentError
 from docpipe.extraction.ocr import OcrTimeout, read_upright
 from docpipe.extraction.pages import PageLimits, PageText, PageWarning
+from docpipe.extraction.quality import text_layer_score
+from docpipe.extraction.text_layer import read_text_layer
 
 __all__ = ["PdfReader"]
 
 # PDFium's FPDF_GetLastError codes (fpdfview.h).
 _ERR_FORMAT, _ERR_PASSWORD, _ERR_SECURITY = 3, 4, 5
 _POINTS_PER_INCH = 72
-# Two lines further apart than this many line heights belong to different paragraphs.
-_PARAGRAPH_GAP = 0.8
 # Every PDF body is "N G obj ... endobj"; a file with the magic number and none of these is
 # something else wearing a PDF header.
 _OBJECT = re.compile(rb"\d+\s+\d+\s+obj\b")
@@ -52,7 +53,8 @@ class PdfReader:
         self._pdf.close()
 
     def read_page(self, index: int) -> PageText:
-        """The page's text layer, or its OCR when the layer is (nearly) empty."""
+        """The page's text layer in reading order; its OCR when the layer is (nearly) empty,
+        or holds no real words and the OCR reads better."""
         started = time.monotonic()
         try:
             page = self._pdf[index]
@@ -61,15 +63,28 @@ class PdfReader:
                 f"page {index + 1} cannot be loaded ({exc})", kind="corrupt"
             ) from None
         try:
-            text_page = page.get_textpage()
-            native = _text_layer(text_page)
-            text_page.close()
-            if len(re.sub(r"\s", "", native)) >= self._limits.ocr_min_text_chars:
-                return PageText(index, native, ocr=False, seconds=time.monotonic() - started)
+            layer = read_text_layer(page)
+            text = layer.layout.text
+            score = None
+            if len(re.sub(r"\s", "", text)) >= self._limits.ocr_min_text_chars:
+                score = text_layer_score(text)
+                if score >= self._limits.text_layer_min_score:
+                    return PageText(index, text, ocr=False, seconds=time.monotonic() - started,
+                                    rotation=layer.rotation, text_layer_score=score)  # fmt: skip
             rendered = self._render(page)  # as the PDF shows it: turned by its own /Rotate
         finally:
             page.close()
-        return self._ocr(index, rendered, started)
+        read = self._ocr(index, rendered, started)
+        if score is None:
+            return read
+        # A text layer without real words: the OCR stands if it reads better.
+        if text_layer_score(read.text) <= score:
+            return PageText(index, text, ocr=False, seconds=time.monotonic() - started,
+                            rotation=layer.rotation, text_layer_score=score)  # fmt: skip
+        garbage = PageWarning("garbage_text_layer", index + 1, score,
+                              f"page {index + 1}: its text layer holds no real words (score "
+                              f"{score:g}); the page was read by OCR")  # fmt: skip
+        return replace(read, warnings=(garbage, *read.warnings), text_layer_score=score)
 
     def _ocr(self, index: int, rendered: _Rendered, started: float) -> PageText:
         limits, page = self._limits, index + 1
@@ -114,43 +129,6 @@ class PdfReader:
         finally:
             bitmap.close()
         return _Rendered(image, dpi, reduced)
-
-
-def _text_layer(text_page: pdfium.PdfTextPage) -> str:
-    """The page's text line by line, with a blank line where the vertical gap between two
-    lines says a new paragraph starts (PDF keeps no paragraphs, only placed lines; later
-    steps read paragraphs and sentences)."""
-    rects = [text_page.get_rect(i) for i in range(text_page.count_rects())]
-    if not rects:
-        return _normalised(text_page.get_text_bounded())
-    lines: list[list[tuple[float, float, float, float]]] = []
-    for rect in sorted(rects, key=lambda r: (-r[3], r[0])):
-        _, bottom, _, top = rect
-        same_line = lines and abs((top + bottom) / 2 - _middle(lines[-1])) < (top - bottom) / 2
-        if same_line:
-            lines[-1].append(rect)
-        else:
-            lines.append([rect])
-    heights = sorted(max(r[3] for r in line) - min(r[1] for r in line) for line in lines)
-    paragraph_gap = _PARAGRAPH_GAP * heights[len(heights) // 2]
-    parts: list[str] = []
-    previous_bottom: float | None = None
-    for line in lines:
-        top, bottom = max(r[3] for r in line), min(r[1] for r in line)
-        if previous_bottom is not None:
-            parts.append("\n\n" if previous_bottom - top > paragraph_gap else "\n")
-        parts.append(" ".join(text_page.get_text_bounded(*r).strip() for r in line))
-        previous_bottom = bottom
-    return _normalised("".join(parts))
-
-
-def _middle(line: list[tuple[float, float, float, float]]) -> float:
-    return (max(r[3] for r in line) + min(r[1] for r in line)) / 2
-
-
-def _normalised(text: str) -> str:
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return "\n".join(line.rstrip() for line in lines).strip("\n")
 
 
 def _unreadable(data: bytes, exc: pdfium.PdfiumError) -> UnreadableDocumentError:

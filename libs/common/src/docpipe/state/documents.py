@@ -208,11 +208,13 @@ def finish_page(
     confidence: float | None,
     warnings: list[dict[str, Any]],
     rotation: int,
+    text_layer_score: float | None,
     seconds: float,
 ) -> None:
     db.execute("finish_page", tenant_id=tenant_id, document_id=document_id, page=page,
                text=text, ocr=ocr, confidence=confidence, warnings=Jsonb(warnings),
-               rotation=rotation, seconds=seconds)  # fmt: skip
+               rotation=rotation, text_layer_score=text_layer_score,
+               seconds=seconds)  # fmt: skip
 
 
 def finished_pages(db: Database, tenant_id: str, document_id: str) -> list[FinishedPage]:

@@ -83,7 +83,8 @@ RETURNING attempts;
 -- Record what a page gave; the memo that later attempts and other runs read.
 UPDATE document_page
 SET text = %(text)s, ocr = %(ocr)s, confidence = %(confidence)s, warnings = %(warnings)s,
-    rotation = %(rotation)s, seconds = %(seconds)s, finished_at = now()
+    rotation = %(rotation)s, text_layer_score = %(text_layer_score)s, seconds = %(seconds)s,
+    finished_at = now()
 WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s
   AND finished_at IS NULL;
 

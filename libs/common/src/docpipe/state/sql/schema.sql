@@ -32,7 +32,8 @@ CREATE TABLE document_page (
     page        integer     NOT NULL,                    -- 0-based
     attempts    integer     NOT NULL DEFAULT 1,          -- times it was started
     text        text,                                    -- NULL while it is being read
-    ocr         boolean,                                 -- read by Tesseract (no text layer)
+    ocr         boolean,                                 -- read by Tesseract (no text layer,
+                                                         -- or one without real words)
     confidence  real,                                    -- Tesseract's mean word confidence
     seconds     real,                                    -- time its reading took
     started_at  timestamptz NOT NULL DEFAULT now(),
@@ -42,6 +43,9 @@ CREATE TABLE document_page (
     rotation    integer     NOT NULL DEFAULT 0 CHECK (rotation IN (0, 90, 180, 270)),
     -- What extraction noticed: [{"kind", "page" (1-based), "value", "message"}].
     warnings    jsonb       NOT NULL DEFAULT '[]',
+    -- The text layer's share (0-1) of characters in real words (NULL: no layer to judge);
+    -- below DOCPIPE_TEXT_LAYER_MIN_SCORE the page was OCRed (ocr says what was kept).
+    text_layer_score real,
     PRIMARY KEY (tenant_id, document_id, page),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
 );
