@@ -10,6 +10,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, replace
+from typing import BinaryIO
 
 import pypdfium2 as pdfium
 from PIL import Image
@@ -25,9 +26,10 @@ __all__ = ["PdfReader"]
 # PDFium's FPDF_GetLastError codes (fpdfview.h).
 _ERR_FORMAT, _ERR_PASSWORD, _ERR_SECURITY = 3, 4, 5
 _POINTS_PER_INCH = 72
-# Every PDF body is "N G obj ... endobj"; a file with the magic number and none of these is
-# something else wearing a PDF header.
+# Every PDF body is "N G obj ... endobj"; a file with the magic number and none of these (in
+# its first megabytes) is something else wearing a PDF header.
 _OBJECT = re.compile(rb"\d+\s+\d+\s+obj\b")
+_SEARCHED_BYTES = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,14 @@ class _Rendered:
 class PdfReader:
     """An opened PDF: its page count, and one page's text at a time."""
 
-    def __init__(self, data: bytes, limits: PageLimits) -> None:
+    def __init__(self, source: bytes | BinaryIO, limits: PageLimits) -> None:
+        """``source``: the file's bytes, or the file (PDFium reads what it needs of it, as
+        it needs it)."""
         self._limits = limits
         try:
-            self._pdf = pdfium.PdfDocument(data)
+            self._pdf = pdfium.PdfDocument(source)
         except pdfium.PdfiumError as exc:
-            raise _unreadable(data, exc) from None
+            raise _unreadable(_start_of(source), exc) from None
         self.page_count = len(self._pdf)
         limits.check_page_count(self.page_count)
 
@@ -129,6 +133,13 @@ class PdfReader:
         finally:
             bitmap.close()
         return _Rendered(image, dpi, reduced)
+
+
+def _start_of(source: bytes | BinaryIO) -> bytes:
+    if isinstance(source, bytes):
+        return source
+    source.seek(0)
+    return source.read(_SEARCHED_BYTES)
 
 
 def _unreadable(data: bytes, exc: pdfium.PdfiumError) -> UnreadableDocumentError:

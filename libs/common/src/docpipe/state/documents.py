@@ -14,7 +14,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 from psycopg.types.json import Jsonb
 
@@ -26,6 +26,7 @@ __all__ = [
     "DocumentSource",
     "FinishedPage",
     "StoredDocument",
+    "copy_original",
     "delete_document",
     "document_for_extraction",
     "finish_page",
@@ -163,7 +164,7 @@ def delete_document(session: Session, tenant_id: str, document_id: str) -> None:
 @dataclass(frozen=True)
 class DocumentSource:
     format: str
-    original: bytes | None
+    original_bytes: int  # the size of the uploaded file (0 for text): copy_original reads it
     content: str
     extracted: bool
     page_starts: list[int]
@@ -188,6 +189,24 @@ def document_for_extraction(db: Database, tenant_id: str, document_id: str) -> D
     if found is None:
         raise NotFoundError(f"document {document_id!r} does not exist")
     return found
+
+
+# The slices a document's bytes are read in: a worker holds one at a time.
+ORIGINAL_SLICE_BYTES = 1_048_576
+
+
+def copy_original(db: Database, tenant_id: str, document_id: str, file: BinaryIO) -> int:
+    """Write the document's uploaded bytes into ``file``, a slice at a time (so that its
+    size never shows in the worker's memory); the bytes written."""
+    written = 0
+    while True:
+        row = db.one("original_slice", tenant_id=tenant_id, id=document_id,
+                     start=written + 1, length=ORIGINAL_SLICE_BYTES)  # fmt: skip
+        data = bytes(row["bytes"]) if row is not None and row["bytes"] is not None else b""
+        file.write(data)
+        written += len(data)
+        if len(data) < ORIGINAL_SLICE_BYTES:
+            return written
 
 
 def start_page(db: Database, tenant_id: str, document_id: str, page: int) -> int | None:

@@ -12,9 +12,10 @@ next delivery continues where it stopped.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from docpipe.errors import UnreadableDocumentError
 from docpipe.extraction.docx_reader import DocxReader
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 # What a task needs after its last page: writing the text, recording the step, a margin.
 _FINISHING_S = 2.0
+# Enough of a file's start to tell a PDF (its header is within the first KiB).
+_HEAD_BYTES = 4096
 
 
 class ExtractionContinues(Exception):
@@ -66,21 +69,29 @@ def extract_document_text(
                         source.ocr_pages, confidences=[],
                         rotated_pages=source.rotated_pages)  # fmt: skip
     fmt = DocumentFormat(source.format)
-    assert source.original is not None, "a PDF or DOCX keeps its bytes"
-    require_format(source.original, fmt)
     doc = _Document(tenant_id, document_id)
-    reader = _open(fmt, source.original, settings)
-    try:
-        pages = _read_pages(db, settings, doc, reader, started)
-    finally:
-        reader.close()
+    # The file is copied out of PostgreSQL a slice at a time into a file of its own (gone
+    # when closed, or when the process dies), which PDFium reads as it needs: the worker's
+    # memory does not grow with the file, only with the page at hand.
+    with tempfile.TemporaryFile(prefix="docpipe-document-") as file:
+        documents.copy_original(db, tenant_id, document_id, file)
+        file.seek(0)
+        reader = _open(fmt, file, settings)
+        try:
+            pages = _read_pages(db, settings, doc, reader, started)
+        finally:
+            reader.close()
     return _record(db, doc, fmt, pages)
 
 
-def _open(fmt: DocumentFormat, data: bytes, settings: Settings) -> _Reader:
+def _open(fmt: DocumentFormat, file: BinaryIO, settings: Settings) -> _Reader:
     limits = PageLimits.of(settings)
     if fmt is DocumentFormat.PDF:
-        return PdfReader(data, limits)
+        require_format(file.read(_HEAD_BYTES), fmt)
+        file.seek(0)
+        return PdfReader(file, limits)
+    data = file.read()  # a DOCX is read whole, within its zip bounds
+    require_format(data, fmt)
     bounds = ZipBounds(settings.docx_max_expanded_bytes, settings.docx_max_expansion_ratio)
     return DocxReader(data, limits, bounds)
 

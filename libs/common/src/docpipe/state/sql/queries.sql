@@ -56,8 +56,9 @@ WHERE tenant_id = %(tenant_id)s AND document_id = %(id)s
 -- Delete a document (after delete_document_runs).
 DELETE FROM document WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 -- name: document_for_extraction
--- What the extract_text step reads: the format and bytes, or the text once extracted.
-SELECT format, original, content,
+-- What the extract_text step reads: the format and the size of its bytes (read apart, in
+-- slices: original_slice), or the text once extracted.
+SELECT format, coalesce(octet_length(original), 0) AS original_bytes, content,
        (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
        coalesce(page_starts, '{0}') AS page_starts, coalesce(ocr_pages, 0) AS ocr_pages,
        coalesce(extraction_warnings, '[]'::jsonb) AS warnings,
@@ -66,6 +67,13 @@ SELECT format, original, content,
         FROM document_page p
         WHERE p.tenant_id = document.tenant_id AND p.document_id = document.id
           AND p.rotation <> 0 AND document.extracted_at IS NOT NULL) AS rotated_pages
+FROM document
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+
+-- name: original_slice
+-- A slice of a document's uploaded bytes (1-based from), so that a worker never holds the
+-- whole file: its storage is EXTERNAL (not compressed), so a slice reads only its chunks.
+SELECT substring(original FROM %(start)s FOR %(length)s) AS bytes
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 

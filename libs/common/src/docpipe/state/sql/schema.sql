@@ -21,6 +21,9 @@ CREATE TABLE document (
     extracted_at   timestamptz,                          -- content holds the extracted text
     PRIMARY KEY (tenant_id, id)
 );
+-- Workers read original in slices (state/documents.copy_original): stored uncompressed, a
+-- slice reads only the chunks it covers.
+ALTER TABLE document ALTER COLUMN original SET STORAGE EXTERNAL;
 -- Retention deletes documents by age.
 CREATE INDEX document_created_idx ON document (created_at);
 
