@@ -154,12 +154,12 @@ def test_document_extract_sends_runs_with_unsupported_evidence_to_review() -> No
         return {"field": field, "value": 1, "quote": "q", "start": None, "end": None,
                 "page": None, "section": None, "supported": supported}  # fmt: skip
 
-    assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence",)
+    assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence", "poor_extraction")
     supported = {"extract_fields": {"evidence": [record("term_months", True)]}}
-    assert DOCUMENT_EXTRACT.review_reasons(supported) == []
+    assert DOCUMENT_EXTRACT.review_reasons(supported, poor_extraction_share=0.5) == []
     invented = {"extract_fields": {"evidence": [record("term_months", True),
                                                 record("liability_cap", False)]}}  # fmt: skip
-    assert DOCUMENT_EXTRACT.review_reasons(invented) == [
+    assert DOCUMENT_EXTRACT.review_reasons(invented, poor_extraction_share=0.5) == [
         "unsupported_evidence: 1 value(s) whose quote is not in the document (liability_cap)"
     ]
 
@@ -173,4 +173,49 @@ def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
     ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("unsupported_evidence",))
     unruled = Pipeline("p", 1, (_evidence_step(),))
     assert ruled.definition_hash != unruled.definition_hash
-    assert unruled.review_reasons({"read": {"evidence": [{"supported": False}]}}) == []
+    assert unruled.review_reasons({"read": {"evidence": [{"supported": False}]}},
+                                  poor_extraction_share=0.5) == []  # fmt: skip
+
+
+def extraction(pages: int, *warnings: tuple[str, int, float | None]) -> dict[str, object]:
+    """An extract_text output with these (kind, page, value) warnings."""
+    return {"format": "pdf", "pages": pages, "ocr_pages": pages, "characters": 100,
+            "warnings": [{"kind": k, "page": p, "value": v, "message": f"page {p}: {k}"}
+                         for k, p, v in warnings],
+            "rotated_pages": []}  # fmt: skip
+
+
+def test_poor_extraction_holds_when_most_pages_could_not_be_read_and_names_them() -> None:
+    fields = {"fields": {"term_months": 12}, "evidence": [{"field": "term_months"}]}
+    mostly_unread = {
+        "extract_text": extraction(4, ("low_ocr_confidence", 1, 31.5), ("no_text", 3, None),
+                                   ("reduced_resolution", 2, 150), ("ocr_timeout", 4, 60)),
+        "extract_fields": fields,
+    }  # fmt: skip
+    assert DOCUMENT_EXTRACT.review_reasons(mostly_unread, poor_extraction_share=0.5) == [
+        "poor_extraction: 3 of 4 pages could not be read well: page 1 (low OCR confidence "
+        "31.5), page 3 (no text), page 4 (OCR out of time)"
+    ]
+    # Half the pages is not most; the share is the setting's.
+    half = {"extract_text": extraction(4, ("no_text", 1, None), ("no_text", 2, None))}
+    assert DOCUMENT_EXTRACT.review_reasons(half, poor_extraction_share=0.5) == []
+    assert DOCUMENT_EXTRACT.review_reasons(half, poor_extraction_share=0.25) == [
+        "poor_extraction: 2 of 4 pages could not be read well: page 1 (no text), page 2 (no text)"
+    ]
+    # Warnings that are not about reading poorly, and sentences of runs from before warnings
+    # had a kind, count for nothing.
+    fine = {"extract_text": {**extraction(2, ("garbage_text_layer", 1, 0.2)),
+                             "warnings": ["page 2: low OCR confidence (12)"]}}  # fmt: skip
+    assert DOCUMENT_EXTRACT.review_reasons(fine, poor_extraction_share=0.0) == []
+
+
+def test_poor_extraction_holds_when_a_fields_step_found_nothing_at_all() -> None:
+    nothing = {"extract_text": extraction(3, ("low_ocr_confidence", 2, 48.0)),
+               "extract_fields": {"fields": {}, "found_in": {}, "evidence": []}}  # fmt: skip
+    assert DOCUMENT_EXTRACT.review_reasons(nothing, poor_extraction_share=0.5) == [
+        "poor_extraction: extract_fields found no value at all (pages read poorly: page 2 "
+        "(low OCR confidence 48))"
+    ]
+    # A pipeline that does not opt in ends done all the same.
+    quiet = Pipeline("p", 1, (_evidence_step(),))
+    assert quiet.review_reasons({"read": {"evidence": []}}, poor_extraction_share=0.5) == []

@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     text_layer_min_score: float = Field(default=0.6, ge=0, le=1)
     # A page read with a lower mean word confidence (0-100) gets a warning.
     ocr_low_confidence: float = Field(default=60.0, ge=0, le=100)
+    # A run of a pipeline with review_if: [poor_extraction] goes to review when more than
+    # this share of its document's pages were read poorly (a low OCR confidence, no text).
+    poor_extraction_share: float = Field(default=0.5, ge=0, le=1)
     # A DOCX is a zip: refused when its members expand past this many bytes or this many
     # times its own size (declared in its directory, or found while inflating).
     docx_max_expanded_bytes: int = Field(default=100_000_000, ge=1_000_000)

@@ -123,18 +123,22 @@ def contract_docx(text: str) -> bytes:
     return buffer.getvalue()
 
 
-def contract_scan(text: str, seed: int = 0, *, turned: int = 0) -> bytes:
+def contract_scan(text: str, seed: int = 0, *, turned: int = 0, blurred: bool = False) -> bytes:
     """The PDF's pages as a scanner returns them: greyscale images, slightly rotated, with
     speckle noise, in a PDF without any text; ``turned`` degrees clockwise (90, 180, 270)
-    when the pages went into the scanner sideways or upside down."""
+    when the pages went into the scanner sideways or upside down; ``blurred`` out of focus
+    past reading (a copy of a copy of a fax: OCR reads little, and that poorly)."""
     rng = random.Random(f"docpipe-scan:{seed}")
     source = pdfium.PdfDocument(contract_pdf(text))
-    pages = []
+    pages: list[Image.Image] = []
     try:
         for page in source:
             image = page.render(scale=_SCAN_DPI / 72, grayscale=True).to_pil().convert("L")
             page.close()
-            pages.append(_scanned(image, rng).rotate(-turned, expand=True))
+            scanned = (
+                image.filter(ImageFilter.GaussianBlur(3.5)) if blurred else _scanned(image, rng)
+            )
+            pages.append(scanned.rotate(-turned, expand=True))
     finally:
         source.close()
     buffer = io.BytesIO()

@@ -21,6 +21,7 @@ import jsonschema
 
 from docpipe.errors import DocpipeError, InvalidRequestError
 from docpipe.pipelines.evidence import unsupported_values
+from docpipe.pipelines.poor_extraction import poor_extraction
 
 __all__ = [
     "NAME_PATTERN",
@@ -42,7 +43,9 @@ MAX_STEP_ATTEMPTS = 50
 # Pipeline-level rules that send a run that reached its end to review instead of done.
 # unsupported_evidence: a value's quote was not found in the document (the evidence a step
 # records with docpipe.pipelines.evidence says "supported": false).
-REVIEW_RULES = frozenset({"unsupported_evidence"})
+# poor_extraction: most of the document's pages could not be read, or a step that records
+# evidence found no value at all (docpipe.pipelines.poor_extraction).
+REVIEW_RULES = frozenset({"unsupported_evidence", "poor_extraction"})
 
 
 class PipelineError(DocpipeError):
@@ -241,15 +244,21 @@ class Pipeline:
         canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
-    def review_reasons(self, outputs: Mapping[str, Any]) -> list[str]:
+    def review_reasons(
+        self, outputs: Mapping[str, Any], *, poor_extraction_share: float
+    ) -> list[str]:
         """Why a run with these step outputs goes to review by this pipeline's rules (empty:
-        it does not)."""
+        it does not); ``poor_extraction_share``: DOCPIPE_POOR_EXTRACTION_SHARE."""
         reasons = []
         if "unsupported_evidence" in self.review_if and (fields := unsupported_values(outputs)):
             reasons.append(
                 f"unsupported_evidence: {len(fields)} value(s) whose quote is not in the "
                 f"document ({', '.join(fields)})"
             )
+        if "poor_extraction" in self.review_if and (
+            why := poor_extraction(outputs, max_share=poor_extraction_share)
+        ):
+            reasons.append(f"poor_extraction: {why}")
         return reasons
 
     def step(self, name: str) -> Step:

@@ -177,7 +177,14 @@ class StepExecutor:
             return self._fail(claim, RunStatus.FAILED, error, ctx.calls_sent)
         next_step = pipeline.next_step(step)
         # At its end, the pipeline's own rules may send the run to review (kept, not failed).
-        reasons = [] if next_step else pipeline.review_reasons({**claim.outputs, step: output})
+        reasons = (
+            []
+            if next_step
+            else pipeline.review_reasons(
+                {**claim.outputs, step: output},
+                poor_extraction_share=self.settings.poor_extraction_share,
+            )
+        )
         recorded = runs.record_step_result(
             self.db,
             claim,

@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, Protocol
 
 from docpipe.errors import UnreadableDocumentError
 from docpipe.extraction.docx_reader import DocxReader
 from docpipe.extraction.formats import DocumentFormat, require_format
-from docpipe.extraction.pages import PageLimits, PageText, join_pages
+from docpipe.extraction.pages import PageLimits, PageText, PageWarning, join_pages
 from docpipe.extraction.pdf import PdfReader
 from docpipe.extraction.zipguard import ZipBounds
 from docpipe.settings import Settings
@@ -114,7 +114,7 @@ def _read_pages(
         attempt = documents.start_page(db, doc.tenant_id, doc.document_id, index)
         if attempt is None:
             continue  # another run of this document read it meanwhile
-        page = reader.read_page(index)
+        page = _with_no_text_warning(reader.read_page(index))
         warnings = [w.as_json() for w in page.warnings]
         documents.finish_page(db, doc.tenant_id, doc.document_id, index, text=page.text,
                               ocr=page.ocr, confidence=page.confidence, warnings=warnings,
@@ -127,6 +127,16 @@ def _read_pages(
                                        page.rotation)  # fmt: skip
         read_here += 1
     return [finished[i] for i in range(reader.page_count)]
+
+
+def _with_no_text_warning(page: PageText) -> PageText:
+    """The page, with a no_text warning when it gave no text (and no other warning says
+    why: an OCR out of time)."""
+    if page.text.strip() or any(w.kind == "ocr_timeout" for w in page.warnings):
+        return page
+    number = page.index + 1
+    empty = PageWarning("no_text", number, None, f"page {number} gave no text")
+    return replace(page, warnings=(*page.warnings, empty))
 
 
 def _record(
