@@ -26,6 +26,7 @@ TABLES = (
     "pipeline_step_result",
     "pipeline_run",
     "batch",
+    "document_page_image",
     "document_page",
     "document",
     "api_key",

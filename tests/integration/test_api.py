@@ -508,9 +508,10 @@ def test_a_run_in_review_shows_its_values_with_their_evidence(
     body = client.get(f"/runs/{run_id}").json()
     assert (body["status"], body["error"]) == ("needs_review", "unsupported_evidence: 1")
     assert body["result"] is None
-    assert body["values"] == [found, invented]
+    # A text document has no pages to draw boxes on.
+    assert body["values"] == [{**found, "boxes": []}, {**invented, "boxes": []}]
     schema = client.get("/openapi.json").json()["components"]["schemas"]["EvidencedValue"]
-    assert set(schema["properties"]) == set(found)
+    assert set(schema["properties"]) == {*found, "boxes"}
     assert "not found in the document" in schema["properties"]["supported"]["description"]
 
 
@@ -681,6 +682,7 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("put", "/documents/{document_id}"): {"201", "200", "409", "413", "415", "422"},
         ("post", "/documents"): {"201", "413", "415", "422"},
         ("get", "/documents/{document_id}"): {"200", "404"},
+        ("get", "/documents/{document_id}/pages/{page}"): {"200", "404", "409", "422"},
         ("delete", "/documents/{document_id}"): {"204", "404", "409"},
         ("post", "/documents/{document_id}/extract"): {
             "202",

@@ -1,7 +1,8 @@
 """PDF text layers as people make them, read in reading order: columns column by column,
 tables row by row, a formula drawn glyph by glyph in its order, a page whose lines run down
-the page turned to read; and the measure that tells a text layer of real words from
-garbage (docpipe.extraction.layout, text_layer and quality, without Tesseract)."""
+the page turned to read; the measure that tells a text layer of real words from garbage;
+and where the words stand, bounded, for boxes over a page (docpipe.extraction.layout,
+text_layer, quality and geometry, without Tesseract)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import pypdfium2 as pdfium
 import pytest
 
+from docpipe.extraction.geometry import MAX_WORDS, PageGeometry
 from docpipe.extraction.layout import Fragment, lay_out
 from docpipe.extraction.pages import PageLimits, PageText
 from docpipe.extraction.pdf import PdfReader
@@ -147,3 +149,33 @@ def test_real_text_in_any_script_scores_high(text: str) -> None:
 )
 def test_a_text_layer_without_real_words_scores_below_the_default(garbage: str) -> None:
     assert text_layer_score(garbage) < Settings().text_layer_min_score
+
+
+def test_a_passage_over_several_lines_has_a_box_per_line() -> None:
+    layout = lay_out([fragment("The", 72, 100), fragment("fee", 95, 100), fragment("is", 118, 100),
+                      fragment("due", 72, 114), fragment("monthly.", 95, 114)])  # fmt: skip
+    geometry = PageGeometry.of((595, 842), ((w.start, w.end, w.box) for w in layout.words))
+    start = layout.text.index("fee")
+    boxes = geometry.boxes(start, layout.text.index("monthly") + 3)
+    assert len(boxes) == 2
+    assert boxes[0][0] == 95 and boxes[0][2] == pytest.approx(118 + 0.55 * 10 * 2, abs=0.1)
+    assert boxes[1][0] == 72 and boxes[1][1] == 114
+    assert geometry.boxes(0, 3) == [(72, 100, 88.5, 110)]
+    assert PageGeometry.from_json(geometry.as_json()) == geometry
+
+
+def test_a_pages_geometry_stays_bounded_however_many_words_it_has() -> None:
+    many = [(i * 2, i * 2 + 1, (float(i % 100) * 5, (i // 100) * 12.0, i % 100 * 5 + 4.0,
+                                (i // 100) * 12.0 + 10)) for i in range(3 * MAX_WORDS)]  # fmt: skip
+    geometry = PageGeometry.of((595, 842), many)
+    assert len(geometry.words) <= MAX_WORDS
+    # Merged with their neighbours on the line, the words still cover the whole text.
+    assert geometry.words[0][0] == 0 and geometry.words[-1][1] == many[-1][1]
+    assert geometry.boxes(many[-1][0], many[-1][1])[0][2] == many[-1][2][2]
+
+
+def test_an_ocr_pages_boxes_are_kept_in_points() -> None:
+    # Pixels of an image rendered at 300 dpi: a point is 300 / 72 of them.
+    geometry = PageGeometry.of((2480, 3508), [(0, 4, (300, 600, 600, 650))], scale=72 / 300)
+    assert (geometry.width, geometry.height) == (595.2, 841.9)
+    assert geometry.words == ((0, 4, (72.0, 144.0, 144.0, 156.0)),)

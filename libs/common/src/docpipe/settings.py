@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     text_layer_min_score: float = Field(default=0.6, ge=0, le=1)
     # A page read with a lower mean word confidence (0-100) gets a warning.
     ocr_low_confidence: float = Field(default=60.0, ge=0, le=100)
+    # GET /documents/{id}/pages/{n}: a PDF page's image has at most this many pixels (an A4
+    # page at about 140 dpi by default); it is rendered once and kept in PostgreSQL.
+    page_image_max_pixels: int = Field(default=2_000_000, ge=100_000, le=25_000_000)
     # A run of a pipeline with review_if: [poor_extraction] goes to review when more than
     # this share of its document's pages were read poorly (a low OCR confidence, no text).
     poor_extraction_share: float = Field(default=0.5, ge=0, le=1)

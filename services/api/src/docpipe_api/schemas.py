@@ -47,6 +47,7 @@ __all__ = [
     "PipelineDetail",
     "PipelineList",
     "PipelineSummary",
+    "QuoteBox",
     "Readiness",
     "RotatedPage",
     "RunStatus",
@@ -284,6 +285,21 @@ class StepStatus(BaseModel):
     finished_at: datetime | None
 
 
+class QuoteBox(BaseModel):
+    """Where a quote stands on a page: one line of it."""
+
+    model_config = ANSWER_MODEL
+
+    page: int = Field(description="1-based page; its image: GET /documents/{id}/pages/{page}")
+    left: float = Field(description="PDF points from the upright page's left edge")
+    top: float = Field(description="points from its top edge (y grows downwards)")
+    right: float
+    bottom: float
+    page_width: float = Field(description="the upright page's width in points: a box times "
+                              "image width / page_width stands on the image")  # fmt: skip
+    page_height: float
+
+
 class EvidencedValue(BaseModel):
     """An extracted value with the evidence of the quote it was read from."""
 
@@ -304,6 +320,11 @@ class EvidencedValue(BaseModel):
                             "(whitespace, hyphenation and quotation marks aside); the value "
                             "is kept, flagged, and a pipeline with review_if: "
                             "[unsupported_evidence] ends needs_review")  # fmt: skip
+    boxes: list[QuoteBox] = Field(
+        default_factory=list,
+        description="the quote on its page(s), one box per line it covers; empty when it "
+        "was not found, or in a text or DOCX document (no pages to draw on)",
+    )
 
 
 class RunStatus(BaseModel):

@@ -4,10 +4,11 @@ into one document text with its page map."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from docpipe.errors import UnreadableDocumentError
+from docpipe.extraction.geometry import PageGeometry
 from docpipe.settings import Settings
 
 __all__ = ["PAGE_SEPARATOR", "WARNING_KINDS", "PageLimits", "PageText", "PageWarning", "join_pages"]
@@ -63,6 +64,8 @@ class PageText:
     # The text layer's share of characters in word-shaped tokens (0-1; None: no layer to
     # judge); below DOCPIPE_TEXT_LAYER_MIN_SCORE the page was OCRed.
     text_layer_score: float | None = None
+    # Where the page's words stand (a PDF's; None for a DOCX, which has no page layout).
+    geometry: PageGeometry | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

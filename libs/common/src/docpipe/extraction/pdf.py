@@ -16,6 +16,7 @@ import pypdfium2 as pdfium
 from PIL import Image
 
 from docpipe.errors import UnreadableDocumentError
+from docpipe.extraction.geometry import PageGeometry
 from docpipe.extraction.ocr import OcrTimeout, read_upright
 from docpipe.extraction.pages import PageLimits, PageText, PageWarning
 from docpipe.extraction.quality import text_layer_score
@@ -69,12 +70,14 @@ class PdfReader:
         try:
             layer = read_text_layer(page)
             text = layer.layout.text
+            native = PageText(index, text, ocr=False, seconds=0.0, rotation=layer.rotation,
+                              geometry=PageGeometry.of(layer.size, layer.words))  # fmt: skip
             score = None
             if len(re.sub(r"\s", "", text)) >= self._limits.ocr_min_text_chars:
                 score = text_layer_score(text)
                 if score >= self._limits.text_layer_min_score:
-                    return PageText(index, text, ocr=False, seconds=time.monotonic() - started,
-                                    rotation=layer.rotation, text_layer_score=score)  # fmt: skip
+                    return replace(native, seconds=time.monotonic() - started,
+                                   text_layer_score=score)  # fmt: skip
             rendered = self._render(page)  # as the PDF shows it: turned by its own /Rotate
         finally:
             page.close()
@@ -83,8 +86,7 @@ class PdfReader:
             return read
         # A text layer without real words: the OCR stands if it reads better.
         if text_layer_score(read.text) <= score:
-            return PageText(index, text, ocr=False, seconds=time.monotonic() - started,
-                            rotation=layer.rotation, text_layer_score=score)  # fmt: skip
+            return replace(native, seconds=time.monotonic() - started, text_layer_score=score)
         garbage = PageWarning("garbage_text_layer", index + 1, score,
                               f"page {index + 1}: its text layer holds no real words (score "
                               f"{score:g}); the page was read by OCR")  # fmt: skip
@@ -115,9 +117,11 @@ class PdfReader:
             warnings.append(PageWarning("low_ocr_confidence", page, read.confidence,
                                         f"page {page}: low OCR confidence "
                                         f"({read.confidence:g})"))  # fmt: skip
+        words = ((w.start, w.end, (w.left, w.top, w.right, w.bottom)) for w in read.words)
+        geometry = PageGeometry.of(upright.size, words, scale=_POINTS_PER_INCH / rendered.dpi)
         return PageText(index, read.text, ocr=True, confidence=read.confidence,
                         seconds=time.monotonic() - started, warnings=tuple(warnings),
-                        rotation=upright.rotation)  # fmt: skip
+                        rotation=upright.rotation, geometry=geometry)  # fmt: skip
 
     def _render(self, page: pdfium.PdfPage) -> _Rendered:
         width_pt, height_pt = page.get_size()

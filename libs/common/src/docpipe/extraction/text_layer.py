@@ -16,7 +16,7 @@ import re
 import unicodedata
 from array import array
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import pypdfium2 as pdfium
@@ -56,10 +56,15 @@ class TextLayer:
     rotation: int
     size: tuple[float, float]
 
+    @property
+    def words(self) -> Iterator[tuple[int, int, Box]]:
+        """Each word's place in the text and its box, in points."""
+        return ((w.start, w.end, w.box) for w in self.layout.words)
+
 
 def read_text_layer(page: pdfium.PdfPage) -> TextLayer:
     """The page's text layer read in reading order (an empty text when it has none)."""
-    x0, y0, x1, y1 = page.get_cropbox()
+    x0, y0, x1, y1 = page.get_bbox()  # the crop box within the media box, inherited or not
     # Boxes stand on the page as stored (its crop box, y downwards) until turned: the turn
     # that makes the lines run left to right includes the /Rotate that shows the page.
     stored = (x1 - x0, y1 - y0)

@@ -23,6 +23,7 @@ import jsonschema
 __all__ = [
     "EVIDENCE_SCHEMA",
     "MAX_QUOTE_CHARS",
+    "QUOTE_BOX_SCHEMA",
     "evidence_for",
     "evidence_records",
     "locate_quote",
@@ -52,9 +53,25 @@ _SPACES = re.compile(r"\s+")
 _PIECES = re.compile(r"(-\s*|\u00ad)|(\s+)|[^\s\u00ad-]+")
 _WORD = re.compile(r"\w")
 
+# Where a quote stands on its page, one box per line it covers: PDF points on the page as
+# read upright (its image from GET /documents/{id}/pages/{page} is drawn so), origin at
+# the top left; the page's size beside, to scale the box onto the image.
+QUOTE_BOX_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["page", "left", "top", "right", "bottom", "page_width", "page_height"],
+    "properties": {
+        "page": {"type": "integer", "minimum": 1},
+        **{name: {"type": "number"} for name in ("left", "top", "right", "bottom")},
+        "page_width": {"type": "number", "exclusiveMinimum": 0},
+        "page_height": {"type": "number", "exclusiveMinimum": 0},
+    },
+}
+
 # One value with its evidence, as a step records it in the ``evidence`` list of its output
 # and GET /runs/{id} shows it: offsets into the document text (``end`` exclusive), the
 # 1-based page and the section holding ``start``; all null when the quote is not found.
+# GET /runs/{id} adds the quote's ``boxes`` on its page(s), from the geometry extraction
+# kept with each page (docpipe.state.pages): a step records offsets, not places.
 EVIDENCE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["field", "value", "quote", "start", "end", "page", "section", "supported"],
@@ -68,6 +85,7 @@ EVIDENCE_SCHEMA: dict[str, Any] = {
         "section": {"type": ["string", "null"]},
         "section_title": {"type": ["string", "null"]},
         "supported": {"type": "boolean"},
+        "boxes": {"type": "array", "items": QUOTE_BOX_SCHEMA},
     },
 }
 

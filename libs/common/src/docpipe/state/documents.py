@@ -228,11 +228,13 @@ def finish_page(
     warnings: list[dict[str, Any]],
     rotation: int,
     text_layer_score: float | None,
+    geometry: dict[str, Any] | None,
     seconds: float,
 ) -> None:
     db.execute("finish_page", tenant_id=tenant_id, document_id=document_id, page=page,
                text=text, ocr=ocr, confidence=confidence, warnings=Jsonb(warnings),
                rotation=rotation, text_layer_score=text_layer_score,
+               geometry=None if geometry is None else Jsonb(geometry),
                seconds=seconds)  # fmt: skip
 
 

@@ -119,6 +119,7 @@ def _read_pages(
         documents.finish_page(db, doc.tenant_id, doc.document_id, index, text=page.text,
                               ocr=page.ocr, confidence=page.confidence, warnings=warnings,
                               rotation=page.rotation, text_layer_score=page.text_layer_score,
+                              geometry=None if page.geometry is None else page.geometry.as_json(),
                               seconds=page.seconds)  # fmt: skip
         log.info("document %s page %d/%d read (%s, attempt %d, %.2fs)", doc.document_id,
                  index + 1, reader.page_count, "ocr" if page.ocr else "text", attempt,

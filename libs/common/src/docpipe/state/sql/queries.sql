@@ -91,8 +91,8 @@ RETURNING attempts;
 -- Record what a page gave; the memo that later attempts and other runs read.
 UPDATE document_page
 SET text = %(text)s, ocr = %(ocr)s, confidence = %(confidence)s, warnings = %(warnings)s,
-    rotation = %(rotation)s, text_layer_score = %(text_layer_score)s, seconds = %(seconds)s,
-    finished_at = now()
+    rotation = %(rotation)s, text_layer_score = %(text_layer_score)s, geometry = %(geometry)s,
+    seconds = %(seconds)s, finished_at = now()
 WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s
   AND finished_at IS NULL;
 
@@ -110,6 +110,36 @@ UPDATE document
 SET content = %(content)s, page_starts = %(page_starts)s, ocr_pages = %(ocr_pages)s,
     extraction_warnings = %(warnings)s, extracted_at = now()
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND extracted_at IS NULL AND format <> 'text';
+
+-- name: page_image
+-- A page's image, once rendered (docpipe.state.pages).
+SELECT png, width, height FROM document_page_image
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s;
+
+-- name: page_rotation
+-- The degrees a page was turned to be read upright (its image is rendered so).
+SELECT rotation FROM document_page
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s;
+
+-- name: store_page_image
+-- Keep a page's image; one rendered meanwhile by another request is the same, and stays.
+INSERT INTO document_page_image (tenant_id, document_id, page, png, width, height)
+VALUES (%(tenant_id)s, %(document_id)s, %(page)s, %(png)s, %(width)s, %(height)s)
+ON CONFLICT (tenant_id, document_id, page) DO NOTHING;
+
+-- name: page_starts
+-- Where each page starts in the text of the tenant's documents (text: one page).
+SELECT id, coalesce(page_starts, '{0}') AS page_starts FROM document
+WHERE tenant_id = %(tenant_id)s AND id = ANY(%(ids)s);
+
+-- name: page_geometries
+-- The geometry of the pages asked for, as (document, 0-based page) pairs; pages without one
+-- (a DOCX) are left out.
+SELECT p.document_id, p.page, p.geometry
+FROM unnest(%(document_ids)s::text[], %(pages)s::integer[]) AS wanted (document_id, page)
+JOIN document_page p ON p.tenant_id = %(tenant_id)s AND p.document_id = wanted.document_id
+                     AND p.page = wanted.page
+WHERE p.geometry IS NOT NULL;
 
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.

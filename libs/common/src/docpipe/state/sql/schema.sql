@@ -49,6 +49,23 @@ CREATE TABLE document_page (
     -- The text layer's share (0-1) of characters in real words (NULL: no layer to judge);
     -- below DOCPIPE_TEXT_LAYER_MIN_SCORE the page was OCRed (ocr says what was kept).
     text_layer_score real,
+    -- Where its words stand, in points on the upright page (docpipe.extraction.geometry):
+    -- {"width", "height", "words": [[start, end, left, top, right, bottom]]}; NULL: none.
+    geometry    jsonb,
+    PRIMARY KEY (tenant_id, document_id, page),
+    FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
+);
+
+-- A PDF page as an image, rendered upright the first time it is asked for (GET
+-- /documents/{id}/pages/{n}) and kept: documents never change.
+CREATE TABLE document_page_image (
+    tenant_id   text        NOT NULL,
+    document_id text        NOT NULL,
+    page        integer     NOT NULL,                    -- 0-based
+    png         bytea       NOT NULL,
+    width       integer     NOT NULL,                    -- pixels
+    height      integer     NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, document_id, page),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
 );
