@@ -109,7 +109,7 @@ def measure(data: bytes, pages: int, read_pages: int) -> dict[str, Any]:
     with bench_stack(interactive_concurrency=1, batch_concurrency=1, latency_ms="0:0") as bench:
         db = Database(bench.database_url)
         with db.transaction() as tx:
-            put_file(tx, DEFAULT_TENANT, "big-scan", data, "pdf")
+            put_file(tx, DEFAULT_TENANT, "big-scan", io.BytesIO(data), "pdf")
         db.close()
         worker = bench.stack.process("worker-interactive")
         pool = [pid for pid in tree_pids(worker.pid) if pid != worker.pid]

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import io
 import random
-import re
 import struct
 import zipfile
-from collections import Counter
 
 from fpdf import FPDF
 
@@ -95,22 +93,6 @@ def _lie_about_size(data: bytes, member: str, size: int) -> bytes:
                 struct.pack_into("<I", patched, at + size_at, size)
             at = patched.find(signature, at + 4)
     return bytes(patched)
-
-
-def words_of(text: str) -> Counter[str]:
-    """The words of ``text``, lower-cased and counted, Markdown markup aside (images, link
-    targets, comments, emphasis, table rules): what word recall compares."""
-    text = re.sub(r"!\[[^\]]*\]\([^)]*\)|<!--.*?-->", " ", text, flags=re.DOTALL)
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
-    return Counter(re.findall(r"\w+", text.lower().replace("_", " ")))
-
-
-def word_recall(expected: str, extracted: str) -> float:
-    """The share of the expected words, counted with multiplicity, that the extracted text
-    has."""
-    wanted, found = words_of(expected), words_of(extracted)
-    total = sum(wanted.values())
-    return sum(min(n, found[w]) for w, n in wanted.items()) / total if total else 1.0
 
 
 def pdf_with_a_formula_drawn_glyph_by_glyph(seed: int = 0) -> tuple[bytes, str]:

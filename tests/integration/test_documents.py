@@ -1,17 +1,12 @@
 """Documents can be deleted: by their tenant (DELETE /documents/{id}) and by retention,
-never while a run that uses them goes on; a worker copies an upload out a slice at a time.
-Real PostgreSQL and Redis, the API in-process."""
+never while a run that uses them goes on. Real PostgreSQL and Redis, the API in-process."""
 
 from __future__ import annotations
 
-import io
-import random
 from collections.abc import Callable
-from typing import Any
 
 from fastapi.testclient import TestClient
 
-from docpipe.state import documents
 from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key
 from tests.factories import scalar
@@ -91,25 +86,3 @@ def test_another_tenants_document_and_unknown_ids_are_404_and_nothing_changes(
     assert client.delete("/documents/bad%0Aid", headers=acme).status_code == 404
     assert client.get("/documents/shared-name", headers=acme).status_code == 200
     assert scalar(db, "SELECT count(*) FROM document") == 1
-
-
-def test_a_workers_copy_of_an_upload_is_read_a_slice_at_a_time_and_is_whole(
-    db: Database,
-) -> None:
-    # Three slices and a bit: the last one short.
-    data = random.Random(7).randbytes(3 * documents.ORIGINAL_SLICE_BYTES + 12_345)
-    with db.transaction() as tx:
-        documents.put_file(tx, "t", "big", data, "pdf")
-    slices = []
-    original_one = db.one
-
-    def counted(query: str, **params: Any) -> Any:
-        if query == "original_slice":
-            slices.append(params["length"])
-        return original_one(query, **params)
-
-    copy = io.BytesIO()
-    db.one = counted  # type: ignore[method-assign]
-    assert documents.copy_original(db, "t", "big", copy) == len(data)
-    assert copy.getvalue() == data
-    assert slices == [documents.ORIGINAL_SLICE_BYTES] * 4

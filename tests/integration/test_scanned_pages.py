@@ -17,7 +17,8 @@ from docpipe.extraction.pages import PageLimits, PageText
 from docpipe.extraction.pdf import PdfReader
 from docpipe.settings import Settings
 from docpipe_dev.sample_files import contract_scan, scan_with_text_layer
-from tests.document_files import bad_ocr, shifted, word_recall
+from docpipe_dev.word_recall import word_recall
+from tests.document_files import bad_ocr, shifted
 
 LIMITS = PageLimits.of(Settings())
 ONE_PAGE = (

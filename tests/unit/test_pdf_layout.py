@@ -20,12 +20,8 @@ from docpipe.extraction.quality import text_layer_score
 from docpipe.settings import Settings
 from docpipe_dev.sample_files import contract_in_columns, contract_pdf
 from docpipe_dev.samples import sample_contracts
-from tests.document_files import (
-    bad_ocr,
-    pdf_with_a_formula_drawn_glyph_by_glyph,
-    shifted,
-    word_recall,
-)
+from docpipe_dev.word_recall import word_recall
+from tests.document_files import bad_ocr, pdf_with_a_formula_drawn_glyph_by_glyph, shifted
 
 LIMITS = PageLimits.of(Settings())
 CONTRACT = sample_contracts(3)[2]

@@ -149,19 +149,18 @@ def _evidence_step(name: str = "read") -> Step:
     return Step(name=name, execute=lambda ctx: {"evidence": []}, output_schema=schema)
 
 
-def test_document_extract_sends_runs_with_unsupported_evidence_to_review() -> None:
+def test_document_extract_pauses_after_the_step_whose_evidence_is_unsupported() -> None:
     def record(field: str, supported: bool) -> dict[str, object]:
         return {"field": field, "value": 1, "quote": "q", "start": None, "end": None,
                 "page": None, "section": None, "supported": supported}  # fmt: skip
 
     assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence", "poor_extraction")
-    supported = {"extract_fields": {"evidence": [record("term_months", True)]}}
-    assert DOCUMENT_EXTRACT.review_reasons(supported, poor_extraction_share=0.5) == []
-    invented = {"extract_fields": {"evidence": [record("term_months", True),
-                                                record("liability_cap", False)]}}  # fmt: skip
-    assert DOCUMENT_EXTRACT.review_reasons(invented, poor_extraction_share=0.5) == [
-        "unsupported_evidence: 1 value(s) whose quote is not in the document (liability_cap)"
-    ]
+    supported = {"evidence": [record("term_months", True)]}
+    assert DOCUMENT_EXTRACT.review_reasons("extract_fields", supported, sample_at=0.5) == []
+    invented = {"evidence": [record("term_months", True), record("liability_cap", False)]}
+    [reason] = DOCUMENT_EXTRACT.review_reasons("extract_fields", invented, sample_at=0.5)
+    assert reason.kind == "unsupported_evidence"
+    assert reason.message == ("1 value(s) whose quote is not in the document (liability_cap)")
 
 
 def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
@@ -173,8 +172,13 @@ def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
     ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("unsupported_evidence",))
     unruled = Pipeline("p", 1, (_evidence_step(),))
     assert ruled.definition_hash != unruled.definition_hash
-    assert unruled.review_reasons({"read": {"evidence": [{"supported": False}]}},
-                                  poor_extraction_share=0.5) == []  # fmt: skip
+    unsupported = {"evidence": [{"field": "x", "value": 1, "quote": "q", "start": None,
+                                 "end": None, "page": None, "section": None,
+                                 "supported": False}]}  # fmt: skip
+    assert unruled.review_reasons("read", unsupported, sample_at=0.5) == []
+    assert [r.kind for r in ruled.review_reasons("read", unsupported, sample_at=0.5)] == [
+        "unsupported_evidence"
+    ]
 
 
 def extraction(pages: int, *warnings: tuple[str, int, float | None]) -> dict[str, object]:
@@ -185,37 +189,42 @@ def extraction(pages: int, *warnings: tuple[str, int, float | None]) -> dict[str
             "rotated_pages": []}  # fmt: skip
 
 
-def test_poor_extraction_holds_when_most_pages_could_not_be_read_and_names_them() -> None:
-    fields = {"fields": {"term_months": 12}, "evidence": [{"field": "term_months"}]}
-    mostly_unread = {
-        "extract_text": extraction(4, ("low_ocr_confidence", 1, 31.5), ("no_text", 3, None),
-                                   ("reduced_resolution", 2, 150), ("ocr_timeout", 4, 60)),
-        "extract_fields": fields,
-    }  # fmt: skip
-    assert DOCUMENT_EXTRACT.review_reasons(mostly_unread, poor_extraction_share=0.5) == [
-        "poor_extraction: 3 of 4 pages could not be read well: page 1 (low OCR confidence "
-        "31.5), page 3 (no text), page 4 (OCR out of time)"
+def poor(output: dict[str, object], step: str = "extract_text", share: float = 0.5) -> list[str]:
+    """The messages of document_extract's poor_extraction rule after ``step``."""
+    reasons = DOCUMENT_EXTRACT.review_reasons(step, output, sample_at=0.5,
+                                              poor_extraction_share=share)  # fmt: skip
+    return [r.message for r in reasons if r.kind == "poor_extraction"]
+
+
+def test_poor_extraction_pauses_after_extract_text_when_most_pages_could_not_be_read() -> None:
+    mostly_unread = extraction(4, ("low_ocr_confidence", 1, 31.5), ("no_text", 3, None),
+                               ("reduced_resolution", 2, 150), ("ocr_timeout", 4, 60))  # fmt: skip
+    assert poor(mostly_unread) == [
+        "3 of 4 pages could not be read well: page 1 (low OCR confidence 31.5), page 3 (no "
+        "text), page 4 (OCR out of time)"
     ]
     # Half the pages is not most; the share is the setting's.
-    half = {"extract_text": extraction(4, ("no_text", 1, None), ("no_text", 2, None))}
-    assert DOCUMENT_EXTRACT.review_reasons(half, poor_extraction_share=0.5) == []
-    assert DOCUMENT_EXTRACT.review_reasons(half, poor_extraction_share=0.25) == [
-        "poor_extraction: 2 of 4 pages could not be read well: page 1 (no text), page 2 (no text)"
+    half = extraction(4, ("no_text", 1, None), ("no_text", 2, None))
+    assert poor(half) == []
+    assert poor(half, share=0.25) == [
+        "2 of 4 pages could not be read well: page 1 (no text), page 2 (no text)"
     ]
     # Warnings that are not about reading poorly, and sentences of runs from before warnings
     # had a kind, count for nothing.
-    fine = {"extract_text": {**extraction(2, ("garbage_text_layer", 1, 0.2)),
-                             "warnings": ["page 2: low OCR confidence (12)"]}}  # fmt: skip
-    assert DOCUMENT_EXTRACT.review_reasons(fine, poor_extraction_share=0.0) == []
+    fine = {**extraction(2, ("garbage_text_layer", 1, 0.2)),
+            "warnings": ["page 2: low OCR confidence (12)"]}  # fmt: skip
+    assert poor(fine, share=0.0) == []
 
 
-def test_poor_extraction_holds_when_a_fields_step_found_nothing_at_all() -> None:
-    nothing = {"extract_text": extraction(3, ("low_ocr_confidence", 2, 48.0)),
-               "extract_fields": {"fields": {}, "found_in": {}, "evidence": []}}  # fmt: skip
-    assert DOCUMENT_EXTRACT.review_reasons(nothing, poor_extraction_share=0.5) == [
-        "poor_extraction: extract_fields found no value at all (pages read poorly: page 2 "
-        "(low OCR confidence 48))"
-    ]
-    # A pipeline that does not opt in ends done all the same.
+def test_poor_extraction_pauses_after_a_fields_step_that_found_nothing_at_all() -> None:
+    nothing = {"fields": {}, "found_in": {}, "evidence": []}
+    assert poor(nothing, "extract_fields") == ["the step found no value at all"]
+    found = {"fields": {"term_months": 12}, "found_in": {}, "evidence": [{"field": "x"}]}
+    assert poor(found, "extract_fields") == []
+    # A pipeline that does not opt in goes on all the same; one that does, on any step.
     quiet = Pipeline("p", 1, (_evidence_step(),))
-    assert quiet.review_reasons({"read": {"evidence": []}}, poor_extraction_share=0.5) == []
+    assert quiet.review_reasons("read", {"evidence": []}, sample_at=0.5) == []
+    ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("poor_extraction",))
+    assert [r.kind for r in ruled.review_reasons("read", {"evidence": []}, sample_at=0.5)] == [
+        "poor_extraction"
+    ]

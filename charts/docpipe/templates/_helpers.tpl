@@ -103,7 +103,7 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- range $i, $inner := initial $chain }}
 {{- $outer := index $chain (add1 $i) }}
 {{- if not (lt (float64 (index $inner 1)) (float64 (index $outer 1))) }}
-{{- fail (printf "incoherent time limits: %s=%v must be below %s=%v (rule: llm timeout < task soft limit < task hard limit < broker visibility timeout; see the README, \"The time-limit rule\")" (index $inner 0) (index $inner 1) (index $outer 0) (index $outer 1)) }}
+{{- fail (printf "incoherent time limits: %s=%v must be below %s=%v (rule: llm timeout < task soft limit < task hard limit < broker visibility timeout; see docs/reference/settings.md, \"The time-limit rule\")" (index $inner 0) (index $inner 1) (index $outer 0) (index $outer 1)) }}
 {{- end }}
 {{- end }}
 {{- if not (lt (addf .soft $c.llmTimeoutSeconds) (float64 .hard)) }}
@@ -203,8 +203,12 @@ llmTimeoutSeconds: DOCPIPE_LLM_TIMEOUT_S
 maxBatchBodiesInFlight: DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT
 maxBatchBytes: DOCPIPE_MAX_BATCH_BYTES
 maxBatchDocuments: DOCPIPE_MAX_BATCH_DOCUMENTS
+maxResultExports: DOCPIPE_MAX_RESULT_EXPORTS
+reviewMaxWaitSeconds: DOCPIPE_REVIEW_MAX_WAIT_S
 maxDeadlineSeconds: DOCPIPE_MAX_DEADLINE_S
 maxDocumentBytes: DOCPIPE_MAX_DOCUMENT_BYTES
+maxPdfBytes: DOCPIPE_MAX_PDF_BYTES
+maxDocxBytes: DOCPIPE_MAX_DOCX_BYTES
 maxDocumentPages: DOCPIPE_MAX_DOCUMENT_PAGES
 maxPagePixels: DOCPIPE_MAX_PAGE_PIXELS
 maxFanoutCalls: DOCPIPE_MAX_FANOUT_CALLS
@@ -212,6 +216,9 @@ maxRunBudgetUsd: DOCPIPE_MAX_RUN_BUDGET_USD
 maxStartDelaySeconds: DOCPIPE_MAX_START_DELAY_S
 maxStepAttempts: DOCPIPE_MAX_STEP_ATTEMPTS
 ocrLowConfidence: DOCPIPE_OCR_LOW_CONFIDENCE
+textLayerMinScore: DOCPIPE_TEXT_LAYER_MIN_SCORE
+pageImageMaxPixels: DOCPIPE_PAGE_IMAGE_MAX_PIXELS
+poorExtractionShare: DOCPIPE_POOR_EXTRACTION_SHARE
 ocrMinTextChars: DOCPIPE_OCR_MIN_TEXT_CHARS
 ocrRenderDpi: DOCPIPE_OCR_RENDER_DPI
 outboxGraceSeconds: DOCPIPE_OUTBOX_GRACE_S

@@ -4,8 +4,11 @@ as ``Annotated`` aliases so route signatures stay short."""
 from __future__ import annotations
 
 import re
+import tempfile
+import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import IO, Annotated
 
 import anyio
 import redis
@@ -15,7 +18,7 @@ from pydantic import ValidationError
 
 from docpipe.broker.messages import Broker
 from docpipe.errors import InvalidRequestError, UnreadableDocumentError
-from docpipe.extraction import DocumentFormat, check_upload, sniff_format
+from docpipe.extraction import DocumentFormat, check_upload, format_of_head, sniff_format
 from docpipe.extraction.zipguard import ZipBounds
 from docpipe.pipelines.catalog import Catalog
 from docpipe.settings import Settings
@@ -33,6 +36,7 @@ __all__ = [
     "BrokerDep",
     "DatabaseDep",
     "DocumentUploadDep",
+    "ExportSlotsDep",
     "ExtractRequestDep",
     "IdempotencyKeyDep",
     "PipelinesDep",
@@ -66,6 +70,8 @@ class Resources:
     # Batch bodies this process may hold at once (DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT).
     batch_bodies: anyio.Semaphore
     stream_slots: StreamSlots
+    # Results exports this process may stream at once (DOCPIPE_MAX_RESULT_EXPORTS).
+    export_slots: threading.Semaphore
 
 
 def _resources(request: Request) -> Resources:
@@ -100,6 +106,10 @@ def _batch_bodies(request: Request) -> anyio.Semaphore:
 
 def _stream_slots(request: Request) -> StreamSlots:
     return _resources(request).stream_slots
+
+
+def _export_slots(request: Request) -> threading.Semaphore:
+    return _resources(request).export_slots
 
 
 def _api_key_id(request: Request) -> str | None:
@@ -154,8 +164,8 @@ def limit_client_address(
     """429 once the client's address sent more than DOCPIPE_CLIENT_IP_RPM requests this
     minute. Runs before the API key is looked at, so guessing keys and floods without one
     are cut off before they reach PostgreSQL. The address is the peer's, or the one a
-    trusted proxy put in X-Forwarded-For (uvicorn's --forwarded-allow-ips: README,
-    "Security" > "Bounds")."""
+    trusted proxy put in X-Forwarded-For (uvicorn's --forwarded-allow-ips: docs,
+    operations/security.md, "Bounds")."""
     limit = resources.settings.client_ip_rpm
     if limit:
         address = request.client.host if request.client else "unknown"
@@ -169,6 +179,7 @@ RedisDep = Annotated[redis.Redis, Depends(_redis)]
 PipelinesDep = Annotated[Catalog, Depends(_pipelines)]
 BatchBodiesDep = Annotated[anyio.Semaphore, Depends(_batch_bodies)]
 StreamSlotsDep = Annotated[StreamSlots, Depends(_stream_slots)]
+ExportSlotsDep = Annotated[threading.Semaphore, Depends(_export_slots)]
 ApiKeyIdDep = Annotated[str | None, Depends(_api_key_id)]
 TenantDep = Annotated[str, Depends(current_tenant)]
 
@@ -234,33 +245,110 @@ async def read_capped(request: Request, limit: int) -> bytearray:
 
 @dataclass(frozen=True)
 class Upload:
-    """A document as uploaded: text, or a file (PDF, DOCX) with the format its bytes show."""
+    """A document as uploaded: text, or a file (PDF, DOCX) with the format its bytes show,
+    spooled to disk past its first MiB (``file``, open while the request is handled)."""
 
     format: DocumentFormat
     text: str = ""
-    data: bytes = b""
+    file: IO[bytes] | None = None
 
 
-async def _document_upload(request: Request, settings: SettingsDep) -> Upload:
+# PDF readers take the header within the first KiB: what is read before the limit is known.
+_HEAD_BYTES = 1024
+# What an upload keeps in memory: a file's first MiB (past it, the spooled file is on disk)
+# and one MiB on its way there.
+_SPOOL_BYTES = 1 << 20
+_WRITE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class _SizeLimit:
+    bytes: int
+    what: str  # "a PDF", ...
+    setting: str
+
+    def refusal(self) -> HTTPException:
+        return HTTPException(413, f"the body is larger than the limit of {self.bytes} bytes "
+                                  f"for {self.what} ({self.setting})")  # fmt: skip
+
+
+def _size_limit(fmt: DocumentFormat | None, settings: Settings) -> _SizeLimit:
+    if fmt is DocumentFormat.PDF:
+        return _SizeLimit(settings.max_pdf_bytes, "a PDF", "DOCPIPE_MAX_PDF_BYTES")
+    if fmt is DocumentFormat.DOCX:
+        return _SizeLimit(settings.max_docx_bytes, "a DOCX", "DOCPIPE_MAX_DOCX_BYTES")
+    return _SizeLimit(settings.max_document_bytes, "a text", "DOCPIPE_MAX_DOCUMENT_BYTES")
+
+
+async def _document_upload(request: Request, settings: SettingsDep) -> AsyncIterator[Upload]:
     """The body as a document. Its format comes from its bytes: a PDF or DOCX whatever the
     Content-Type says; text only as declared (text/plain in UTF-8, or JSON {"text"}), as
-    before; anything else 415. 413 past DOCPIPE_MAX_DOCUMENT_BYTES."""
-    media_type, params = _media_type(request)
-    # One document is small (DOCPIPE_MAX_DOCUMENT_BYTES): a copy into bytes costs little.
-    body = bytes(await read_capped(request, settings.max_document_bytes))
-    if (fmt := sniff_format(body)) is not None:
+    before; anything else 415. 413 past the format's limit, known from the first KiB: from
+    Content-Length before reading on, else as soon as the body passes it. A file is spooled
+    to disk as it arrives, so the API holds about 2 MiB of it whatever its size."""
+    chunks = request.stream().__aiter__()
+    head = bytearray()
+    async for chunk in chunks:
+        head += chunk
+        if len(head) >= _HEAD_BYTES:
+            break
+    candidate = format_of_head(bytes(head[:_HEAD_BYTES]))
+    limit = _size_limit(candidate, settings)
+    declared = request.headers.get("content-length", "")
+    if (declared.isdigit() and int(declared) > limit.bytes) or len(head) > limit.bytes:
+        raise limit.refusal()
+    if candidate is None:
+        body = head
+        async for chunk in chunks:
+            body += chunk
+            if len(body) > limit.bytes:
+                raise limit.refusal()
+        yield _text_upload(request, bytes(body))
+        return
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as file:
+        await _spool(head, chunks, file, limit)
+        fmt = sniff_format(file)
+        if fmt is None:  # a zip, but no Word file
+            raise _unsupported(request)
         try:
-            check_upload(body, fmt, _zip_bounds(settings))
+            check_upload(file, fmt, _zip_bounds(settings))
         except UnreadableDocumentError as exc:
             raise InvalidRequestError(f"the {fmt.upper()} cannot be read: {exc}") from None
-        return Upload(fmt, data=body)
+        yield Upload(fmt, file=file)
+
+
+async def _spool(
+    head: bytearray, chunks: AsyncIterator[bytes], file: IO[bytes], limit: _SizeLimit
+) -> None:
+    """The body into ``file``, the first bytes already read in ``head``, a MiB at a time
+    (disk writes off the event loop); 413 once it passes ``limit``."""
+    pending, size = head, len(head)
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit.bytes:
+            raise limit.refusal()
+        pending += chunk
+        if len(pending) >= _WRITE_BYTES:
+            await anyio.to_thread.run_sync(file.write, bytes(pending))
+            pending = bytearray()
+    await anyio.to_thread.run_sync(file.write, bytes(pending))
+    file.seek(0)
+
+
+def _unsupported(request: Request) -> HTTPException:
+    media_type, _ = _media_type(request)
+    return HTTPException(
+        415,
+        "send a PDF or DOCX file, or the document as text/plain (UTF-8) or as "
+        f'application/json {{"text": "..."}}; these bytes are none of them (Content-Type '
+        f"{media_type or 'missing'})",
+    )
+
+
+def _text_upload(request: Request, body: bytes) -> Upload:
+    media_type, params = _media_type(request)
     if media_type not in ("text/plain", "application/json"):
-        raise HTTPException(
-            415,
-            "send a PDF or DOCX file, or the document as text/plain (UTF-8) or as "
-            f'application/json {{"text": "..."}}; these bytes are none of them (Content-Type '
-            f"{media_type or 'missing'})",
-        )
+        raise _unsupported(request)
     charset = params.get("charset", "utf-8")
     if media_type == "text/plain" and charset not in ("utf-8", "utf8", "us-ascii"):
         raise HTTPException(415, f"documents must be UTF-8 text, not charset={charset}")

@@ -7,6 +7,7 @@ its lifespan, so ``uvicorn docpipe_api.main:app`` is configured by DOCPIPE_* var
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,6 +15,7 @@ import anyio
 import psycopg
 from fastapi import Depends, FastAPI
 
+from docpipe import __version__
 from docpipe.broker.transport import CeleryPublisher, redis_client
 from docpipe.observability import tracing
 from docpipe.pipelines.catalog import Catalog, load_catalog
@@ -24,7 +26,16 @@ from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
-from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
+from docpipe_api.routes import (
+    batches,
+    documents,
+    health,
+    pipelines,
+    results,
+    reviews,
+    runs,
+    webhook_secrets,
+)
 from docpipe_api.streams import StreamSlots
 
 __all__ = ["app", "create_app"]
@@ -52,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pipelines=catalog,
             batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
+            export_slots=threading.Semaphore(resolved.max_result_exports),
         )
         try:
             with serving_metrics(resolved):
@@ -63,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="docpipe",
-        version="0.1.0",
+        version=__version__,
         summary="Durable LLM extraction pipelines for contracts",
         lifespan=lifespan,
         # Operation ids are the route functions' names: stable, and what links name.
@@ -77,7 +89,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (
         documents.router,
         runs.router,
+        reviews.router,
         batches.router,
+        results.router,
         pipelines.router,
         webhook_secrets.router,
     ):

@@ -12,7 +12,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cached_property
 from typing import Any, Protocol
@@ -20,8 +20,15 @@ from typing import Any, Protocol
 import jsonschema
 
 from docpipe.errors import DocpipeError, InvalidRequestError
-from docpipe.pipelines.evidence import unsupported_values
-from docpipe.pipelines.poor_extraction import poor_extraction
+from docpipe.pipelines.poor_extraction import DEFAULT_POOR_EXTRACTION_SHARE
+from docpipe.pipelines.review import (
+    PIPELINE_RULES,
+    Reason,
+    ReviewRule,
+    RuleError,
+    parse_rules,
+    rule_reasons,
+)
 
 __all__ = [
     "NAME_PATTERN",
@@ -29,6 +36,7 @@ __all__ = [
     "JSONSchema",
     "Pipeline",
     "PipelineError",
+    "ReviewRuleError",
     "Step",
     "StepInput",
 ]
@@ -40,16 +48,24 @@ JSONSchema = Mapping[str, Any]
 NAME_PATTERN = "^[a-z][a-z0-9_]{0,62}$"
 _NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 MAX_STEP_ATTEMPTS = 50
-# Pipeline-level rules that send a run that reached its end to review instead of done.
-# unsupported_evidence: a value's quote was not found in the document (the evidence a step
-# records with docpipe.pipelines.evidence says "supported": false).
+# Pipeline-level rules (``review_if``): each is checked after every step, on that step's
+# output. unsupported_evidence: a value's quote was not found in the document (the
+# evidence a step records with docpipe.pipelines.evidence says "supported": false).
 # poor_extraction: most of the document's pages could not be read, or a step that records
 # evidence found no value at all (docpipe.pipelines.poor_extraction).
-REVIEW_RULES = frozenset({"unsupported_evidence", "poor_extraction"})
+REVIEW_RULES = PIPELINE_RULES
 
 
 class PipelineError(DocpipeError):
     """A pipeline definition is wrong; the message says where and what."""
+
+
+class ReviewRuleError(PipelineError):
+    """A step's review rule is wrong; ``index`` is its place in the step's list."""
+
+    def __init__(self, message: str, index: int | None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class StepInput(Protocol):
@@ -92,6 +108,8 @@ class Step:
     ``output_schema``. A step that asks a model names it (``model``, and a ``fallback_model``
     tried when the answer stays outside its schema); ``instructions`` are its system prompt.
     ``max_attempts`` and ``budget_usd`` bound what the step may retry and spend.
+    ``review`` asks for a person after the step: ``"always"`` or rules on its output
+    (docpipe.pipelines.review); the run then pauses in ``needs_review`` after this step.
     """
 
     name: str
@@ -115,6 +133,9 @@ class Step:
     # step from a pipeline file: its kind, prompt template, ...). None: the execute
     # function's source code stands for it.
     spec: Mapping[str, Any] | None = field(default=None, compare=False)
+    # "always", or a list of rules (docpipe.pipelines.review); parsed into ``review_rules``.
+    review: str | Sequence[str | Mapping[str, Any]] | None = None
+    review_rules: tuple[ReviewRule, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"step {self.name!r}"
@@ -129,6 +150,11 @@ class Step:
         if self.budget_usd is not None and self.budget_usd <= 0:
             raise PipelineError(f"{where}: budget_usd must be positive")
         check_json_schema(self.output_schema, where=f"{where}: output_schema")
+        try:
+            rules = parse_rules(self.review, self.output_schema)
+        except RuleError as exc:
+            raise ReviewRuleError(f"{where}: {exc}", exc.index) from None
+        object.__setattr__(self, "review_rules", rules)
 
     @property
     def system_prompt(self) -> str:
@@ -145,8 +171,10 @@ class Step:
         return tuple(m for m in (self.model, self.fallback_model) if m is not None)
 
     def definition(self) -> dict[str, Any]:
-        """Everything that defines the step, as JSON."""
-        return {
+        """Everything that defines the step, as JSON (its review rules only when it has
+        some: steps without keep the hash they had before rules existed)."""
+        rules = {"review": [r.as_data() for r in self.review_rules]} if self.review_rules else {}
+        return rules | {
             "name": self.name,
             "prompt_version": self.prompt_version,
             "instructions": self.instructions,
@@ -186,8 +214,8 @@ def check_json_schema(schema: JSONSchema, *, where: str) -> None:
 class Pipeline:
     """Named, versioned, ordered steps; ``source`` says where the definition came from.
 
-    ``review_if`` names rules (:data:`REVIEW_RULES`) that, when one holds for a run's outputs
-    at its last step, end the run ``needs_review`` with the reason instead of ``done``.
+    ``review_if`` names rules (:data:`REVIEW_RULES`) checked after every step on its output,
+    as if each step listed them: when one holds, the run pauses ``needs_review`` after it.
     """
 
     name: str
@@ -245,21 +273,23 @@ class Pipeline:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def review_reasons(
-        self, outputs: Mapping[str, Any], *, poor_extraction_share: float
-    ) -> list[str]:
-        """Why a run with these step outputs goes to review by this pipeline's rules (empty:
-        it does not); ``poor_extraction_share``: DOCPIPE_POOR_EXTRACTION_SHARE."""
-        reasons = []
-        if "unsupported_evidence" in self.review_if and (fields := unsupported_values(outputs)):
-            reasons.append(
-                f"unsupported_evidence: {len(fields)} value(s) whose quote is not in the "
-                f"document ({', '.join(fields)})"
-            )
-        if "poor_extraction" in self.review_if and (
-            why := poor_extraction(outputs, max_share=poor_extraction_share)
-        ):
-            reasons.append(f"poor_extraction: {why}")
-        return reasons
+        self,
+        step: str,
+        output: Mapping[str, Any],
+        *,
+        sample_at: float,
+        poor_extraction_share: float = DEFAULT_POOR_EXTRACTION_SHARE,
+    ) -> list[Reason]:
+        """Why the run pauses for a person after ``step`` gave ``output``: the step's own
+        rules, then the pipeline's (empty: it goes on). ``sample_at`` is the document's
+        :func:`~docpipe.pipelines.review.sample_point` for this step;
+        ``poor_extraction_share`` is DOCPIPE_POOR_EXTRACTION_SHARE."""
+        rules = self.step(step).review_rules
+        shared = tuple(ReviewRule(r) for r in self.review_if if ReviewRule(r) not in rules)
+        # The rule's threshold is a setting, not part of the definition (nor of its hash).
+        ruled = tuple(replace(r, limit=poor_extraction_share) if r.kind == "poor_extraction"
+                      else r for r in (*rules, *shared))  # fmt: skip
+        return rule_reasons(ruled, output, sample_at)
 
     def step(self, name: str) -> Step:
         try:

@@ -1,12 +1,14 @@
 """The ``poor_extraction`` review rule: a run whose document could mostly not be read goes
 to a person instead of ending ``done`` with what little was read.
 
-It holds when more than a share of the document's pages (``DOCPIPE_POOR_EXTRACTION_SHARE``)
-were read poorly, by the warnings ``extract_text`` recorded for them (OCR confidence below
-``DOCPIPE_OCR_LOW_CONFIDENCE``, no text, OCR out of time), or when a step that records
-evidence found no value at all. Its reason names the pages and what was wrong with each.
+After ``extract_text`` it holds when more than a share of the document's pages
+(``DOCPIPE_POOR_EXTRACTION_SHARE``) were read poorly, by the warnings recorded for them (OCR
+confidence below ``DOCPIPE_OCR_LOW_CONFIDENCE``, no text, OCR out of time): the run pauses
+before any model is paid for, and the reason names the pages and what was wrong with each.
+After a step that records evidence, it holds when that step found no value at all.
 
-A pure function of the step outputs so far and the share: it can be asked after any step.
+A pure function of a step's output and the share, like every review rule
+(docpipe.pipelines.review): it is asked after each step.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["POOR_PAGE_KINDS", "poor_extraction"]
+from docpipe.settings import Settings
 
+__all__ = ["DEFAULT_POOR_EXTRACTION_SHARE", "POOR_PAGE_KINDS", "poor_extraction"]
+
+DEFAULT_POOR_EXTRACTION_SHARE: float = Settings.model_fields["poor_extraction_share"].default
 # The page warnings (docpipe.extraction.pages.WARNING_KINDS) that say a page was read poorly,
 # as the reason words them.
 POOR_PAGE_KINDS = {
@@ -23,31 +28,25 @@ POOR_PAGE_KINDS = {
     "no_text": "no text",
     "ocr_timeout": "OCR out of time",
 }
-# The extract_text step's name (docpipe.pipelines.text_extraction, which imports the model
-# this rule belongs to).
-_EXTRACTION = "extract_text"
 _NAMED_PAGES = 10
 
 
-def poor_extraction(outputs: Mapping[str, Any], *, max_share: float) -> str | None:
-    """Why the run goes to review by this rule, naming the pages; None when it does not."""
-    poor = _poor_pages(outputs.get(_EXTRACTION))
-    pages = _page_count(outputs.get(_EXTRACTION))
-    empty = [step for step, output in outputs.items() if _found_nothing(output)]
-    reasons = []
-    if pages and len(poor) > max_share * pages:
-        reasons.append(f"{len(poor)} of {pages} pages could not be read well: {_named(poor)}")
-    if empty:
-        found = f" (pages read poorly: {_named(poor)})" if poor and not reasons else ""
-        reasons.append(f"{', '.join(empty)} found no value at all{found}")
-    return "; ".join(reasons) or None
+def poor_extraction(output: Mapping[str, Any], *, max_share: float) -> str | None:
+    """Why the run goes to review after the step that gave ``output`` (an extract_text
+    output naming its poorly read pages, or a step that found no value); None when not."""
+    if isinstance(output.get("warnings"), list) and isinstance(output.get("pages"), int):
+        poor, pages = _poor_pages(output["warnings"]), output["pages"]
+        if pages and len(poor) > max_share * pages:
+            return f"{len(poor)} of {pages} pages could not be read well: {_named(poor)}"
+    if output.get("evidence") == []:  # a step that records evidence recorded none
+        return "the step found no value at all"
+    return None
 
 
-def _poor_pages(extraction: Any) -> dict[int, list[str]]:
+def _poor_pages(warnings: list[Any]) -> dict[int, list[str]]:
     """Each poorly read page (1-based) with what was wrong with it, in page order."""
     poor: dict[int, list[str]] = {}
-    warnings = extraction.get("warnings") if isinstance(extraction, Mapping) else None
-    for warning in warnings if isinstance(warnings, list) else []:
+    for warning in warnings:
         # Runs from before warnings had a kind recorded sentences: they count for nothing.
         if not isinstance(warning, Mapping) or warning.get("kind") not in POOR_PAGE_KINDS:
             continue
@@ -56,16 +55,6 @@ def _poor_pages(extraction: Any) -> dict[int, list[str]]:
             label += f" {warning['value']:g}"
         poor.setdefault(int(warning["page"]), []).append(label)
     return dict(sorted(poor.items()))
-
-
-def _page_count(extraction: Any) -> int:
-    pages = extraction.get("pages") if isinstance(extraction, Mapping) else None
-    return pages if isinstance(pages, int) else 0
-
-
-def _found_nothing(output: Any) -> bool:
-    """A step that records evidence (an ``evidence`` list in its output) recorded none."""
-    return isinstance(output, Mapping) and output.get("evidence") == []
 
 
 def _named(poor: dict[int, list[str]]) -> str:

@@ -28,7 +28,7 @@ from docpipe.state import documents
 from docpipe.state.db import Database
 from docpipe.state.documents import FinishedPage
 
-__all__ = ["ExtractionContinues", "extract_document_text"]
+__all__ = ["ExtractionContinues", "extract_document_text", "open_reader"]
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +70,13 @@ def extract_document_text(
                         rotated_pages=source.rotated_pages)  # fmt: skip
     fmt = DocumentFormat(source.format)
     doc = _Document(tenant_id, document_id)
-    # The file is copied out of PostgreSQL a slice at a time into a file of its own (gone
+    # The file is copied out of PostgreSQL a chunk at a time into a file of its own (gone
     # when closed, or when the process dies), which PDFium reads as it needs: the worker's
     # memory does not grow with the file, only with the page at hand.
     with tempfile.TemporaryFile(prefix="docpipe-document-") as file:
         documents.copy_original(db, tenant_id, document_id, file)
         file.seek(0)
-        reader = _open(fmt, file, settings)
+        reader = open_reader(fmt, file, settings)
         try:
             pages = _read_pages(db, settings, doc, reader, started)
         finally:
@@ -84,13 +84,19 @@ def extract_document_text(
     return _record(db, doc, fmt, pages)
 
 
-def _open(fmt: DocumentFormat, file: BinaryIO, settings: Settings) -> _Reader:
+def open_reader(fmt: DocumentFormat, source: bytes | BinaryIO, settings: Settings) -> _Reader:
+    """The reader of a PDF or DOCX (its bytes, or its file: PDFium reads a PDF's as it needs
+    it), with the bounds the settings give (what the step uses; tests and benchmarks read
+    files through it too)."""
     limits = PageLimits.of(settings)
     if fmt is DocumentFormat.PDF:
-        require_format(file.read(_HEAD_BYTES), fmt)
-        file.seek(0)
-        return PdfReader(file, limits)
-    data = file.read()  # a DOCX is read whole, within its zip bounds
+        if isinstance(source, bytes):
+            require_format(source[:_HEAD_BYTES], fmt)
+        else:
+            require_format(source.read(_HEAD_BYTES), fmt)
+            source.seek(0)
+        return PdfReader(source, limits)
+    data = source if isinstance(source, bytes) else source.read()  # read whole, within bounds
     require_format(data, fmt)
     bounds = ZipBounds(settings.docx_max_expanded_bytes, settings.docx_max_expansion_ratio)
     return DocxReader(data, limits, bounds)
