@@ -192,6 +192,8 @@ def main() -> None:
                         help="only the reading speeds, as JSON on the last line")  # fmt: skip
     parser.add_argument("--against", type=Path, default=None,
                         help="another library source tree to compare the reading speeds with")  # fmt: skip
+    parser.add_argument("--against-label", default=None,
+                        help="what --against is, for the report (e.g. a commit)")  # fmt: skip
     parser.add_argument("--speed-rounds", type=int, default=3)
     args = parser.parse_args()
     if args.speed_only:
@@ -212,9 +214,15 @@ def main() -> None:
         f"{s['pages']} |"
         for name, s in speeds.items()
     )
+    against = (
+        f" --against DIR --against-label {args.against_label or 'DIR'} --speed-rounds "
+        f"{args.speed_rounds}"
+        if args.against
+        else ""
+    )
     compared = (
-        f"Before: the library at `{args.against}`, the same files, {args.speed_rounds} rounds "
-        "in turns, medians."
+        f"Before: the library of {args.against_label or args.against}, the same files, "
+        f"{args.speed_rounds} rounds in turns, medians."
         if args.against
         else "(No earlier tree measured: run with --against to fill the before column.)"
     )
@@ -226,7 +234,7 @@ def main() -> None:
     markdown = f"""# Documents: extraction speed, a mixed batch, a kill during OCR
 
 `python -m bench.document_formats --documents {args.documents} --batch-concurrency
-{args.batch_concurrency} --rounds {args.rounds} --speed-documents {args.speed_documents}`
+{args.batch_concurrency} --rounds {args.rounds} --speed-documents {args.speed_documents}{against}`
 (the fake provider answers at once).
 
 ## Pages per second of one worker process

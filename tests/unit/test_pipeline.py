@@ -2,9 +2,11 @@ import jsonschema
 import pytest
 
 from docpipe.errors import InvalidRequestError
+from docpipe.extraction.pages import WARNING_KINDS, PageWarning
 from docpipe.pipelines import Pipeline, PipelineError, Step
 from docpipe.pipelines.catalog import get_pipeline, pipelines
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, MAX_SECTIONS, locate_sections
+from docpipe.pipelines.poor_extraction import POOR_PAGE_KINDS
 
 DOC = "SUPPLY AGREEMENT\nParties here.\n1. DEFINITIONS\nWords.\n2. PRICE\nMoney.\n"
 
@@ -228,3 +230,9 @@ def test_poor_extraction_pauses_after_a_fields_step_that_found_nothing_at_all() 
     assert [r.kind for r in ruled.review_reasons("read", {"evidence": []}, sample_at=0.5)] == [
         "poor_extraction"
     ]
+
+
+def test_the_pages_poor_extraction_counts_are_warnings_extraction_gives() -> None:
+    assert set(POOR_PAGE_KINDS) <= set(WARNING_KINDS)
+    with pytest.raises(ValueError, match="unknown page warning kind 'low_confidence'"):
+        PageWarning("low_confidence", 1, 40.0, "page 1: low")

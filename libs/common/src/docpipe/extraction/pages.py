@@ -38,6 +38,10 @@ class PageWarning:
     value: float | None
     message: str
 
+    def __post_init__(self) -> None:
+        if self.kind not in WARNING_KINDS:
+            raise ValueError(f"unknown page warning kind {self.kind!r} (known: {WARNING_KINDS})")
+
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "page": self.page, "value": self.value,
                 "message": self.message}  # fmt: skip
