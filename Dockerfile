@@ -85,12 +85,13 @@ ENTRYPOINT ["celery", "-A", "docpipe.worker.app"]
 
 # Workers read PDFs and DOCX files, and OCR pages without a text layer with Debian's
 # Tesseract and its English data (another language: add tesseract-ocr-<lang> here and set
-# DOCPIPE_OCR_LANGUAGE). Nothing is downloaded at run time.
+# DOCPIPE_OCR_LANGUAGE); its orientation data (osd) tells which way up a scan is. Nothing
+# is downloaded at run time.
 FROM celery AS worker
 USER root
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        tesseract-ocr tesseract-ocr-eng \
+        tesseract-ocr tesseract-ocr-eng tesseract-ocr-osd \
     && rm -rf /var/lib/apt/lists/*
 USER 10001:10001
 

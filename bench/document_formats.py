@@ -1,7 +1,10 @@
 """Documents in every format: text extraction speed, a mixed batch, and a kill during OCR.
 
 1. Pages per second of one worker process (one thread, as a prefork child runs a step)
-   for native PDF text, DOCX and OCR of scanned pages, measured on the readers directly.
+   for native PDF text (one column and two), DOCX and OCR of scanned pages (upright, and
+   fed in sideways), measured on the readers directly. With ``--against DIR`` (the
+   ``libs/common/src`` of another checkout, e.g. ``git archive`` of an earlier commit) the
+   same files are read by both, in turns (``--speed-rounds``), and both medians reported.
 2. A mixed batch (text, PDF, DOCX and scanned PDF in equal shares) through the batch lane
    of a whole local stack: time from POST /batches to the batch's end.
 3. Crash cost of a SIGKILL in the middle of OCR: a scanned contract, the interactive worker
@@ -9,14 +12,21 @@
    read twice (``document_page.attempts``), and the time to resume and to finish.
 
     python -m bench.document_formats [--documents 200] [--batch-concurrency 2] [--rounds 3]
+        [--speed-documents 8] [--against DIR --speed-rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.harness import bench_stack, wait_for, write_report
@@ -25,41 +35,80 @@ from docpipe.extraction.pages import PageLimits
 from docpipe.extraction.pdf import PdfReader
 from docpipe.extraction.zipguard import ZipBounds
 from docpipe.settings import Settings
-from docpipe_dev.sample_files import contract_docx, contract_pdf, contract_scan
+from docpipe_dev.sample_files import contract_docx, contract_in_columns, contract_pdf, contract_scan
 from docpipe_dev.samples import sample_contracts
 
 FORMATS = ("text", "pdf", "docx", "scan")
 
 
 def pages_per_second(make: Callable[[str, int], bytes], open_reader: Callable[[bytes], Any],
-                     count: int) -> tuple[float, int]:  # fmt: skip
-    """Pages per second reading ``count`` sample contracts made by ``make``; and pages."""
+                     count: int) -> tuple[float, float, int]:  # fmt: skip
+    """Pages per second reading ``count`` sample contracts made by ``make``, by the clock
+    and per CPU second (this process and its Tesseract children: on a shared machine the
+    clock measures the neighbours too); and pages."""
     files = [make(c.text, i) for i, c in enumerate(sample_contracts(count))]
-    pages, started = 0, time.perf_counter()
+    pages, started, cpu = 0, time.perf_counter(), _cpu_seconds()
     for data in files:
         reader = open_reader(data)
         for index in range(reader.page_count):
             reader.read_page(index)
         pages += reader.page_count
         reader.close()
-    return pages / (time.perf_counter() - started), pages
+    return pages / (time.perf_counter() - started), pages / (_cpu_seconds() - cpu), pages
+
+
+def _cpu_seconds() -> float:
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                         resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def reading_speed(count: int) -> dict[str, dict[str, float]]:
     settings = Settings()
     limits = PageLimits.of(settings)
     bounds = ZipBounds(settings.docx_max_expanded_bytes, settings.docx_max_expansion_ratio)
+    pdf, scans = (lambda d: PdfReader(d, limits)), max(2, count // 4)
     cases: dict[str, tuple[Callable[[str, int], bytes], Callable[[bytes], Any], int]] = {
-        "pdf (text layer)": (lambda t, i: contract_pdf(t), lambda d: PdfReader(d, limits), count),
+        "pdf (text layer)": (lambda t, i: contract_pdf(t), pdf, count),
+        "pdf (two columns)": (lambda t, i: contract_in_columns(t), pdf, count),
         "docx": (lambda t, i: contract_docx(t), lambda d: DocxReader(d, limits, bounds), count),
-        "scanned pdf (OCR)": (contract_scan, lambda d: PdfReader(d, limits), max(2, count // 4)),
+        "scanned pdf (OCR)": (contract_scan, pdf, scans),
+        "scanned pdf, sideways (OCR)": (lambda t, i: contract_scan(t, i, turned=270), pdf, scans),
     }
     speeds = {}
     for name, (make, open_reader, n) in cases.items():
-        rate, pages = pages_per_second(make, open_reader, n)
-        speeds[name] = {"pages_per_s": round(rate, 2), "pages": pages}
-        print(f"{name:20} {rate:8.2f} pages/s per worker process ({pages} pages)")
+        rate, per_cpu, pages = pages_per_second(make, open_reader, n)
+        speeds[name] = {"pages_per_s": round(rate, 2), "pages_per_cpu_s": round(per_cpu, 2),
+                        "pages": pages}  # fmt: skip
+        print(f"{name:28} {rate:8.2f} pages/s per worker process, {per_cpu:8.2f} per CPU "
+              f"second ({pages} pages)", file=sys.stderr)  # fmt: skip
     return speeds
+
+
+def interleaved_speeds(
+    count: int, against: Path, rounds: int
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """The median reading speeds of this tree and of ``against`` (a library source tree),
+    each measured ``rounds`` times in turns, in processes of their own."""
+    runs: dict[bool, list[dict[str, dict[str, float]]]] = {False: [], True: []}
+    for r in range(rounds):
+        for earlier in (r % 2 == 1, r % 2 == 0):  # who goes first alternates
+            env = dict(os.environ)
+            if earlier:
+                env["PYTHONPATH"] = os.pathsep.join([str(against), env.get("PYTHONPATH", "")])
+            argv = [sys.executable, "-m", "bench.document_formats", "--speed-only",
+                    "--speed-documents", str(count)]  # fmt: skip
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+            runs[earlier].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"round {r + 1}, {'before' if earlier else 'now'}:", file=sys.stderr)
+            print(done.stderr.strip(), file=sys.stderr)
+
+    def median(found: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+        return {name: {key: round(statistics.median(f[name][key] for f in found), 2)
+                       for key in ("pages_per_s", "pages_per_cpu_s")}
+                | {"pages": found[0][name]["pages"]} for name in found[0]}  # fmt: skip
+
+    return median(runs[False]), median(runs[True])
 
 
 def upload(bench: Any, doc_id: str, fmt: str, text: str, seed: int) -> None:
@@ -139,13 +188,43 @@ def main() -> None:
     parser.add_argument("--batch-concurrency", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--speed-documents", type=int, default=8)
+    parser.add_argument("--speed-only", action="store_true",
+                        help="only the reading speeds, as JSON on the last line")  # fmt: skip
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another library source tree to compare the reading speeds with")  # fmt: skip
+    parser.add_argument("--against-label", default=None,
+                        help="what --against is, for the report (e.g. a commit)")  # fmt: skip
+    parser.add_argument("--speed-rounds", type=int, default=3)
     args = parser.parse_args()
-    speeds = reading_speed(args.speed_documents)
+    if args.speed_only:
+        print(json.dumps(reading_speed(args.speed_documents)))
+        return
+    before = None
+    if args.against is not None:
+        speeds, before = interleaved_speeds(args.speed_documents, args.against, args.speed_rounds)
+    else:
+        speeds = reading_speed(args.speed_documents)
     crashes = kill_during_ocr(args.rounds)
     batch = mixed_batch(args.documents, args.batch_concurrency)
     redone = [c["pages_redone"] for c in crashes]
+    earlier = before or {}
     rows = "\n".join(
-        f"| {name} | {s['pages_per_s']} | {s['pages']} |" for name, s in speeds.items()
+        f"| {name} | {s['pages_per_s']} | {earlier.get(name, {}).get('pages_per_s', '')} | "
+        f"{s['pages_per_cpu_s']} | {earlier.get(name, {}).get('pages_per_cpu_s', '')} | "
+        f"{s['pages']} |"
+        for name, s in speeds.items()
+    )
+    against = (
+        f" --against DIR --against-label {args.against_label or 'DIR'} --speed-rounds "
+        f"{args.speed_rounds}"
+        if args.against
+        else ""
+    )
+    compared = (
+        f"Before: the library of {args.against_label or args.against}, the same files, "
+        f"{args.speed_rounds} rounds in turns, medians."
+        if args.against
+        else "(No earlier tree measured: run with --against to fill the before column.)"
     )
     crash_rows = "\n".join(
         f"| {i + 1} | {c['pages']} | {c['read_before_kill']} | {c['pages_redone']} | "
@@ -155,13 +234,16 @@ def main() -> None:
     markdown = f"""# Documents: extraction speed, a mixed batch, a kill during OCR
 
 `python -m bench.document_formats --documents {args.documents} --batch-concurrency
-{args.batch_concurrency} --rounds {args.rounds}` (the fake provider answers at once).
+{args.batch_concurrency} --rounds {args.rounds} --speed-documents {args.speed_documents}{against}`
+(the fake provider answers at once).
 
 ## Pages per second of one worker process
 
-| format | pages/s | pages read |
-|---|---|---|
+| format | pages/s | before | pages per CPU second | before | pages read |
+|---|---|---|---|---|---|
 {rows}
+
+{compared}
 
 ## {args.documents} documents, a quarter of each format, through the batch lane
 
@@ -177,8 +259,8 @@ runs done, {batch["pages_read"]} pages read, {batch["ocr_pages"]} of them by OCR
 At most the page on Tesseract when the worker died is read again: {max(redone)} page(s)
 redone at most, {statistics.fmean(redone):.1f} on average.
 """
-    path = write_report("document-formats", markdown, {"speeds": speeds, "batch": batch,
-                                                       "crashes": crashes})  # fmt: skip
+    figures = {"speeds": speeds, "speeds_before": before, "batch": batch, "crashes": crashes}
+    path = write_report("document-formats", markdown, figures)
     print(f"report: {path}")
 
 

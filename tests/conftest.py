@@ -27,6 +27,7 @@ TABLES = (
     "pipeline_step_result",
     "pipeline_run",
     "batch",
+    "document_page_image",
     "document_page",
     "document_original_chunk",
     "document",

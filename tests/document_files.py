@@ -4,6 +4,7 @@ of every kind docpipe refuses, made here (nothing is downloaded)."""
 from __future__ import annotations
 
 import io
+import random
 import struct
 import zipfile
 
@@ -92,3 +93,44 @@ def _lie_about_size(data: bytes, member: str, size: int) -> bytes:
                 struct.pack_into("<I", patched, at + size_at, size)
             at = patched.find(signature, at + 4)
     return bytes(patched)
+
+
+def pdf_with_a_formula_drawn_glyph_by_glyph(seed: int = 0) -> tuple[bytes, str]:
+    """A page whose sentence holds a formula drawn one glyph at a time, in a shuffled order,
+    with a superscript set smaller and higher, as equation typesetters draw them; and the
+    sentence as it reads."""
+    before, after = "The monthly fee is", "for each site."
+    formula = list("F = a \u00d7 b2 + c")
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    x, y = 20.0, 40.0
+    pdf.text(x, y, before)
+    x += pdf.get_string_width(before + " ")
+    glyphs = []
+    for i, glyph in enumerate(formula):
+        superscript = glyph == "2" and formula[i - 1] == "b"
+        size = 8 if superscript else 12
+        pdf.set_font_size(size)
+        if glyph != " ":
+            glyphs.append((x, y - (2.0 if superscript else 0.0), size, glyph))
+        x += pdf.get_string_width(glyph)
+    random.Random(seed).shuffle(glyphs)
+    for gx, gy, size, glyph in glyphs:
+        pdf.set_font_size(size)
+        pdf.text(gx, gy, glyph)
+    pdf.set_font_size(12)
+    pdf.text(x + pdf.get_string_width(" "), y, after)
+    return bytes(pdf.output()), f"{before} {''.join(formula)} {after}"
+
+
+def shifted(text: str) -> str:
+    """Letters shifted by three, as a font with the wrong encoding maps them."""
+    return "".join(chr((ord(c) - 97 + 3) % 26 + 97) if "a" <= c <= "z" else c for c in text)
+
+
+def bad_ocr(text: str, share: float = 0.3, seed: int = 0) -> str:
+    """Letters and digits replaced, a ``share`` of them, by the symbols a bad OCR reads."""
+    rng = random.Random(seed)
+    return "".join(rng.choice("«»*^/3E#@%&|~") if c.isalnum() and rng.random() < share else c
+                   for c in text)  # fmt: skip

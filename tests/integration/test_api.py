@@ -128,7 +128,7 @@ def test_a_document_is_stored_once_and_never_changed(client: TestClient) -> None
     assert first.headers["location"] == "/documents/doc-1"
     body = first.json()
     assert set(body) == {"id", "sha256", "size_bytes", "created_at", "format", "extracted",
-                         "pages", "ocr_pages", "ocr", "warnings"}  # fmt: skip
+                         "pages", "ocr_pages", "ocr", "warnings", "rotated_pages"}  # fmt: skip
     assert (body["id"], body["size_bytes"]) == ("doc-1", len(TEXT.encode()))
     # A text is its own text: one page, no OCR, nothing to extract.
     assert (body["format"], body["extracted"], body["pages"], body["ocr"]) == (
@@ -510,10 +510,12 @@ def test_a_run_in_review_shows_its_values_with_their_evidence(
     body = client.get(f"/runs/{run_id}").json()
     assert (body["status"], body["error"]) == ("needs_review", "unsupported_evidence: 1")
     assert body["result"] is None
-    assert body["values"] == [{**v, "path": None, "corrected": False} for v in (found, invented)]
+    # A text document has no pages to draw boxes on.
+    assert body["values"] == [{**v, "path": None, "corrected": False, "boxes": []}
+                              for v in (found, invented)]  # fmt: skip
     assert body["review"]["step"] == STEP3
     schema = client.get("/openapi.json").json()["components"]["schemas"]["EvidencedValue"]
-    assert set(schema["properties"]) == {*found, "path", "corrected"}
+    assert set(schema["properties"]) == {*found, "path", "corrected", "boxes"}
     assert "not found in the document" in schema["properties"]["supported"]["description"]
 
 
@@ -684,6 +686,7 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("put", "/documents/{document_id}"): {"201", "200", "409", "413", "415", "422"},
         ("post", "/documents"): {"201", "413", "415", "422"},
         ("get", "/documents/{document_id}"): {"200", "404"},
+        ("get", "/documents/{document_id}/pages/{page}"): {"200", "404", "409", "422"},
         ("delete", "/documents/{document_id}"): {"204", "404", "409"},
         ("post", "/documents/{document_id}/extract"): {
             "202",

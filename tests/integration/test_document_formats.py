@@ -1,10 +1,12 @@
 """Documents as people have them, through the API as a process, real workers, PostgreSQL and
-Tesseract: each format ends `done` with the fields of its text; a worker killed during OCR
-redoes only the page in flight; every bad file fails with its own kind, and the API refuses
-what it can see at upload."""
+Tesseract: each format ends `done` with the fields of its text, a contract scanned sideways
+with the fields of the upright scan; a scan that could not be read ends in review, naming
+its pages; a worker killed during OCR redoes only the page in flight; every bad file fails
+with its own kind, and the API refuses what it can see at upload."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from docpipe.state import documents
 from docpipe.state.db import Database
 from docpipe.state.documents import ORIGINAL_CHUNK_BYTES
 from docpipe_dev.processes import ManagedProcess
-from docpipe_dev.sample_files import contract_pdf_with_photos
+from docpipe_dev.sample_files import contract_pdf_with_photos, contract_scan
 from docpipe_dev.samples import sample_contracts
 from tests import document_files as files
 from tests import word_files
@@ -32,6 +34,12 @@ CONTRACT = sample_contracts(3)[2]
 # OCR may misread a character of a name or a number; the other formats are exact. At most
 # this many of the contract's fields may differ from the text version's after OCR.
 OCR_FIELD_TOLERANCE = 1
+SLOW_OCR = {"DOCPIPE_OCR_PAGE_TIMEOUT_S": "25"}
+ONE_PAGE_CONTRACT = (
+    "SERVICES AGREEMENT\n\nThis Services Agreement is made between Northwind Traders Ltd and "
+    "Contoso Analytics GmbH.\n\n1. TERM\n\nThe term of this Agreement is twenty four months.\n\n"
+    "2. FEES\n\nThe Customer shall pay the invoices of the Supplier within 30 days."
+)
 
 
 def upload(api: str, document_id: str, data: bytes, content_type: str) -> httpx.Response:
@@ -68,17 +76,22 @@ def test_each_format_ends_done_with_the_fields_of_its_text(
     start_beat: Callable[..., ManagedProcess],
 ) -> None:
     api = start_api()
-    start_worker("interactive", concurrency=2)
+    # A sideways page is read twice (as it lies, then turned): on a loaded machine that may
+    # take the default share of the soft time limit (half of 30 s here).
+    start_worker("interactive", concurrency=2, **SLOW_OCR)
     start_beat()
     # Whatever Content-Type a client sends with a file, its bytes say what it is.
     sent_as = {"text": "text/plain", "pdf": "application/octet-stream",
-               "docx": "application/pdf", "scan": "application/pdf"}  # fmt: skip
+               "docx": "application/pdf", "scan": "application/pdf",
+               "sideways": "application/pdf"}  # fmt: skip
     runs = {}
     for fmt, content_type in sent_as.items():
-        stored = upload(api, f"contract-{fmt}", files.contract_as(fmt, CONTRACT.text),
-                        content_type)  # fmt: skip
+        # Fed into the scanner on its side: its lines run up the page.
+        data = (contract_scan(CONTRACT.text, turned=270) if fmt == "sideways"
+                else files.contract_as(fmt, CONTRACT.text))  # fmt: skip
+        stored = upload(api, f"contract-{fmt}", data, content_type)
         assert stored.status_code == 201, stored.text
-        assert stored.json()["format"] == ("pdf" if fmt == "scan" else fmt)
+        assert stored.json()["format"] == (fmt if fmt in ("text", "pdf", "docx") else "pdf")
         runs[fmt] = start_run(api, f"contract-{fmt}")
     results = {fmt: final_status(api, run_id) for fmt, run_id in runs.items()}
     for fmt, status in results.items():
@@ -90,6 +103,8 @@ def test_each_format_ends_done_with_the_fields_of_its_text(
     assert len(differing(fields["scan"], fields["text"])) <= OCR_FIELD_TOLERANCE, differing(
         fields["scan"], fields["text"]
     )
+    # Read upright, the sideways scan finds what the upright one does.
+    assert fields["sideways"] == fields["scan"], differing(fields["sideways"], fields["scan"])
     extraction = {fmt: s["result"]["extract_text"] for fmt, s in results.items()}
     assert (extraction["text"]["format"], extraction["text"]["pages"]) == ("text", 1)
     assert extraction["pdf"]["pages"] >= 3 and extraction["pdf"]["ocr_pages"] == 0
@@ -99,6 +114,10 @@ def test_each_format_ends_done_with_the_fields_of_its_text(
     scan = httpx.get(f"{api}/documents/contract-scan", timeout=10).json()
     assert (scan["format"], scan["extracted"], scan["ocr"]) == ("pdf", True, True)
     assert scan["pages"] == scan["ocr_pages"] == extraction["scan"]["pages"]
+    assert (scan["rotated_pages"], scan["warnings"]) == ([], [])
+    sideways = httpx.get(f"{api}/documents/contract-sideways", timeout=10).json()
+    turned = [{"page": n, "degrees": 90} for n in range(1, sideways["pages"] + 1)]
+    assert sideways["rotated_pages"] == extraction["sideways"]["rotated_pages"] == turned
     docx = httpx.get(f"{api}/documents/contract-docx", timeout=10).json()
     assert (docx["format"], docx["extracted"], docx["ocr"], docx["warnings"]) == (
         "docx",
@@ -106,8 +125,38 @@ def test_each_format_ends_done_with_the_fields_of_its_text(
         False,
         [],
     )
-    # Every page was read once.
+    # Every page was read once; a text layer's score is kept with the page, a scan has none.
     assert scalar(db, "SELECT max(attempts) FROM document_page") == 1
+    assert scalar(db, "SELECT min(text_layer_score) FROM document_page WHERE "
+                  "document_id = 'contract-pdf'") > 0.95  # fmt: skip
+    assert scalar(db, "SELECT count(text_layer_score) FROM document_page WHERE "
+                  "document_id = 'contract-scan'") == 0  # fmt: skip
+
+
+def test_a_scan_that_could_not_be_read_ends_in_review_naming_its_pages(
+    db: Database,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_api: Callable[..., str],
+    start_worker: Callable[..., ManagedProcess],
+    start_beat: Callable[..., ManagedProcess],
+) -> None:
+    api = start_api()
+    start_worker("interactive", concurrency=1, **SLOW_OCR)
+    start_beat()
+    # Out of focus past reading: OCR finds shapes, not words.
+    blurred = contract_scan(ONE_PAGE_CONTRACT, blurred=True)
+    assert upload(api, "blurred", blurred, "application/pdf").status_code == 201
+    status = final_status(api, start_run(api, "blurred"))
+    assert status["status"] == "needs_review", status
+    assert (
+        "poor_extraction: 1 of 1 pages could not be read well: page 1 (low OCR confidence"
+        in (status["error"])
+    )
+    warnings = httpx.get(f"{api}/documents/blurred", timeout=10).json()["warnings"]
+    low = next(w for w in warnings if w["kind"] == "low_ocr_confidence")
+    assert (low["page"], low["value"] < 60) == (1, True)
+    assert low["message"] == f"page 1: low OCR confidence ({low['value']:g})"
 
 
 def test_a_worker_killed_during_ocr_redoes_only_the_page_in_flight(
@@ -274,8 +323,7 @@ def test_a_file_is_stored_in_chunks_and_read_back_whole(
     with db.session() as s:
         sizes = [row["n"] for row in s.conn.execute(query)]
     assert sizes[:-1] == [ORIGINAL_CHUNK_BYTES] * 2 and sum(sizes) == len(data)
-    source = documents.document_for_extraction(db, "default", "big-scan")
-    assert source.original == data
+    assert copied(db, "big-scan") == data
     body = client.get("/documents/big-scan").json()
     assert (body["size_bytes"], body["format"]) == (len(data), "pdf")
     # A file stored before migration 0020 kept its bytes in document.original.
@@ -283,7 +331,14 @@ def test_a_file_is_stored_in_chunks_and_read_back_whole(
         tx.conn.execute(b"INSERT INTO document (tenant_id, id, content, content_sha256, "
                         b"size_bytes, format, original) VALUES ('default', 'old', '', 'x', "
                         b"%s, 'pdf', %s)", (len(scan), scan))  # fmt: skip
-    assert documents.document_for_extraction(db, "default", "old").original == scan
+    assert copied(db, "old") == scan
+
+
+def copied(db: Database, document_id: str) -> bytes:
+    """The document's bytes as a worker copies them out (a chunk, or a slice, per query)."""
+    file = io.BytesIO()
+    documents.copy_original(db, "default", document_id, file)
+    return file.getvalue()
 
 
 def test_the_same_file_again_is_a_no_op_and_other_bytes_a_conflict(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from docpipe.state.migrate import (
     NO_TRANSACTION,
@@ -206,3 +207,36 @@ def test_a_migration_that_breaks_the_rules_is_refused_before_anything_runs(
         apply_migrations(url, folder=folder)
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT to_regclass('t')").fetchone() == (None,)
+
+
+def test_warning_sentences_written_before_0025_become_warnings_with_kind_page_and_value(
+    postgres_admin_url: str, tmp_path: Path
+) -> None:
+    url = create_database(postgres_admin_url, "docpipe_warnings")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for migration in migrations():
+        if migration.name < "0025":
+            (earlier / migration.name).write_text(migration.sql, encoding="utf-8")
+    apply_migrations(url, folder=earlier)
+    low, large = "page 2: low OCR confidence (41.5)", "page 3 is large: rendered at 150 dpi for OCR"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes, format, "
+            "extraction_warnings) VALUES ('t', 'd', '', 'x', 1, 'pdf', %s)",
+            (Jsonb([low, large]),),
+        )
+        conn.execute(
+            "INSERT INTO document_page (tenant_id, document_id, page, text, warning) "
+            "VALUES ('t', 'd', 1, '', %s), ('t', 'd', 0, 'fine', NULL)",
+            (low,),
+        )
+    apply_migrations(url)
+    with psycopg.connect(url) as conn:
+        document = conn.execute("SELECT extraction_warnings FROM document").fetchone()
+        pages = conn.execute("SELECT page, warnings, rotation FROM document_page "
+                             "ORDER BY page").fetchall()  # fmt: skip
+    structured_low = {"kind": "low_ocr_confidence", "page": 2, "value": 41.5, "message": low}
+    assert document == ([structured_low, {"kind": "reduced_resolution", "page": 3,
+                                          "value": 150, "message": large}],)  # fmt: skip
+    assert pages == [(0, [], 0), (1, [structured_low], 0)]

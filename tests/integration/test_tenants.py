@@ -208,6 +208,7 @@ def test_another_tenants_documents_runs_and_batches_are_not_found_on_every_route
 
     attempts: list[tuple[str, str, dict[str, Any]]] = [
         ("GET", "/documents/contract", {}),
+        ("GET", "/documents/contract/pages/1", {}),
         ("DELETE", "/documents/contract", {}),
         ("POST", "/documents/contract/extract", {}),
         ("GET", f"/runs/{run_id}", {}),

@@ -31,6 +31,9 @@ from tests.processes import wait_until
 
 STEP1 = DOCUMENT_EXTRACT.step_names[0]
 QUEUE = "llm_interactive"
+# A contract with a field to find (one without any would pause for a person at its fields
+# step: document_extract's poor_extraction rule), so that its runs end done.
+TEXT = "TITLE\nPreamble.\n1. ONE\nThe initial term is 12 months.\n"
 
 
 class CreatesFile:
@@ -70,7 +73,7 @@ def test_a_worker_refuses_pickled_messages_and_keeps_serving_json(
     start_worker: Callable[..., ManagedProcess],
     tmp_path: Path,
 ) -> None:
-    created = new_run(db)  # its first step waits in the outbox, unpublished
+    created = new_run(db, TEXT)  # its first step waits in the outbox, unpublished
     marker = tmp_path / "unpickled"
     worker = start_worker(concurrency=1)
 
@@ -113,10 +116,10 @@ def test_forged_messages_claim_no_step_before_admission_start_at_or_a_retry_wait
     settings: Settings,
     start_worker: Callable[..., ManagedProcess],
 ) -> None:
-    not_admitted = new_run(db, key="batch", lane="batch").run_id  # waits for admission
+    not_admitted = new_run(db, TEXT, key="batch", lane="batch").run_id  # waits for admission
     later = datetime.now(UTC) + timedelta(hours=1)
-    not_started = new_run(db, key="start-at", start_at=later).run_id  # parked in the outbox
-    waiting = new_run(db, key="retry-wait").run_id  # as after a transient error: 1 h to wait
+    not_started = new_run(db, TEXT, key="start-at", start_at=later).run_id  # parked in the outbox
+    waiting = new_run(db, TEXT, key="retry-wait").run_id  # as after a transient error: 1 h
     execute(db, "UPDATE pipeline_step_result SET not_before = now() + interval '1 hour'"
                 " WHERE run_id = %s", waiting)  # fmt: skip
     interactive = start_worker("interactive", concurrency=1)

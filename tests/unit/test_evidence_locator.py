@@ -169,6 +169,8 @@ def test_unsupported_values_are_read_from_every_step_that_records_evidence() -> 
     assert unsupported_values(outputs) == ["cap"]
 
 
+BOX = {"page": 1, "left": 72.0, "top": 90.5, "right": 200, "bottom": 102.1, "page_width": 595.3,
+       "page_height": 841.9}  # fmt: skip
 RECORD = {
     "field": "term_months", "value": 24, "quote": "twenty-four (24) months", "start": 5,
     "end": 28, "page": 1, "section": "1", "section_title": "TERM", "supported": True,
@@ -181,7 +183,9 @@ RECORD = {
      {"section_title": None}, {"start": 5.0}, {"extra": "kept"}, {"value": None},
      {"start": -1}, {"page": 0}, {"start": True}, {"end": "28"}, {"start": 5.5},
      {"quote": "q" * (MAX_QUOTE_CHARS + 1)}, {"field": 3}, {"supported": "yes"},
-     {"section": 1}, {"section_title": 2}, {"supported": None}],
+     {"section": 1}, {"section_title": 2}, {"supported": None}, {"boxes": []},
+     {"boxes": [BOX]}, {"boxes": "x"}, {"boxes": [{"page": 1}]}, {"boxes": [BOX | {"page": 0}]},
+     {"boxes": [BOX | {"left": "1"}]}, {"boxes": [BOX | {"page_width": 0}]}],
 )  # fmt: skip
 def test_the_records_kept_are_exactly_those_the_evidence_schema_allows(
     change: dict[str, object],

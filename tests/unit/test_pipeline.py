@@ -2,9 +2,11 @@ import jsonschema
 import pytest
 
 from docpipe.errors import InvalidRequestError
+from docpipe.extraction.pages import WARNING_KINDS, PageWarning
 from docpipe.pipelines import Pipeline, PipelineError, Step
 from docpipe.pipelines.catalog import get_pipeline, pipelines
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT, MAX_SECTIONS, locate_sections
+from docpipe.pipelines.poor_extraction import POOR_PAGE_KINDS
 
 DOC = "SUPPLY AGREEMENT\nParties here.\n1. DEFINITIONS\nWords.\n2. PRICE\nMoney.\n"
 
@@ -154,7 +156,7 @@ def test_document_extract_pauses_after_the_step_whose_evidence_is_unsupported() 
         return {"field": field, "value": 1, "quote": "q", "start": None, "end": None,
                 "page": None, "section": None, "supported": supported}  # fmt: skip
 
-    assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence",)
+    assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence", "poor_extraction")
     supported = {"evidence": [record("term_months", True)]}
     assert DOCUMENT_EXTRACT.review_reasons("extract_fields", supported, sample_at=0.5) == []
     invented = {"evidence": [record("term_months", True), record("liability_cap", False)]}
@@ -179,3 +181,58 @@ def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
     assert [r.kind for r in ruled.review_reasons("read", unsupported, sample_at=0.5)] == [
         "unsupported_evidence"
     ]
+
+
+def extraction(pages: int, *warnings: tuple[str, int, float | None]) -> dict[str, object]:
+    """An extract_text output with these (kind, page, value) warnings."""
+    return {"format": "pdf", "pages": pages, "ocr_pages": pages, "characters": 100,
+            "warnings": [{"kind": k, "page": p, "value": v, "message": f"page {p}: {k}"}
+                         for k, p, v in warnings],
+            "rotated_pages": []}  # fmt: skip
+
+
+def poor(output: dict[str, object], step: str = "extract_text", share: float = 0.5) -> list[str]:
+    """The messages of document_extract's poor_extraction rule after ``step``."""
+    reasons = DOCUMENT_EXTRACT.review_reasons(step, output, sample_at=0.5,
+                                              poor_extraction_share=share)  # fmt: skip
+    return [r.message for r in reasons if r.kind == "poor_extraction"]
+
+
+def test_poor_extraction_pauses_after_extract_text_when_most_pages_could_not_be_read() -> None:
+    mostly_unread = extraction(4, ("low_ocr_confidence", 1, 31.5), ("no_text", 3, None),
+                               ("reduced_resolution", 2, 150), ("ocr_timeout", 4, 60))  # fmt: skip
+    assert poor(mostly_unread) == [
+        "3 of 4 pages could not be read well: page 1 (low OCR confidence 31.5), page 3 (no "
+        "text), page 4 (OCR out of time)"
+    ]
+    # Half the pages is not most; the share is the setting's.
+    half = extraction(4, ("no_text", 1, None), ("no_text", 2, None))
+    assert poor(half) == []
+    assert poor(half, share=0.25) == [
+        "2 of 4 pages could not be read well: page 1 (no text), page 2 (no text)"
+    ]
+    # Warnings that are not about reading poorly, and sentences of runs from before warnings
+    # had a kind, count for nothing.
+    fine = {**extraction(2, ("garbage_text_layer", 1, 0.2)),
+            "warnings": ["page 2: low OCR confidence (12)"]}  # fmt: skip
+    assert poor(fine, share=0.0) == []
+
+
+def test_poor_extraction_pauses_after_a_fields_step_that_found_nothing_at_all() -> None:
+    nothing = {"fields": {}, "found_in": {}, "evidence": []}
+    assert poor(nothing, "extract_fields") == ["the step found no value at all"]
+    found = {"fields": {"term_months": 12}, "found_in": {}, "evidence": [{"field": "x"}]}
+    assert poor(found, "extract_fields") == []
+    # A pipeline that does not opt in goes on all the same; one that does, on any step.
+    quiet = Pipeline("p", 1, (_evidence_step(),))
+    assert quiet.review_reasons("read", {"evidence": []}, sample_at=0.5) == []
+    ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("poor_extraction",))
+    assert [r.kind for r in ruled.review_reasons("read", {"evidence": []}, sample_at=0.5)] == [
+        "poor_extraction"
+    ]
+
+
+def test_the_pages_poor_extraction_counts_are_warnings_extraction_gives() -> None:
+    assert set(POOR_PAGE_KINDS) <= set(WARNING_KINDS)
+    with pytest.raises(ValueError, match="unknown page warning kind 'low_confidence'"):
+        PageWarning("low_confidence", 1, 40.0, "page 1: low")

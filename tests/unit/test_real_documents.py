@@ -1,7 +1,10 @@
 """Real documents that nobody on the team wrote, read as a worker reads them, against the
 text a careful converter reads from them (``../shared/corpus/real-documents``, read in
 place: the files may not be copied into the repo). Every file must reach a word recall of
-at least MIN_RECALL (docpipe_dev.word_recall)."""
+at least MIN_RECALL (docpipe_dev.word_recall). Generated cases of the same kinds: a scan
+turned 90, 180 and 270 degrees and one with a garbage text layer
+(tests/integration/test_scanned_pages.py), two columns and a formula drawn glyph by glyph
+(tests/unit/test_pdf_layout.py), Word files (tests/unit/test_word_reading.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +27,11 @@ CORPUS = Path(
 )
 
 REAL_DOCUMENTS = [
+    "code_and_formula.pdf",
+    "multi_page.pdf",
+    "normal_4pages.pdf",
+    "ocr_test.pdf",
+    "ocr_test_rotated_90.pdf",
     "docx_rich_cells.docx",
     "lorem_ipsum.docx",
     "textbox.docx",

@@ -267,11 +267,41 @@ class Settings(BaseSettings):
         ge=1,
         description="a PDF page whose text layer has fewer non-blank characters is OCRed",
     )
+    text_layer_min_score: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description=(
+            "a PDF page whose text layer has a smaller share (0-1) of its characters in "
+            "word-shaped tokens (no real words: a bad earlier OCR, a font without its Unicode "
+            "map, a wrong encoding) is OCRed, and the OCR kept when it scores better"
+        ),
+    )
     ocr_low_confidence: float = Field(
         default=60.0,
         ge=0,
         le=100,
         description="a page OCRed with a lower mean word confidence (0-100) gets a warning",
+    )
+    page_image_max_pixels: int = Field(
+        default=2_000_000,
+        ge=100_000,
+        le=25_000_000,
+        description=(
+            "`GET /documents/{id}/pages/{n}`: a PDF page's PNG has at most this many pixels "
+            "(an A4 page at about 140 dpi by default); rendered once, kept in PostgreSQL"
+        ),
+    )
+    poor_extraction_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description=(
+            "a run of a pipeline with `review_if: [poor_extraction]` pauses for review after "
+            "extract_text when more than this share (0-1) of its document's pages were read "
+            "poorly (OCR confidence below `DOCPIPE_OCR_LOW_CONFIDENCE`, no text, OCR out of "
+            "time), naming them"
+        ),
     )
     # A DOCX is a zip: refused when its members expand past this many bytes or this many
     # times its own size (declared in its directory, or found while inflating).

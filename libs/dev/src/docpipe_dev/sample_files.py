@@ -1,6 +1,8 @@
 """The sample contracts as people send them: a PDF with a text layer (fpdf2), a Word file
 (python-docx: headings, paragraphs, a table of the parties) and a scanned PDF (the PDF's
-pages rendered to greyscale images with a little noise and rotation, no text layer)."""
+pages rendered to greyscale images with a little noise and rotation, no text layer); and
+as they also come: in two columns, scanned sideways, scanned with a bad earlier OCR's
+text layer."""
 
 from __future__ import annotations
 
@@ -12,15 +14,18 @@ from pathlib import Path
 import docx
 import pypdfium2 as pdfium
 from fpdf import FPDF
+from fpdf.enums import TextMode
 from PIL import Image, ImageFilter
 
 __all__ = [
     "FORMATS",
     "SUFFIXES",
     "contract_docx",
+    "contract_in_columns",
     "contract_pdf",
     "contract_pdf_with_photos",
     "contract_scan",
+    "scan_with_text_layer",
     "write_contract",
 ]
 
@@ -90,6 +95,49 @@ def _typeset(text: str) -> FPDF:
     return pdf
 
 
+def contract_in_columns(text: str) -> bytes:
+    """The contract typeset like a newsletter or a paper: its title across the page, then
+    two justified columns, the left one filled before the right (a reader that goes line by
+    line across the page interleaves them)."""
+    title, _, body = _pdf_text(text).partition("\n\n")
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(auto=True, margin=18)
+    pdf.set_margins(18, 18, 18)
+    pdf.add_page()
+    pdf.set_font("Helvetica", "B", 14)
+    pdf.multi_cell(0, 8, title, align="C")
+    pdf.ln(4)
+    pdf.set_font("Helvetica", size=9)
+    with pdf.text_columns(ncols=2, gutter=8, text_align="JUSTIFY") as columns:
+        for paragraph in _paragraphs(body):
+            columns.write(paragraph)
+            columns.ln()
+            columns.ln()
+    return bytes(pdf.output())
+
+
+def scan_with_text_layer(text: str, layer: str, seed: int = 0) -> bytes:
+    """The contract scanned (:func:`contract_scan`, one page), with ``layer`` as its
+    invisible text layer over the image, as an earlier OCR leaves one: what a PDF reader
+    finds when it looks for text."""
+    scan = pdfium.PdfDocument(contract_scan(text, seed))
+    try:
+        page = scan[0]
+        image = page.render(scale=_SCAN_DPI / 72, grayscale=True).to_pil().convert("1")
+        page.close()
+    finally:
+        scan.close()
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(auto=False)
+    pdf.add_page()
+    pdf.image(image, x=0, y=0, w=pdf.w, h=pdf.h)
+    pdf.text_mode = TextMode.INVISIBLE
+    pdf.set_font("Helvetica", size=10)
+    pdf.set_xy(20, 18)
+    pdf.multi_cell(0, 5, _pdf_text(layer))
+    return bytes(pdf.output())
+
+
 def contract_docx(text: str) -> bytes:
     """The contract as a Word file: numbered headings as Heading 1, clauses as paragraphs,
     the first lines (title, reference) as the title and a one-row table."""
@@ -111,17 +159,22 @@ def contract_docx(text: str) -> bytes:
     return buffer.getvalue()
 
 
-def contract_scan(text: str, seed: int = 0) -> bytes:
+def contract_scan(text: str, seed: int = 0, *, turned: int = 0, blurred: bool = False) -> bytes:
     """The PDF's pages as a scanner returns them: greyscale images, slightly rotated, with
-    speckle noise, in a PDF without any text."""
+    speckle noise, in a PDF without any text; ``turned`` degrees clockwise (90, 180, 270)
+    when the pages went into the scanner sideways or upside down; ``blurred`` out of focus
+    past reading (a copy of a copy of a fax: OCR reads little, and that poorly)."""
     rng = random.Random(f"docpipe-scan:{seed}")
     source = pdfium.PdfDocument(contract_pdf(text))
-    pages = []
+    pages: list[Image.Image] = []
     try:
         for page in source:
             image = page.render(scale=_SCAN_DPI / 72, grayscale=True).to_pil().convert("L")
             page.close()
-            pages.append(_scanned(image, rng))
+            scanned = (
+                image.filter(ImageFilter.GaussianBlur(3.5)) if blurred else _scanned(image, rng)
+            )
+            pages.append(scanned.rotate(-turned, expand=True))
     finally:
         source.close()
     buffer = io.BytesIO()

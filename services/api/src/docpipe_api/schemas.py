@@ -46,11 +46,14 @@ __all__ = [
     "ExtractRequest",
     "Health",
     "ModelChoice",
+    "PageWarningOut",
     "PipelineDetail",
     "PipelineList",
     "PipelineSummary",
+    "QuoteBox",
     "Readiness",
     "ResultLine",
+    "RotatedPage",
     "RunStatus",
     "RunStatusList",
     "StepDetail",
@@ -151,6 +154,25 @@ class DocumentText(BaseModel):
     text: str = Field(json_schema_extra={"pattern": NO_NUL})
 
 
+class PageWarningOut(BaseModel):
+    """Something extraction noticed on a page."""
+
+    kind: str = Field(description="low_ocr_confidence, no_text, ocr_timeout, reduced_resolution, "
+                      "orientation_undecided or garbage_text_layer")  # fmt: skip
+    page: int = Field(description="1-based page")
+    value: float | None = Field(description="the measure that decided it: the OCR confidence "
+                                "(0-100), the seconds of the time limit, the dpi, the text "
+                                "layer's score (0-1); null when there is none")  # fmt: skip
+    message: str = Field(description="the same in a sentence")
+
+
+class RotatedPage(BaseModel):
+    page: int = Field(description="1-based page")
+    degrees: Literal[90, 180, 270] = Field(description="clockwise, to read it upright from "
+                                           "how the PDF shows it (its own /Rotate applied), "
+                                           "as orientation detection found")  # fmt: skip
+
+
 class DocumentOut(BaseModel):
     model_config = ANSWER_MODEL
 
@@ -165,9 +187,13 @@ class DocumentOut(BaseModel):
     ocr_pages: int | None = Field(description="pages read by OCR (no text layer); null until "
                                   "extracted")  # fmt: skip
     ocr: bool | None = Field(description="whether any page needed OCR; null until extracted")
-    warnings: list[str] | None = Field(
-        description="what extraction noticed (low OCR confidence, pages without text); null "
-        "until extracted"
+    warnings: list[PageWarningOut] | None = Field(
+        description="what extraction noticed, page by page (low OCR confidence, pages without "
+        "text, ...); null until extracted"
+    )
+    rotated_pages: list[RotatedPage] | None = Field(
+        description="the pages found scanned sideways or upside down, turned to be read "
+        "upright; null until extracted"
     )
 
 
@@ -269,6 +295,21 @@ class StepStatus(BaseModel):
     )
 
 
+class QuoteBox(BaseModel):
+    """Where a quote stands on a page: one line of it."""
+
+    model_config = ANSWER_MODEL
+
+    page: int = Field(description="1-based page; its image: GET /documents/{id}/pages/{page}")
+    left: float = Field(description="PDF points from the upright page's left edge")
+    top: float = Field(description="points from its top edge (y grows downwards)")
+    right: float
+    bottom: float
+    page_width: float = Field(description="the upright page's width in points: a box times "
+                              "image width / page_width stands on the image")  # fmt: skip
+    page_height: float
+
+
 class EvidencedValue(BaseModel):
     """An extracted value with the evidence of the quote it was read from."""
 
@@ -292,6 +333,11 @@ class EvidencedValue(BaseModel):
                             "is kept, flagged, and a pipeline with review_if: "
                             "[unsupported_evidence] pauses for review")  # fmt: skip
     corrected: bool = Field(default=False, description="a reviewer corrected the value")
+    boxes: list[QuoteBox] = Field(
+        default_factory=list,
+        description="the quote on its page(s), one box per line it covers; empty when it "
+        "was not found, or in a text or DOCX document (no pages to draw on)",
+    )
 
 
 class TypedResult(BaseModel):

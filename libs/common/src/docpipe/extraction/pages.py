@@ -3,17 +3,54 @@ into one document text with its page map."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from docpipe.errors import UnreadableDocumentError
+from docpipe.extraction.geometry import PageGeometry
 from docpipe.settings import Settings
 
-__all__ = ["PAGE_SEPARATOR", "PageLimits", "PageText", "join_pages"]
+__all__ = ["PAGE_SEPARATOR", "WARNING_KINDS", "PageLimits", "PageText", "PageWarning", "join_pages"]
 
 # Between two pages of the document text: a blank line, like between paragraphs, so a
 # heading at the top of a page stays a line of its own.
 PAGE_SEPARATOR = "\n\n"
+
+# What extraction may notice on a page; ``value`` is the measure named here.
+WARNING_KINDS = (
+    "low_ocr_confidence",  # Tesseract's mean word confidence (0-100) below the setting
+    "no_text",  # the page gave no text at all (value: null)
+    "ocr_timeout",  # OCR ran past its time limit, the page's text is missing (seconds)
+    "reduced_resolution",  # a large page rendered below the configured dpi for OCR (dpi)
+    "orientation_undecided",  # OCR read poorly and Tesseract could not tell which way is up
+    "garbage_text_layer",  # the text layer had no real words and the page was OCRed (score)
+)
+
+
+@dataclass(frozen=True)
+class PageWarning:
+    """Something extraction noticed on one page: its kind (:data:`WARNING_KINDS`), the
+    1-based page, the measure that decided it, and a sentence for people."""
+
+    kind: str
+    page: int
+    value: float | None
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in WARNING_KINDS:
+            raise ValueError(f"unknown page warning kind {self.kind!r} (known: {WARNING_KINDS})")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "page": self.page, "value": self.value,
+                "message": self.message}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PageWarning:
+        value = data.get("value")
+        return cls(str(data["kind"]), int(data["page"]), None if value is None else float(value),
+                   str(data["message"]))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -23,7 +60,16 @@ class PageText:
     ocr: bool
     seconds: float
     confidence: float | None = None
-    warning: str | None = None
+    warnings: tuple[PageWarning, ...] = ()
+    # Degrees clockwise the page, as the PDF shows it (turned by its own /Rotate), was
+    # turned further to be read upright: what orientation detection found on a scan, or
+    # the way a text layer's lines run.
+    rotation: int = 0
+    # The text layer's share of characters in word-shaped tokens (0-1; None: no layer to
+    # judge); below DOCPIPE_TEXT_LAYER_MIN_SCORE the page was OCRed.
+    text_layer_score: float | None = None
+    # Where the page's words stand (a PDF's; None for a DOCX, which has no page layout).
+    geometry: PageGeometry | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -35,6 +81,7 @@ class PageLimits:
     max_page_pixels: int
     ocr_min_text_chars: int
     ocr_low_confidence: float
+    text_layer_min_score: float
 
     @classmethod
     def of(cls, settings: Settings) -> PageLimits:
@@ -46,6 +93,7 @@ class PageLimits:
             max_page_pixels=settings.max_page_pixels,
             ocr_min_text_chars=settings.ocr_min_text_chars,
             ocr_low_confidence=settings.ocr_low_confidence,
+            text_layer_min_score=settings.text_layer_min_score,
         )
 
     def check_page_count(self, pages: int) -> None:

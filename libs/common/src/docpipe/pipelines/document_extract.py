@@ -3,7 +3,8 @@ fields (one call per section) -> summary.
 
 Every field comes with the quote it was read from, located in the document by docpipe
 (docpipe.pipelines.evidence); a run with a value whose quote is not in the document ends in
-review (``review_if=("unsupported_evidence",)``).
+review (``unsupported_evidence``), and so does one whose document could mostly not be read
+or whose fields step found nothing (``poor_extraction``).
 """
 
 from __future__ import annotations
@@ -260,7 +261,7 @@ DOCUMENT_EXTRACT = with_text_extraction(
         name="document_extract",
         version=1,
         source="builtin (docpipe.pipelines.document_extract)",
-        review_if=("unsupported_evidence",),
+        review_if=("unsupported_evidence", "poor_extraction"),
         steps=(
             Step(
                 name="extract_sections",

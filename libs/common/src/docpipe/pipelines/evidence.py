@@ -21,6 +21,7 @@ from typing import Any
 __all__ = [
     "EVIDENCE_SCHEMA",
     "MAX_QUOTE_CHARS",
+    "QUOTE_BOX_SCHEMA",
     "evidence_for",
     "evidence_records",
     "locate_quote",
@@ -51,11 +52,27 @@ _SPACES = re.compile(r"\s+")
 _PIECES = re.compile(r"(-\s*|\u00ad)|(\s+)|[^\s\u00ad-]+")
 _WORD = re.compile(r"\w")
 
+# Where a quote stands on its page, one box per line it covers: PDF points on the page as
+# read upright (its image from GET /documents/{id}/pages/{page} is drawn so), origin at
+# the top left; the page's size beside, to scale the box onto the image.
+QUOTE_BOX_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["page", "left", "top", "right", "bottom", "page_width", "page_height"],
+    "properties": {
+        "page": {"type": "integer", "minimum": 1},
+        **{name: {"type": "number"} for name in ("left", "top", "right", "bottom")},
+        "page_width": {"type": "number", "exclusiveMinimum": 0},
+        "page_height": {"type": "number", "exclusiveMinimum": 0},
+    },
+}
+
 # One value with its evidence, as a step records it in the ``evidence`` list of its output
 # and GET /runs/{id} shows it: offsets into the document text (``end`` exclusive), the
 # 1-based page and the section holding ``start``; all null when the quote is not found.
 # ``path``, where known, is the JSON Pointer of the value in the step's output (a reviewer's
-# correction of that value is carried into the record).
+# correction of that value is carried into the record). GET /runs/{id} adds the quote's
+# ``boxes`` on its page(s), from the geometry extraction kept with each page
+# (docpipe.state.pages): a step records offsets, not places.
 EVIDENCE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["field", "value", "quote", "start", "end", "page", "section", "supported"],
@@ -70,6 +87,7 @@ EVIDENCE_SCHEMA: dict[str, Any] = {
         "section": {"type": ["string", "null"]},
         "section_title": {"type": ["string", "null"]},
         "supported": {"type": "boolean"},
+        "boxes": {"type": "array", "items": QUOTE_BOX_SCHEMA},
     },
 }
 
@@ -262,10 +280,28 @@ def _is_record(item: Any) -> bool:
         and (item["section"] is None or isinstance(item["section"], str))
         and (item.get("section_title") is None or isinstance(item["section_title"], str))
         and isinstance(item["supported"], bool)
+        and ("boxes" not in item or _are_boxes(item["boxes"]))
     )
 
 
 _REQUIRED = frozenset(EVIDENCE_SCHEMA["required"])
+_BOX_REQUIRED = frozenset(QUOTE_BOX_SCHEMA["required"])
+
+
+def _are_boxes(boxes: Any) -> bool:
+    return isinstance(boxes, list) and all(
+        isinstance(box, Mapping)
+        and box.keys() >= _BOX_REQUIRED
+        and _is_count(box["page"], 1)
+        and box["page"] is not None
+        and all(_is_number(box[k]) for k in ("left", "top", "right", "bottom"))
+        and all(_is_number(box[k]) and box[k] > 0 for k in ("page_width", "page_height"))
+        for box in boxes
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _is_count(value: Any, minimum: int) -> bool:

@@ -12,7 +12,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cached_property
 from typing import Any, Protocol
@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import jsonschema
 
 from docpipe.errors import DocpipeError, InvalidRequestError
+from docpipe.pipelines.poor_extraction import DEFAULT_POOR_EXTRACTION_SHARE
 from docpipe.pipelines.review import (
     PIPELINE_RULES,
     Reason,
@@ -50,6 +51,8 @@ MAX_STEP_ATTEMPTS = 50
 # Pipeline-level rules (``review_if``): each is checked after every step, on that step's
 # output. unsupported_evidence: a value's quote was not found in the document (the
 # evidence a step records with docpipe.pipelines.evidence says "supported": false).
+# poor_extraction: most of the document's pages could not be read, or a step that records
+# evidence found no value at all (docpipe.pipelines.poor_extraction).
 REVIEW_RULES = PIPELINE_RULES
 
 
@@ -270,14 +273,23 @@ class Pipeline:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def review_reasons(
-        self, step: str, output: Mapping[str, Any], *, sample_at: float
+        self,
+        step: str,
+        output: Mapping[str, Any],
+        *,
+        sample_at: float,
+        poor_extraction_share: float = DEFAULT_POOR_EXTRACTION_SHARE,
     ) -> list[Reason]:
         """Why the run pauses for a person after ``step`` gave ``output``: the step's own
         rules, then the pipeline's (empty: it goes on). ``sample_at`` is the document's
-        :func:`~docpipe.pipelines.review.sample_point` for this step."""
+        :func:`~docpipe.pipelines.review.sample_point` for this step;
+        ``poor_extraction_share`` is DOCPIPE_POOR_EXTRACTION_SHARE."""
         rules = self.step(step).review_rules
         shared = tuple(ReviewRule(r) for r in self.review_if if ReviewRule(r) not in rules)
-        return rule_reasons((*rules, *shared), output, sample_at)
+        # The rule's threshold is a setting, not part of the definition (nor of its hash).
+        ruled = tuple(replace(r, limit=poor_extraction_share) if r.kind == "poor_extraction"
+                      else r for r in (*rules, *shared))  # fmt: skip
+        return rule_reasons(ruled, output, sample_at)
 
     def step(self, name: str) -> Step:
         try:

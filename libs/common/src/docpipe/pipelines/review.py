@@ -11,6 +11,7 @@ pipeline file (``review:``)::
       - {field: fields.governing_law, missing: true}   # null, absent or empty
       - {field: fields.parties, shorter_than: 2}       # also longer_than
       - unsupported_evidence                           # a quote not in the document
+      - poor_extraction                                # the document could not be read
       - {sample: 0.05}                                 # 5 % of documents
 
 ``field`` is a dot path into the step's output (a number indexes a list); it must lead to
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docpipe.pipelines.evidence import unsupported_values
+from docpipe.pipelines.poor_extraction import DEFAULT_POOR_EXTRACTION_SHARE, poor_extraction
 from docpipe.pipelines.templates import TemplateError, lookup, parse_path, schema_at
 
 __all__ = [
@@ -48,7 +50,7 @@ __all__ = [
 
 ALWAYS = "always"
 # Rules a pipeline may set for all its steps (``review_if``); each also works on one step.
-PIPELINE_RULES = frozenset({"unsupported_evidence"})
+PIPELINE_RULES = frozenset({"unsupported_evidence", "poor_extraction"})
 _BOUNDS = ("above", "below")
 _LENGTHS = ("longer_than", "shorter_than")
 _FIELD_TESTS = (*_BOUNDS, *_LENGTHS, "missing")
@@ -102,6 +104,10 @@ class ReviewRule:
                 return None
             return Reason(self.kind, f"{len(fields)} value(s) whose quote is not in the "
                           f"document ({', '.join(fields)})")  # fmt: skip
+        if self.kind == "poor_extraction":
+            share = DEFAULT_POOR_EXTRACTION_SHARE if self.limit is None else self.limit
+            why = poor_extraction(output, max_share=share)
+            return None if why is None else Reason(self.kind, why)
         if self.kind == "sample":
             assert self.limit is not None
             if sample_at >= self.limit:

@@ -16,13 +16,34 @@ from typing import Any
 
 from docpipe.pipelines.model import Pipeline, PipelineError, Step, StepInput
 
-__all__ = ["EXTRACTION_SCHEMA", "EXTRACT_TEXT", "EXTRACT_TEXT_STEP", "with_text_extraction"]
+__all__ = [
+    "EXTRACTION_SCHEMA",
+    "EXTRACT_TEXT",
+    "EXTRACT_TEXT_STEP",
+    "PAGE_WARNING_SCHEMA",
+    "with_text_extraction",
+]
 
 EXTRACT_TEXT = "extract_text"
 
+# What extraction noticed on a page: its kind (docpipe.extraction.pages.WARNING_KINDS), the
+# 1-based page, the measure that decided it (a confidence, a dpi, a score; null when there
+# is none) and a sentence for people.
+PAGE_WARNING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["kind", "page", "value", "message"],
+    "properties": {
+        "kind": {"type": "string"},
+        "page": {"type": "integer", "minimum": 1},
+        "value": {"type": ["number", "null"]},
+        "message": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
 EXTRACTION_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["format", "pages", "ocr_pages", "characters", "warnings"],
+    "required": ["format", "pages", "ocr_pages", "characters", "warnings", "rotated_pages"],
     "properties": {
         "format": {"enum": ["text", "pdf", "docx"]},
         "pages": {"type": "integer", "minimum": 1},
@@ -30,7 +51,21 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
         "characters": {"type": "integer", "minimum": 0},
         # Mean of the OCRed pages' confidences (0-100); null when no page needed OCR.
         "ocr_confidence": {"type": ["number", "null"]},
-        "warnings": {"type": "array", "items": {"type": "string"}},
+        "warnings": {"type": "array", "items": PAGE_WARNING_SCHEMA},
+        # The pages found scanned sideways or upside down, and the degrees (clockwise) each
+        # was turned to be read upright, from how the PDF shows it (its /Rotate applied).
+        "rotated_pages": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["page", "degrees"],
+                "properties": {
+                    "page": {"type": "integer", "minimum": 1},
+                    "degrees": {"enum": [90, 180, 270]},
+                },
+                "additionalProperties": False,
+            },
+        },
     },
     "additionalProperties": False,
 }
@@ -47,9 +82,10 @@ EXTRACT_TEXT_STEP = Step(
     name=EXTRACT_TEXT,
     execute=_run_by_the_worker,
     output_schema=EXTRACTION_SCHEMA,
-    prompt_version=f"{EXTRACT_TEXT}@v1",
+    prompt_version=f"{EXTRACT_TEXT}@v2",
     # What defines the step for the definition hash: a new extractor is a new version.
-    spec={"kind": "code", "runs": "docpipe.worker.text_extraction", "version": 1},
+    # 2: pages read upright, warnings with kind, page and value.
+    spec={"kind": "code", "runs": "docpipe.worker.text_extraction", "version": 2},
 )
 
 

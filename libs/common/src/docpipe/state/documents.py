@@ -17,7 +17,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from psycopg.types.json import Jsonb
 
@@ -31,6 +31,7 @@ __all__ = [
     "DocumentText",
     "FinishedPage",
     "StoredDocument",
+    "copy_original",
     "delete_document",
     "document_for_extraction",
     "document_text",
@@ -63,6 +64,8 @@ class StoredDocument:
     pages: int | None  # None until extracted
     ocr_pages: int | None
     warnings: list[Any] | None
+    # The pages turned to be read upright: {"page": 1-based, "degrees": clockwise}.
+    rotated_pages: list[Any] | None
 
     @property
     def ocr(self) -> bool | None:
@@ -183,12 +186,12 @@ def delete_document(session: Session, tenant_id: str, document_id: str) -> None:
 @dataclass(frozen=True)
 class DocumentSource:
     format: str
-    original: bytes | None
     content: str
     extracted: bool
     page_starts: list[int]
     ocr_pages: int
     warnings: list[Any]
+    rotated_pages: list[Any]
 
 
 @dataclass(frozen=True)
@@ -197,23 +200,37 @@ class FinishedPage:
     text: str
     ocr: bool
     confidence: float | None
-    warning: str | None
+    warnings: list[dict[str, Any]]  # docpipe.extraction.pages.PageWarning as JSON
+    rotation: int
 
 
 def document_for_extraction(db: Database, tenant_id: str, document_id: str) -> DocumentSource:
-    """What the extract_text step reads; a file's bytes are gathered chunk by chunk (one
-    chunk per query, so no result holds more than one besides the bytes themselves)."""
+    """What the extract_text step reads of the document (a file's bytes: copy_original)."""
     found = db.one_as(DocumentSource, "document_for_extraction", tenant_id=tenant_id,
                       id=document_id)  # fmt: skip
     if found is None:
         raise NotFoundError(f"document {document_id!r} does not exist")
-    if found.format == "text" or found.original is not None or found.extracted:
-        return found  # text, a file stored before migration 0020, or read already
-    chunks: list[bytes] = []
+    return found
+
+
+def copy_original(db: Database, tenant_id: str, document_id: str, file: BinaryIO) -> int:
+    """Write the document's uploaded bytes into ``file`` a chunk at a time (one per query),
+    so that its size never shows in a process' memory; the bytes written. A file stored
+    before migration 0020 (whole, in document.original) is read in slices of a chunk."""
+    written = seq = 0
     while (row := db.one("original_chunk", tenant_id=tenant_id, document_id=document_id,
-                         seq=len(chunks))) is not None:  # fmt: skip
-        chunks.append(row["data"])
-    return replace(found, original=b"".join(chunks))
+                         seq=seq)) is not None:  # fmt: skip
+        file.write(row["data"])
+        written, seq = written + len(row["data"]), seq + 1
+    while seq == 0:
+        row = db.one("original_slice", tenant_id=tenant_id, id=document_id,
+                     start=written + 1, length=ORIGINAL_CHUNK_BYTES)  # fmt: skip
+        data = bytes(row["bytes"]) if row is not None and row["bytes"] is not None else b""
+        file.write(data)
+        written += len(data)
+        if len(data) < ORIGINAL_CHUNK_BYTES:
+            break
+    return written
 
 
 def start_page(db: Database, tenant_id: str, document_id: str, page: int) -> int | None:
@@ -232,11 +249,16 @@ def finish_page(
     text: str,
     ocr: bool,
     confidence: float | None,
-    warning: str | None,
+    warnings: list[dict[str, Any]],
+    rotation: int,
+    text_layer_score: float | None,
+    geometry: dict[str, Any] | None,
     seconds: float,
 ) -> None:
     db.execute("finish_page", tenant_id=tenant_id, document_id=document_id, page=page,
-               text=text, ocr=ocr, confidence=confidence, warning=warning,
+               text=text, ocr=ocr, confidence=confidence, warnings=Jsonb(warnings),
+               rotation=rotation, text_layer_score=text_layer_score,
+               geometry=None if geometry is None else Jsonb(geometry),
                seconds=seconds)  # fmt: skip
 
 
@@ -253,7 +275,7 @@ def record_extraction(
     content: str,
     page_starts: tuple[int, ...],
     ocr_pages: int,
-    warnings: list[str],
+    warnings: list[dict[str, Any]],
 ) -> None:
     """Write the text and page map onto the document, unless a concurrent run already did
     (from the same pages, so the same text)."""

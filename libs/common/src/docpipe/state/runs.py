@@ -436,6 +436,9 @@ class Progress:
     decisions: list[dict[str, Any]]  # the audit trail of its reviews, oldest first
     webhook: dict[str, Any] | None  # its latest webhook delivery
     steps: list[StepRow] = field(default_factory=list)
+    # The boxes of each value's quote on its page(s), in the order of ``values``, once
+    # docpipe.state.pages.with_quote_boxes looked them up.
+    quote_boxes: tuple[list[dict[str, Any]], ...] | None = None
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -449,7 +452,10 @@ class Progress:
         """Each extracted value with its evidence, from the outputs read with the run (None
         when no step output was read or none records evidence)."""
         outputs = {s.step: s.output for s in self.steps if s.output is not None}
-        return evidence_records(outputs) or None
+        records = evidence_records(outputs)
+        if self.quote_boxes is not None:
+            records = [{**r, "boxes": b} for r, b in zip(records, self.quote_boxes, strict=True)]
+        return records or None
 
 
 def run_progress(

@@ -192,7 +192,9 @@ class StepExecutor:
             return self._fail(claim, RunStatus.FAILED, error, ctx.calls_sent)
         # The pipeline's rules may ask for a person: the run then pauses after this step.
         sample_at = sample_point(claim.document_sha256 or "", claim.pipeline, step)
-        reasons = pipeline.review_reasons(step, output, sample_at=sample_at)
+        share = self.settings.poor_extraction_share
+        reasons = pipeline.review_reasons(step, output, sample_at=sample_at,
+                                          poor_extraction_share=share)  # fmt: skip
         return self._record(claim, pipeline, output, reasons, ctx.calls_sent)
 
     def _record(

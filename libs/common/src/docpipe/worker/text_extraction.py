@@ -12,14 +12,15 @@ next delivery continues where it stopped.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, BinaryIO, Protocol
 
 from docpipe.errors import UnreadableDocumentError
 from docpipe.extraction.docx_reader import DocxReader
 from docpipe.extraction.formats import DocumentFormat, require_format
-from docpipe.extraction.pages import PageLimits, PageText, join_pages
+from docpipe.extraction.pages import PageLimits, PageText, PageWarning, join_pages
 from docpipe.extraction.pdf import PdfReader
 from docpipe.extraction.zipguard import ZipBounds
 from docpipe.settings import Settings
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 # What a task needs after its last page: writing the text, recording the step, a margin.
 _FINISHING_S = 2.0
+# Enough of a file's start to tell a PDF (its header is within the first KiB).
+_HEAD_BYTES = 4096
 
 
 class ExtractionContinues(Exception):
@@ -63,25 +66,38 @@ def extract_document_text(
     source = documents.document_for_extraction(db, tenant_id, document_id)
     if source.extracted:  # a text document (its emptiness is extract_sections' to judge)
         return _summary(source.format, source.content, source.page_starts, source.warnings,
-                        source.ocr_pages, confidences=[])  # fmt: skip
+                        source.ocr_pages, confidences=[],
+                        rotated_pages=source.rotated_pages)  # fmt: skip
     fmt = DocumentFormat(source.format)
-    assert source.original is not None, "a PDF or DOCX keeps its bytes"
-    require_format(source.original, fmt)
     doc = _Document(tenant_id, document_id)
-    reader = open_reader(fmt, source.original, settings)
-    try:
-        pages = _read_pages(db, settings, doc, reader, started)
-    finally:
-        reader.close()
+    # The file is copied out of PostgreSQL a chunk at a time into a file of its own (gone
+    # when closed, or when the process dies), which PDFium reads as it needs: the worker's
+    # memory does not grow with the file, only with the page at hand.
+    with tempfile.TemporaryFile(prefix="docpipe-document-") as file:
+        documents.copy_original(db, tenant_id, document_id, file)
+        file.seek(0)
+        reader = open_reader(fmt, file, settings)
+        try:
+            pages = _read_pages(db, settings, doc, reader, started)
+        finally:
+            reader.close()
     return _record(db, doc, fmt, pages)
 
 
-def open_reader(fmt: DocumentFormat, data: bytes, settings: Settings) -> _Reader:
-    """The reader of a PDF or DOCX, with the bounds the settings give (what the step uses;
-    tests and benchmarks read files through it too)."""
+def open_reader(fmt: DocumentFormat, source: bytes | BinaryIO, settings: Settings) -> _Reader:
+    """The reader of a PDF or DOCX (its bytes, or its file: PDFium reads a PDF's as it needs
+    it), with the bounds the settings give (what the step uses; tests and benchmarks read
+    files through it too)."""
     limits = PageLimits.of(settings)
     if fmt is DocumentFormat.PDF:
-        return PdfReader(data, limits)
+        if isinstance(source, bytes):
+            require_format(source[:_HEAD_BYTES], fmt)
+        else:
+            require_format(source.read(_HEAD_BYTES), fmt)
+            source.seek(0)
+        return PdfReader(source, limits)
+    data = source if isinstance(source, bytes) else source.read()  # read whole, within bounds
+    require_format(data, fmt)
     bounds = ZipBounds(settings.docx_max_expanded_bytes, settings.docx_max_expansion_ratio)
     return DocxReader(data, limits, bounds)
 
@@ -104,17 +120,30 @@ def _read_pages(
         attempt = documents.start_page(db, doc.tenant_id, doc.document_id, index)
         if attempt is None:
             continue  # another run of this document read it meanwhile
-        page = reader.read_page(index)
+        page = _with_no_text_warning(reader.read_page(index))
+        warnings = [w.as_json() for w in page.warnings]
         documents.finish_page(db, doc.tenant_id, doc.document_id, index, text=page.text,
-                              ocr=page.ocr, confidence=page.confidence,
-                              warning=page.warning, seconds=page.seconds)  # fmt: skip
+                              ocr=page.ocr, confidence=page.confidence, warnings=warnings,
+                              rotation=page.rotation, text_layer_score=page.text_layer_score,
+                              geometry=None if page.geometry is None else page.geometry.as_json(),
+                              seconds=page.seconds)  # fmt: skip
         log.info("document %s page %d/%d read (%s, attempt %d, %.2fs)", doc.document_id,
                  index + 1, reader.page_count, "ocr" if page.ocr else "text", attempt,
                  page.seconds)  # fmt: skip
-        finished[index] = FinishedPage(index, page.text, page.ocr, page.confidence,
-                                       page.warning)  # fmt: skip
+        finished[index] = FinishedPage(index, page.text, page.ocr, page.confidence, warnings,
+                                       page.rotation)  # fmt: skip
         read_here += 1
     return [finished[i] for i in range(reader.page_count)]
+
+
+def _with_no_text_warning(page: PageText) -> PageText:
+    """The page, with a no_text warning when it gave no text (and no other warning says
+    why: an OCR out of time)."""
+    if page.text.strip() or any(w.kind == "ocr_timeout" for w in page.warnings):
+        return page
+    number = page.index + 1
+    empty = PageWarning("no_text", number, None, f"page {number} gave no text")
+    return replace(page, warnings=(*page.warnings, empty))
 
 
 def _record(
@@ -125,13 +154,14 @@ def _record(
         raise UnreadableDocumentError(
             f"none of its {len(pages)} pages gave any text", kind="empty_text"
         )
-    warnings = [p.warning for p in pages if p.warning]
+    warnings = [w for p in pages for w in p.warnings]
     ocr_pages = sum(p.ocr for p in pages)
     documents.record_extraction(db, doc.tenant_id, doc.document_id, content=text,
                                 page_starts=starts, ocr_pages=ocr_pages,
                                 warnings=warnings)  # fmt: skip
     confidences = [p.confidence for p in pages if p.confidence is not None]
-    return _summary(fmt, text, list(starts), warnings, ocr_pages, confidences)
+    rotated = [{"page": p.page + 1, "degrees": p.rotation} for p in pages if p.rotation]
+    return _summary(fmt, text, list(starts), warnings, ocr_pages, confidences, rotated)
 
 
 def _summary(
@@ -141,6 +171,7 @@ def _summary(
     warnings: list[Any],
     ocr_pages: int,
     confidences: list[float],
+    rotated_pages: list[Any],
 ) -> dict[str, Any]:
     return {
         "format": str(fmt),
@@ -148,5 +179,6 @@ def _summary(
         "ocr_pages": ocr_pages,
         "characters": len(text),
         "ocr_confidence": round(sum(confidences) / len(confidences), 1) if confidences else None,
-        "warnings": [str(w) for w in warnings],
+        "warnings": warnings,
+        "rotated_pages": rotated_pages,
     }

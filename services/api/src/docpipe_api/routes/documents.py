@@ -1,5 +1,5 @@
-"""Documents: store a contract once (text, PDF or DOCX), read its metadata, start an
-extraction run on it, delete it."""
+"""Documents: store a contract once (text, PDF or DOCX), read its metadata and a PDF's page
+images, start an extraction run on it, delete it."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from docpipe.state.documents import (
     put_file,
 )
 from docpipe.state.outbox import publish_outbox
+from docpipe.state.pages import page_image
 from docpipe.statuses import Lane
 from docpipe_api.bounds import accepted_callback_url, checked_deadline, checked_start_at, run_budget
 from docpipe_api.deps import (
@@ -159,6 +160,33 @@ def create_document(
 def read_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
     with db.session() as s:
         return DocumentOut.model_validate(get_document(s, tenant, document_id))
+
+
+@router.get(
+    "/documents/{document_id}/pages/{page}",
+    response_class=Response,
+    summary="A PDF page as a PNG image, upright, as evidence boxes are placed on it",
+    responses={
+        200: {
+            "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "The page, at most DOCPIPE_PAGE_IMAGE_MAX_PIXELS pixels",
+        },
+        **error_responses(404, 409, 422, 503),
+    },
+)
+def read_page_image(
+    document_id: DocumentIdPath,
+    page: Annotated[int, Path(ge=1, le=100_000, description="1-based page")],
+    db: DatabaseDep,
+    settings: SettingsDep,
+    tenant: TenantDep,
+) -> Response:
+    """Rendered the first time it is asked for, then kept. 404 for a text or DOCX document
+    (no page images) and for a page past the end; 409 until a run has read the pages."""
+    image = page_image(db, tenant, document_id, page, max_pixels=settings.page_image_max_pixels)
+    # A document never changes, nor do its pages: the client may keep them.
+    headers = {"Cache-Control": "private, max-age=86400, immutable"}
+    return Response(image.png, media_type="image/png", headers=headers)
 
 
 @router.delete(

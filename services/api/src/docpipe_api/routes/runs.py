@@ -17,7 +17,7 @@ from fastapi.responses import StreamingResponse
 from docpipe import statuses
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.pipelines.model import NAME_PATTERN
-from docpipe.state import reviews, runs
+from docpipe.state import pages, reviews, runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox
@@ -78,7 +78,8 @@ def _with_results(db: Database, tenant: str, found: list[runs.Progress]) -> list
     """Status bodies, with the step outputs read again for the runs that are done or need
     review only: a poll of runs still going does not carry their outputs out of the database."""
     ended = [p.run_id for p in found if p.status in _WITH_OUTPUT]
-    full = {p.run_id: p for p in runs.runs_progress(db, tenant, ended, with_output=True)}
+    read = runs.runs_progress(db, tenant, ended, with_output=True)
+    full = {p.run_id: p for p in pages.with_quote_boxes(db, tenant, read)}
     return [RunStatus.model_validate(full.get(p.run_id, p)) for p in found]
 
 

@@ -22,7 +22,14 @@ SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created, f
        (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
        CASE WHEN format = 'text' THEN 1 ELSE cardinality(page_starts) END AS pages,
        CASE WHEN format = 'text' THEN 0 ELSE ocr_pages END AS ocr_pages,
-       CASE WHEN format = 'text' THEN '[]'::jsonb ELSE extraction_warnings END AS warnings
+       CASE WHEN format = 'text' THEN '[]'::jsonb ELSE extraction_warnings END AS warnings,
+       CASE WHEN extracted_at IS NOT NULL THEN (
+           SELECT coalesce(jsonb_agg(jsonb_build_object('page', p.page + 1, 'degrees', p.rotation)
+                                     ORDER BY p.page), '[]'::jsonb)
+           FROM document_page p
+           WHERE p.tenant_id = document.tenant_id AND p.document_id = document.id
+             AND p.rotation <> 0)
+       WHEN format = 'text' THEN '[]'::jsonb END AS rotated_pages
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
@@ -65,11 +72,24 @@ SELECT data FROM document_original_chunk
 WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND seq = %(seq)s;
 
 -- name: document_for_extraction
--- What the extract_text step reads: the format and bytes, or the text once extracted.
-SELECT format, original, content,
+-- What the extract_text step reads: the format (its bytes are read apart: original_chunk),
+-- or the text once extracted.
+SELECT format, content,
        (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
        coalesce(page_starts, '{0}') AS page_starts, coalesce(ocr_pages, 0) AS ocr_pages,
-       coalesce(extraction_warnings, '[]'::jsonb) AS warnings
+       coalesce(extraction_warnings, '[]'::jsonb) AS warnings,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object('page', p.page + 1, 'degrees', p.rotation)
+                                  ORDER BY p.page), '[]'::jsonb)
+        FROM document_page p
+        WHERE p.tenant_id = document.tenant_id AND p.document_id = document.id
+          AND p.rotation <> 0 AND document.extracted_at IS NOT NULL) AS rotated_pages
+FROM document
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+
+-- name: original_slice
+-- A slice of a file stored whole before migration 0020 (1-based start), so that a process
+-- never holds the whole file.
+SELECT substring(original FROM %(start)s FOR %(length)s) AS bytes
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
@@ -86,14 +106,15 @@ RETURNING attempts;
 -- name: finish_page
 -- Record what a page gave; the memo that later attempts and other runs read.
 UPDATE document_page
-SET text = %(text)s, ocr = %(ocr)s, confidence = %(confidence)s, warning = %(warning)s,
+SET text = %(text)s, ocr = %(ocr)s, confidence = %(confidence)s, warnings = %(warnings)s,
+    rotation = %(rotation)s, text_layer_score = %(text_layer_score)s, geometry = %(geometry)s,
     seconds = %(seconds)s, finished_at = now()
 WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s
   AND finished_at IS NULL;
 
 -- name: finished_pages
 -- The pages of a document read so far, in order.
-SELECT page, text, ocr, confidence, warning
+SELECT page, text, ocr, confidence, warnings, rotation
 FROM document_page
 WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND finished_at IS NOT NULL
 ORDER BY page;
@@ -105,6 +126,36 @@ UPDATE document
 SET content = %(content)s, page_starts = %(page_starts)s, ocr_pages = %(ocr_pages)s,
     extraction_warnings = %(warnings)s, extracted_at = now()
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND extracted_at IS NULL AND format <> 'text';
+
+-- name: page_image
+-- A page's image, once rendered (docpipe.state.pages).
+SELECT png, width, height FROM document_page_image
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s;
+
+-- name: page_rotation
+-- The degrees a page was turned to be read upright (its image is rendered so).
+SELECT rotation FROM document_page
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND page = %(page)s;
+
+-- name: store_page_image
+-- Keep a page's image; one rendered meanwhile by another request is the same, and stays.
+INSERT INTO document_page_image (tenant_id, document_id, page, png, width, height)
+VALUES (%(tenant_id)s, %(document_id)s, %(page)s, %(png)s, %(width)s, %(height)s)
+ON CONFLICT (tenant_id, document_id, page) DO NOTHING;
+
+-- name: page_starts
+-- Where each page starts in the text of the tenant's documents (text: one page).
+SELECT id, coalesce(page_starts, '{0}') AS page_starts FROM document
+WHERE tenant_id = %(tenant_id)s AND id = ANY(%(ids)s);
+
+-- name: page_geometries
+-- The geometry of the pages asked for, as (document, 0-based page) pairs; pages without one
+-- (a DOCX) are left out.
+SELECT p.document_id, p.page, p.geometry
+FROM unnest(%(document_ids)s::text[], %(pages)s::integer[]) AS wanted (document_id, page)
+JOIN document_page p ON p.tenant_id = %(tenant_id)s AND p.document_id = wanted.document_id
+                     AND p.page = wanted.page
+WHERE p.geometry IS NOT NULL;
 
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.

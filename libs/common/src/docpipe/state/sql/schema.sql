@@ -47,12 +47,37 @@ CREATE TABLE document_page (
     page        integer     NOT NULL,                    -- 0-based
     attempts    integer     NOT NULL DEFAULT 1,          -- times it was started
     text        text,                                    -- NULL while it is being read
-    ocr         boolean,                                 -- read by Tesseract (no text layer)
+    ocr         boolean,                                 -- read by Tesseract (no text layer,
+                                                         -- or one without real words)
     confidence  real,                                    -- Tesseract's mean word confidence
-    warning     text,                                    -- what went wrong on this page
     seconds     real,                                    -- time its reading took
     started_at  timestamptz NOT NULL DEFAULT now(),
     finished_at timestamptz,                             -- read: the memo later attempts use
+    -- Degrees clockwise the page, as the PDF shows it (its /Rotate applied), was turned to
+    -- be read upright: what orientation detection found on a scan.
+    rotation    integer     NOT NULL DEFAULT 0 CHECK (rotation IN (0, 90, 180, 270)),
+    -- What extraction noticed: [{"kind", "page" (1-based), "value", "message"}].
+    warnings    jsonb       NOT NULL DEFAULT '[]',
+    -- The text layer's share (0-1) of characters in real words (NULL: no layer to judge);
+    -- below DOCPIPE_TEXT_LAYER_MIN_SCORE the page was OCRed (ocr says what was kept).
+    text_layer_score real,
+    -- Where its words stand, in points on the upright page (docpipe.extraction.geometry):
+    -- {"width", "height", "words": [[start, end, left, top, right, bottom]]}; NULL: none.
+    geometry    jsonb,
+    PRIMARY KEY (tenant_id, document_id, page),
+    FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
+);
+
+-- A PDF page as an image, rendered upright the first time it is asked for (GET
+-- /documents/{id}/pages/{n}) and kept: documents never change.
+CREATE TABLE document_page_image (
+    tenant_id   text        NOT NULL,
+    document_id text        NOT NULL,
+    page        integer     NOT NULL,                    -- 0-based
+    png         bytea       NOT NULL,
+    width       integer     NOT NULL,                    -- pixels
+    height      integer     NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, document_id, page),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
 );
