@@ -166,7 +166,7 @@ This Agreement is governed by the laws of Germany.
 """  # noqa: E501
 
 
-def test_a_scanned_contracts_review_shows_a_values_quote_on_its_page(
+def test_a_scanned_contracts_review_shows_a_values_quote_boxed_on_the_page_image(
     page: Page, ui_stack: UiStack, fake_llm_server: FakeLLM
 ) -> None:
     fake_llm_server.reset()
@@ -186,9 +186,17 @@ def test_a_scanned_contracts_review_shows_a_values_quote_on_its_page(
     )
     term = page.locator('[data-pointer="/fields/term_months"]')
     expect(term.get_by_label("Term months", exact=True)).to_have_value("12")
+    image = page.locator("#page-image")
+    expect(image).to_have_js_property("complete", True)
+    assert image.evaluate("i => i.naturalWidth") > 0, "the page image was served"
     supported = page.locator(".value-row").filter(has=page.locator(".mark.supported")).first
     supported.locator("input, select, textarea").first.click()
-    # A box over the page image where the page has one, else the highlighted span of the
-    # page's text.
-    expect(page.locator("[data-quote], [data-quote-box]").first).to_be_visible()
+    # The quote's box over the page image, inside it and not empty.
+    box = page.locator("[data-quote-box]").first
+    expect(box).to_be_visible()
+    shown, over = box.bounding_box(), image.bounding_box()
+    assert shown is not None and over is not None
+    assert shown["width"] > 5 and shown["height"] > 3
+    assert over["x"] <= shown["x"] and shown["x"] + shown["width"] <= over["x"] + over["width"]
+    assert over["y"] <= shown["y"] and shown["y"] + shown["height"] <= over["y"] + over["height"]
     assert axe_violations(page) == []

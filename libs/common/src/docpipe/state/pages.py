@@ -17,7 +17,7 @@ from docpipe.state.db import Database
 from docpipe.state.documents import copy_original, get_document
 from docpipe.state.runs import Progress
 
-__all__ = ["page_image", "with_quote_boxes"]
+__all__ = ["evidence_with_boxes", "page_image", "with_quote_boxes"]
 
 
 def page_image(
@@ -66,24 +66,40 @@ def with_quote_boxes(db: Database, tenant_id: str, runs: Sequence[Progress]) -> 
     quote not found, or in a document without page geometry (text, DOCX). Two queries for
     all of them."""
     values = [run.values or [] for run in runs]  # (each read checks every record)
-    wanted = sorted({run.document_id for run, found in zip(runs, values, strict=True) if found})
-    if not wanted:
-        return list(runs)
+    found = _quote_boxes(
+        db, tenant_id, [(r.document_id, v) for r, v in zip(runs, values, strict=True)]
+    )
+    return [replace(run, quote_boxes=tuple(boxes)) if values[i] else run
+            for i, (run, boxes) in enumerate(zip(runs, found, strict=True))]  # fmt: skip
+
+
+def evidence_with_boxes(
+    db: Database, tenant_id: str, document_id: str, records: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Evidence ``records`` of one document, each with its quote's ``boxes`` (as
+    :func:`with_quote_boxes` gives them)."""
+    [boxes] = _quote_boxes(db, tenant_id, [(document_id, records)])
+    return [{**record, "boxes": b} for record, b in zip(records, boxes, strict=True)]
+
+
+def _quote_boxes(
+    db: Database, tenant_id: str, wanted: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]
+) -> list[list[list[dict[str, Any]]]]:
+    """For each (document, records): each record's boxes, read in two queries for all."""
+    documents = sorted({document_id for document_id, records in wanted if records})
+    if not documents:
+        return [[[] for _ in records] for _, records in wanted]
     starts = {row["id"]: list(row["page_starts"])
-              for row in db.all("page_starts", tenant_id=tenant_id, ids=wanted)}  # fmt: skip
-    needed = sorted({(run.document_id, page)
-                     for run, found in zip(runs, values, strict=True) for value in found
-                     for page in _pages_of(value, starts.get(run.document_id, [0]))})  # fmt: skip
+              for row in db.all("page_starts", tenant_id=tenant_id, ids=documents)}  # fmt: skip
+    needed = sorted({(document_id, page) for document_id, records in wanted
+                     for record in records
+                     for page in _pages_of(record, starts.get(document_id, [0]))})  # fmt: skip
     rows = db.all("page_geometries", tenant_id=tenant_id, document_ids=[d for d, _ in needed],
                   pages=[p for _, p in needed]) if needed else []  # fmt: skip
     geometries = {(row["document_id"], row["page"]): PageGeometry.from_json(row["geometry"])
                   for row in rows}  # fmt: skip
-    boxed = []
-    for run, found in zip(runs, values, strict=True):
-        page_starts = starts.get(run.document_id, [0])
-        boxes = tuple(_boxes(value, page_starts, geometries, run.document_id) for value in found)
-        boxed.append(replace(run, quote_boxes=boxes) if found else run)
-    return boxed
+    return [[_boxes(record, starts.get(document_id, [0]), geometries, document_id)
+             for record in records] for document_id, records in wanted]  # fmt: skip
 
 
 def _pages_of(value: Mapping[str, Any], page_starts: list[int]) -> range:

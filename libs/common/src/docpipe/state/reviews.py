@@ -44,6 +44,7 @@ from docpipe.pipelines.evidence import evidence_records
 from docpipe.pipelines.model import Pipeline
 from docpipe.state import runs
 from docpipe.state.db import Database, Row, Session
+from docpipe.state.pages import evidence_with_boxes
 from docpipe.statuses import DecisionAction, Lane, RunStatus
 
 __all__ = [
@@ -183,6 +184,7 @@ def review_detail(db: Database, tenant_id: str, run_id: str, *, pipelines: Catal
     errors = [e for e in (locked["error"], inputs["step_error"]) if e]
     if output is not None and schema:
         errors += [f"{e.path or '/'}: {e.message}" for e in schema_errors(output, schema)]
+    records = evidence_records({step: output}) if output else []
     return ReviewDetail(
         summary=_summary(locked),
         document_format=inputs["format"],
@@ -191,7 +193,7 @@ def review_detail(db: Database, tenant_id: str, run_id: str, *, pipelines: Catal
         input=inputs["input"],
         output=output,
         errors=list(dict.fromkeys(errors)),
-        evidence=evidence_records({step: output}) if output else [],
+        evidence=evidence_with_boxes(db, tenant_id, locked["document_id"], records),
         output_schema=schema,
         history=history,
         models=sorted(models),

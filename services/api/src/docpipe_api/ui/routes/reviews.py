@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
@@ -18,6 +18,7 @@ from docpipe.statuses import DecisionAction, ReviewReason
 from docpipe_api.deps import ApiKeyIdDep, BrokerDep, DatabaseDep, PipelinesDep, SettingsDep
 from docpipe_api.errors import describe_validation_errors
 from docpipe_api.review_schemas import DecisionIn
+from docpipe_api.routes import documents as documents_api
 from docpipe_api.routes import reviews as api
 from docpipe_api.ui.deps import Form, FormDep, UiTenantDep
 from docpipe_api.ui.form_values import output_from_form
@@ -73,6 +74,19 @@ def review_page(
                                    models=settings.provider_table.models)  # fmt: skip
     view = review_view(detail, page=page, step_names=_step_names(pipelines, detail))
     return _render_review(request, view, status_code=404 if view.page_error else 200)
+
+
+@router.get("/documents/{document_id}/pages/{page}")
+def page_image(
+    document_id: str,
+    page: Annotated[int, Path(ge=1, le=100_000)],
+    db: DatabaseDep,
+    settings: SettingsDep,
+    tenant: UiTenantDep,
+) -> Response:
+    """The page image beside the form: GET /documents/{id}/pages/{n} for the signed-in
+    tenant (a page the document lacks is the not-found page; the review shows its text)."""
+    return documents_api.read_page_image(document_id, page, db, settings, tenant)
 
 
 @router.post("/reviews/{run_id}")
