@@ -171,7 +171,7 @@ def test_a_released_step_is_claimable_again_once_its_wait_is_over(db: Database) 
     assert runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="429")
     assert not runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="twice")
     assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None, "not yet"
-    state = runs.step_state(db, run.run_id, STEP1)
+    state = runs.step_state(db, run.run_id, STEP1, lease_s=30)
     assert state is not None and 4 < state.due_in_s <= 5
     with db.session() as s:  # the wait is over
         s.conn.execute(b"UPDATE pipeline_step_result SET not_before = now()")

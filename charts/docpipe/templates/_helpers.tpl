@@ -270,6 +270,12 @@ workerSoftShutdownSeconds: DOCPIPE_WORKER_SOFT_SHUTDOWN_S
     secretKeyRef:
       name: {{ include "docpipe.secretName" . }}
       key: DOCPIPE_REDIS_URL
+- name: DOCPIPE_LEASE_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "docpipe.secretName" . }}
+      key: DOCPIPE_LEASE_DATABASE_URL
+      optional: true
 - name: DOCPIPE_LLM_API_KEY
   valueFrom:
     secretKeyRef:

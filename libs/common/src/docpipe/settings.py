@@ -92,10 +92,17 @@ class Settings(BaseSettings):
     task_time_limit_s: Seconds = 90.0
     broker_visibility_timeout_s: Seconds = 3600.0
 
-    # A dead worker's step is handed on within lease_ttl_s + reaper_interval_s.
+    # A dead worker's step is handed on at its next claim or within reaper_interval_s (its
+    # lease session ended); a worker cut off loses its steps within lease_ttl_s +
+    # reaper_interval_s (README, "Leases").
     lease_ttl_s: Seconds = 8.0
     heartbeat_interval_s: Seconds = 2.0
-    reaper_interval_s: Seconds = 2.0
+    reaper_interval_s: Seconds = 1.0
+    # Tie each lease to the worker process' own PostgreSQL session (off: the TTL alone) ...
+    session_leases: bool = True
+    # ... opened on this URL (empty: database_url); behind PgBouncer in transaction mode,
+    # PostgreSQL itself or a session-mode pool.
+    lease_database_url: str = ""
     # A pending step whose message left the queue this long ago without a claim is re-sent.
     redrive_grace_s: Seconds = 5.0
     outbox_sweep_interval_s: Seconds = 1.0

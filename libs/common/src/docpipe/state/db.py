@@ -31,7 +31,7 @@ from psycopg_pool import ConnectionPool
 
 from docpipe.settings import Settings
 
-__all__ = ["Database", "Row", "Session", "Timeouts", "load_queries"]
+__all__ = ["Database", "Row", "Session", "Timeouts", "connection_is_usable", "load_queries"]
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -110,6 +110,15 @@ def _check_if_disturbed(conn: psycopg.Connection[Row]) -> None:
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
     if readable:
         ConnectionPool.check_connection(conn)
+
+
+def connection_is_usable(conn: psycopg.Connection[Row]) -> bool:
+    """False once the connection is closed or its server closed it (probed as above)."""
+    try:
+        _check_if_disturbed(conn)
+    except psycopg.Error:
+        return False
+    return True
 
 
 class Session:

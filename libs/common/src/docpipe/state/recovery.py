@@ -1,7 +1,9 @@
 """Recovery that does not wait for Redis: beat's reaper finds work that stopped moving.
 
-- a step whose lease expired (its worker died: SIGKILL, OOM, node loss) goes back to the
-  queue within lease_ttl_s + the reaper's interval, not the broker's visibility timeout;
+- a step whose worker died (SIGKILL, OOM kill: its lease session ended, docpipe.state.leases)
+  goes back to the queue within the reaper's interval, and one whose worker is cut off (node
+  loss, a partition: its lease expired) within lease_ttl_s + the reaper's interval; never
+  after the broker's visibility timeout;
 - a pending step whose message is gone (Redis flushed or restarted empty, a message lost
   between commit and publish) is enqueued again;
 - runs past their deadline are ended as 'expired';
@@ -65,8 +67,8 @@ def recover_stalled_work(
     the queue and claiming its step, and clock skew between hosts; ``lease_s`` is the lease
     period that workers get to renew after a PostgreSQL restart."""
     with db.transaction() as tx:
-        leases = tx.all("reap_expired_leases", lease_s=lease_s, queues=LANE_QUEUES_PARAM)
-        tx.execute("abandon_orphaned_steps")
+        leases = tx.all("reap_lost_leases", lease_s=lease_s, queues=LANE_QUEUES_PARAM)
+        tx.execute("abandon_orphaned_steps", lease_s=lease_s)
     expired = db.all("expire_overdue_runs")
     interrupted = webhooks.reap_interrupted_attempts(db, retry=webhook_retry, queue=WEBHOOK_QUEUE)
     try:

@@ -174,11 +174,16 @@ class Claim:
     model_override: str | None = None  # a reviewer's retry chose this model for the step
 
 
-def claim_step(db: Database, run_id: str, step: str, *, owner: str, lease_s: float) -> Claim | None:
+def claim_step(
+    db: Database, run_id: str, step: str, *, owner: str, lease_s: float, session: int | None = None
+) -> Claim | None:
     """Lease the step for ``owner`` (attempt + 1), or None if it is not claimable now: done,
     leased by a live worker, not the run's current step, the run has ended or is not yet
-    admitted, or the step is not due yet (a retry's wait, start_at)."""
-    return db.one_as(Claim, "claim_step", run_id=run_id, step=step, owner=owner, lease_s=lease_s)
+    admitted, or the step is not due yet (a retry's wait, start_at). ``session``: the key of
+    the owner's lease session (docpipe.state.leases), which the lease then lasts no longer
+    than; None for a lease of ``lease_s`` alone."""
+    return db.one_as(Claim, "claim_step", run_id=run_id, step=step, owner=owner, lease_s=lease_s,
+                     session=session)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -194,13 +199,18 @@ class StepState:
     due_in_s: float  # until the step may be claimed (0: now)
 
 
-def step_state(db: Database, run_id: str, step: str) -> StepState | None:
-    return db.one_as(StepState, "step_state", run_id=run_id, step=step)
+def step_state(db: Database, run_id: str, step: str, *, lease_s: float) -> StepState | None:
+    return db.one_as(StepState, "step_state", run_id=run_id, step=step, lease_s=lease_s)
 
 
-def renew_lease(db: Database, run_id: str, step: str, *, owner: str, lease_s: float) -> bool:
-    """False when the lease is no longer ours (expired and taken over, or the run ended)."""
-    return db.one("renew_lease", run_id=run_id, step=step, owner=owner, lease_s=lease_s) is not None
+def renew_lease(
+    db: Database, run_id: str, step: str, *, owner: str, lease_s: float, session: int | None = None
+) -> bool:
+    """False when the lease is no longer ours (lost and taken over, or the run ended); else
+    it lasts ``lease_s`` more, tied to ``session`` now (as in claim_step)."""
+    row = db.one("renew_lease", run_id=run_id, step=step, owner=owner, lease_s=lease_s,
+                 session=session)  # fmt: skip
+    return row is not None
 
 
 def release_step(

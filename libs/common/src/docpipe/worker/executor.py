@@ -45,6 +45,7 @@ from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.batches import stop_batch
 from docpipe.state.db import Database
+from docpipe.state.leases import LeaseSession
 from docpipe.statuses import (
     ACTIVE_RUN_STATUSES,
     BatchStatus,
@@ -94,6 +95,7 @@ class StepExecutor:
         gate: CallGate = _no_gate,
         interruptions: tuple[type[BaseException], ...] = (),
         pipelines: Catalog | None = None,
+        leases: LeaseSession | None = None,
     ) -> None:
         self.db = db
         self.llm = llm
@@ -104,11 +106,22 @@ class StepExecutor:
         # Exceptions that stop a step from outside (Celery's soft time limit): the step is
         # handed back like after a transient error, and memoised calls keep what was done.
         self.interruptions = interruptions
+        # This process' lease session: its leases end with it (None: with their TTL only).
+        self.leases = leases
+
+    def lease_session(self) -> int | None:
+        """The key of this process' lease session now (None: leases rely on the TTL)."""
+        return self.leases.key() if self.leases is not None else None
 
     def run_step(self, run_id: str, step: str) -> StepOutcome:
         """Run ``step`` of ``run_id`` if it is claimable; a done step is never run again."""
         claim = runs.claim_step(
-            self.db, run_id, step, owner=self.owner, lease_s=self.settings.lease_ttl_s
+            self.db,
+            run_id,
+            step,
+            owner=self.owner,
+            lease_s=self.settings.lease_ttl_s,
+            session=self.lease_session(),
         )
         if claim is None:
             return self._not_claimed(run_id, step)
@@ -220,6 +233,8 @@ class StepExecutor:
         )
         if recorded is None:
             # The run ended while we worked (cancel, deadline) or our lease was taken over.
+            log.warning("result of %s/%s refused: the run ended or the lease was lost",
+                        claim.run_id, claim.step)  # fmt: skip
             runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
             return StepOutcome("stopped", calls_sent=calls_sent, error="lease or run lost")
         if reasons:
@@ -254,7 +269,7 @@ class StepExecutor:
         return StepOutcome("retry", retry_in_s=0.0, error=progress)
 
     def _not_claimed(self, run_id: str, step: str) -> StepOutcome:
-        state = runs.step_state(self.db, run_id, step)
+        state = runs.step_state(self.db, run_id, step, lease_s=self.settings.lease_ttl_s)
         if state is None:
             return StepOutcome("stopped", error="no such run or step")
         if state.status == StepStatus.DONE:
@@ -377,8 +392,10 @@ def _check_output(output: dict[str, Any], schema: Mapping[str, Any]) -> None:
 class _LeaseKeeper:
     """Renews the step's lease from a background thread while the step runs.
 
-    If the process dies the renewals stop with it, the lease expires after lease_ttl_s and
-    the reaper hands the step to another worker: recovery never waits for the broker.
+    If the process dies its lease session ends with it and the step is handed to another
+    worker at once; if it is cut off, the renewals stop reaching PostgreSQL, the lease
+    expires after lease_ttl_s and the reaper hands the step on then. Recovery never waits
+    for the broker.
     """
 
     def __init__(self, executor: StepExecutor, claim: runs.Claim, ctx: StepCalls) -> None:
@@ -411,6 +428,7 @@ class _LeaseKeeper:
                     self._claim.step,
                     owner=e.owner,
                     lease_s=e.settings.lease_ttl_s,
+                    session=e.lease_session(),
                 )
             except Exception:  # a database blip: try again at the next beat
                 log.exception(

@@ -34,6 +34,7 @@ from docpipe.state import runs
 from docpipe.state.admission import admit_and_publish
 from docpipe.state.batches import finish_batches
 from docpipe.state.db import Database
+from docpipe.state.leases import LeaseSession
 from docpipe.state.outbox import publish_outbox, sweep_outbox
 from docpipe.state.periodic import run_once_per_interval
 from docpipe.state.recovery import recover_stalled_work
@@ -63,6 +64,8 @@ class Resources:
 
     def close(self) -> None:
         self.llm.close()
+        if self.executor.leases is not None:
+            self.executor.leases.close()
         self.db.close()
         self.broker_redis.close()
 
@@ -81,6 +84,7 @@ def _resources_for(pid: int) -> Resources:
         gate=limiter.slot,
         interruptions=(SoftTimeLimitExceeded,),
         pipelines=catalog(),
+        leases=LeaseSession.from_settings(settings),
     )
     return Resources(
         settings=settings,

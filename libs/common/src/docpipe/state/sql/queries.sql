@@ -141,22 +141,27 @@ FROM target
 RETURNING id;
 
 -- name: claim_step
--- Lease a run's current step: pending, or running under a lease that expired (dead worker);
--- with what the step reads: the document text and the outputs of the steps done before it.
--- Only once the run is admitted and the step is due (not_before: a retry's wait, start_at),
--- so that a duplicated or forged message cannot jump admission or a wait.
+-- Lease a run's current step: pending, or running under a lease that was lost (its worker's
+-- session is gone, or it expired); tied to the claimer's session (`session`: its lock key,
+-- NULL for the TTL alone); with what the step reads: the document text and the outputs of
+-- the steps done before it. Only once the run is admitted and the step is due (not_before:
+-- a retry's wait, start_at), so that a duplicated or forged message cannot jump admission
+-- or a wait.
 WITH claimed AS (
     UPDATE pipeline_step_result s
     SET status = 'running', attempt = s.attempt + 1, lease_owner = %(owner)s,
         lease_expires_at = now() + make_interval(secs => %(lease_s)s),
-        started_at = now(), not_before = NULL
+        lease_session = %(session)s, started_at = now(), not_before = NULL
     FROM pipeline_run r
     WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND r.id = s.run_id
       AND r.status IN ('queued', 'running') AND r.current_step = s.step
       AND (r.deadline_at IS NULL OR r.deadline_at > now())
       AND r.admitted_at IS NOT NULL
       AND (s.not_before IS NULL OR s.not_before <= now())
-      AND (s.status = 'pending' OR (s.status = 'running' AND s.lease_expires_at < now()))
+      AND CASE s.status WHEN 'pending' THEN true
+                        WHEN 'running' THEN lease_lost(s.lease_expires_at, s.lease_session,
+                                                       %(lease_s)s)
+                        ELSE false END
     RETURNING s.run_id, s.step, s.attempt, s.generation
 ), started AS (
     UPDATE pipeline_run r SET status = 'running', updated_at = now()
@@ -196,7 +201,8 @@ LEFT JOIN LATERAL (
 
 -- name: step_state
 -- Why a step could not be claimed: its own state and its run's.
-SELECT s.status, s.lease_expires_at > now() AS lease_live, r.status AS run_status,
+SELECT s.status, NOT lease_lost(s.lease_expires_at, s.lease_session, %(lease_s)s) AS lease_live,
+       r.status AS run_status,
        coalesce(r.deadline_at <= now(), false) AS past_deadline,
        r.admitted_at IS NOT NULL AS admitted, coalesce(r.current_step = s.step, false) AS current,
        greatest(0, coalesce(extract(epoch FROM s.not_before - now()), 0))::float AS due_in_s
@@ -204,9 +210,10 @@ FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
 WHERE s.run_id = %(run_id)s AND s.step = %(step)s;
 
 -- name: renew_lease
--- Extend the lease of a step this worker still holds, while its run goes on.
+-- Extend the lease of a step this worker still holds, while its run goes on, under the key
+-- of the session the worker holds now (a new one after its lease connection was replaced).
 UPDATE pipeline_step_result s
-SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
+SET lease_expires_at = now() + make_interval(secs => %(lease_s)s), lease_session = %(session)s
 FROM pipeline_run r
 WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
   AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status IN ('queued', 'running')
@@ -614,14 +621,17 @@ SELECT name, extract(epoch FROM last_finished_at)::float AS last_finished
 FROM periodic_job
 WHERE last_finished_at IS NOT NULL;
 
--- name: reap_expired_leases
--- Hand steps whose worker stopped renewing its lease back to the queue, through the outbox.
+-- name: reap_lost_leases
+-- Hand steps whose worker is gone (its session ended) or stopped renewing its lease (cut
+-- off: the lease expired) back to the queue, through the outbox.
 WITH reaped AS (
     UPDATE pipeline_step_result s
     SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, enqueued_at = now(),
-        error = 'lease expired: worker lost'
+        error = CASE WHEN s.lease_expires_at < now() THEN 'lease expired: worker lost'
+                     ELSE 'lease lost: the worker''s session ended' END
     FROM pipeline_run r
-    WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
+    WHERE s.status = 'running' AND lease_lost(s.lease_expires_at, s.lease_session, %(lease_s)s)
+      AND r.id = s.run_id
       AND r.status IN ('queued', 'running') AND r.current_step = s.step
       -- Leases ran out while PostgreSQL itself was down: live workers get one lease period
       -- to renew before their steps are handed on (or both would pay for the same calls).
@@ -668,11 +678,12 @@ WITH expired AS (
 SELECT id FROM expired;
 
 -- name: abandon_orphaned_steps
--- Release steps still marked running under an expired lease although their run has ended.
+-- Release steps still marked running under a lost lease although their run has ended.
 UPDATE pipeline_step_result s
 SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_at = now()
 FROM pipeline_run r
-WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
+WHERE s.status = 'running' AND lease_lost(s.lease_expires_at, s.lease_session, %(lease_s)s)
+  AND r.id = s.run_id
   AND r.status NOT IN ('queued', 'running');
 
 -- name: create_batch
