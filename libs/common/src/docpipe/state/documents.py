@@ -164,11 +164,8 @@ def delete_document(session: Session, tenant_id: str, document_id: str) -> None:
 class DocumentSource:
     format: str
     original: bytes | None
-    content: str
-    extracted: bool
-    page_starts: list[int]
-    ocr_pages: int
-    warnings: list[Any]
+    # The extract_text step's output once the text is known (SQL known_text_summary)
+    known_summary: dict[str, Any] | None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from docpipe.pipelines.catalog import Catalog
 from docpipe.pipelines.evidence import evidence_records
 from docpipe.pipelines.model import Pipeline
 from docpipe.pipelines.review import Reason
+from docpipe.pipelines.text_extraction import EXTRACT_TEXT_STEP
 from docpipe.state.db import Database, Session
 from docpipe.state.outbox import LANE_QUEUES_PARAM
 from docpipe.statuses import (
@@ -55,6 +56,7 @@ __all__ = [
     "enqueue_step",
     "expire_run",
     "fail_run",
+    "inline_step_version",
     "record_step_result",
     "release_step",
     "renew_lease",
@@ -77,6 +79,8 @@ class CreatedRun:
     run_id: str
     created: bool  # False: the idempotency key named an existing run, which is returned
     outbox_ids: tuple[int, ...]  # messages to publish once the transaction has committed
+    # Steps create_run did itself (extract_text of a known text: no message, claim or publish)
+    steps_done_at_creation: int = 0
 
 
 def create_run(
@@ -98,7 +102,9 @@ def create_run(
 ) -> CreatedRun:
     """Create a run once per (tenant, idempotency key); the same key with another request
     is a ConflictError. Interactive runs get their first step enqueued in the same
-    transaction; batch runs wait in PostgreSQL for admission."""
+    transaction; batch runs wait in PostgreSQL for admission. A document whose text is
+    known has its extract_text step done here (see ``inline_step_version``): the first step
+    enqueued is then the pipeline's own first."""
     if lane not in tuple(Lane):
         raise InvalidRequestError(f"lane must be 'interactive' or 'batch', not {lane!r}")
     fingerprint = request_hash(request)
@@ -119,6 +125,7 @@ def create_run(
         "idempotency_key": idempotency_key,
         "request_hash": fingerprint,
         "traceparent": traceparent,
+        "inline_step": inline_step_version(pipeline),
     }
     try:
         row = session.insert_or_existing("create_run", **params)
@@ -135,8 +142,16 @@ def create_run(
         return CreatedRun(run_id, created=False, outbox_ids=())
     outbox_ids: tuple[int, ...] = ()
     if lane == Lane.INTERACTIVE:
-        outbox_ids = enqueue_step(session, run_id, pipeline.steps[0].name, available_at=start_at)
-    return CreatedRun(run_id, created=True, outbox_ids=outbox_ids)
+        outbox_ids = enqueue_step(session, run_id, row["current_step"], available_at=start_at)
+    return CreatedRun(run_id, created=True, outbox_ids=outbox_ids,
+                      steps_done_at_creation=row["steps_done"])  # fmt: skip
+
+
+def inline_step_version(pipeline: Pipeline) -> str | None:
+    """The prompt version create_run records when it does the pipeline's first step itself:
+    docpipe's own extract_text, for a document whose text is already known (else None)."""
+    first = pipeline.steps[0]
+    return first.prompt_version if first is EXTRACT_TEXT_STEP else None
 
 
 def enqueue_step(

@@ -56,11 +56,11 @@ WHERE tenant_id = %(tenant_id)s AND document_id = %(id)s
 -- Delete a document (after delete_document_runs).
 DELETE FROM document WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 -- name: document_for_extraction
--- What the extract_text step reads: the format and bytes, or the text once extracted.
-SELECT format, original, content,
-       (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
-       coalesce(page_starts, '{0}') AS page_starts, coalesce(ocr_pages, 0) AS ocr_pages,
-       coalesce(extraction_warnings, '[]'::jsonb) AS warnings
+-- What the extract_text step reads: the format and bytes, and the step's output once the
+-- text is known (as create_run records it then).
+SELECT format, original,
+       known_text_summary(format, content, page_starts, ocr_pages, extraction_warnings,
+                          extracted_at) AS known_summary
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
@@ -99,24 +99,53 @@ WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND extracted_at IS NULL AND for
 
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.
-WITH new_run AS (
+-- With %(inline_step)s (the pipeline's first step is extract_text: its prompt version) and a
+-- document whose text is known, that step is done here, at once (known_text_summary): the
+-- run starts at its second step, and its first costs no message, claim or publish.
+WITH inline AS (
+    SELECT known_text_summary(d.format, d.content, d.page_starts, d.ocr_pages,
+                              d.extraction_warnings, d.extracted_at) AS output,
+           d.content_sha256
+    FROM document d
+    WHERE d.tenant_id = %(tenant_id)s AND d.id = %(document_id)s
+      AND %(inline_step)s::text IS NOT NULL AND cardinality(%(steps)s::text[]) > 1
+), known AS (
+    SELECT count(*) FILTER (WHERE output IS NOT NULL)::integer AS steps_done FROM inline
+), new_run AS (
     INSERT INTO pipeline_run (id, tenant_id, pipeline, pipeline_hash, document_id, lane, batch_id,
-                              current_step, steps_total, budget_usd, deadline_at, admitted_at,
-                              callback_url, idempotency_key, request_hash, traceparent, priority)
-    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, %(document_id)s, %(lane)s,
-            %(batch_id)s, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]), %(budget_usd)s,
-            %(deadline_at)s, CASE WHEN %(admitted)s THEN now() END, %(callback_url)s,
-            %(idempotency_key)s, %(request_hash)s, %(traceparent)s, %(priority)s)
+                              current_step, steps_done, steps_total, budget_usd, deadline_at,
+                              admitted_at, callback_url, idempotency_key, request_hash,
+                              traceparent, priority)
+    SELECT %(id)s, %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, %(document_id)s, %(lane)s,
+           %(batch_id)s, (%(steps)s::text[])[1 + known.steps_done], known.steps_done,
+           cardinality(%(steps)s::text[]), %(budget_usd)s, %(deadline_at)s,
+           CASE WHEN %(admitted)s THEN now() END, %(callback_url)s, %(idempotency_key)s,
+           %(request_hash)s, %(traceparent)s, %(priority)s
+    FROM known
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-    RETURNING id, request_hash
+    RETURNING id, request_hash, current_step, steps_done
 ), new_steps AS (
-    INSERT INTO pipeline_step_result (run_id, step, step_index)
-    SELECT new_run.id, s.step, s.ordinality - 1
-    FROM new_run, unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
+    INSERT INTO pipeline_step_result (run_id, step, step_index, status, attempt, output,
+                                      input_tokens, output_tokens, cost_usd, prompt_version,
+                                      started_at, finished_at, input_hash)
+    SELECT new_run.id, s.step, s.ordinality - 1, coalesce(done.status, 'pending'),
+           coalesce(done.attempt, 0), done.output, done.tokens, done.tokens, done.tokens,
+           done.prompt_version, done.at, done.at, done.input_hash
+    FROM new_run CROSS JOIN unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
+    LEFT JOIN LATERAL (
+        -- The same row record_step_result would leave (input_hash as claim_step hashes it).
+        SELECT 'done' AS status, 1 AS attempt, i.output, 0 AS tokens,
+               %(inline_step)s::text AS prompt_version, now() AS at,
+               encode(sha256(convert_to(concat_ws(E'\n', %(pipeline_hash)s::text, s.step,
+                                                  i.content_sha256, '{}'), 'UTF8')),
+                      'hex') AS input_hash
+        FROM inline i
+        WHERE s.ordinality = 1 AND i.output IS NOT NULL
+    ) done ON true
 )
-SELECT id, request_hash, true AS created FROM new_run
+SELECT id, request_hash, true AS created, current_step, steps_done FROM new_run
 UNION ALL
-SELECT id, request_hash, false AS created
+SELECT id, request_hash, false AS created, current_step, steps_done
 FROM pipeline_run
 WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s
   AND NOT EXISTS (SELECT 1 FROM new_run);
@@ -728,23 +757,46 @@ WHERE NOT EXISTS (SELECT 1 FROM document d WHERE d.tenant_id = %(tenant_id)s AND
 LIMIT 10;
 
 -- name: create_batch_runs
--- One waiting run (and its pending steps) per document of a new batch.
-WITH new_runs AS (
+-- One waiting run (and its pending steps) per document of a new batch; as in create_run,
+-- with %(inline_step)s a document's known text has its extract_text step done here.
+WITH docs AS (
+    SELECT gen_random_uuid() AS run_id, d.document_id, d.ordinality,
+           CASE WHEN %(inline_step)s::text IS NOT NULL AND cardinality(%(steps)s::text[]) > 1
+                THEN known_text_summary(k.format, k.content, k.page_starts, k.ocr_pages,
+                                        k.extraction_warnings, k.extracted_at) END AS output,
+           k.content_sha256
+    FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
+    LEFT JOIN document k ON k.tenant_id = %(tenant_id)s AND k.id = d.document_id
+), new_runs AS (
     INSERT INTO pipeline_run (id, tenant_id, pipeline, pipeline_hash, document_id, lane, batch_id,
-                              current_step, steps_total, budget_usd, deadline_at,
+                              current_step, steps_done, steps_total, budget_usd, deadline_at,
                               idempotency_key, request_hash, traceparent, priority)
-    SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, d.document_id,
-           'batch',
-           %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
+    SELECT d.run_id, %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, d.document_id, 'batch',
+           %(batch_id)s::uuid, (%(steps)s::text[])[1 + (d.output IS NOT NULL)::integer],
+           (d.output IS NOT NULL)::integer, cardinality(%(steps)s::text[]),
            %(run_budget_usd)s, %(deadline_at)s,
            'batch:' || %(batch_id)s::text || ':' || d.ordinality,
            d.document_id, %(traceparent)s, %(priority)s
-    FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
+    FROM docs d
     RETURNING id
 )
-INSERT INTO pipeline_step_result (run_id, step, step_index)
-SELECT new_runs.id, s.step, s.ordinality - 1
-FROM new_runs, unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality);
+INSERT INTO pipeline_step_result (run_id, step, step_index, status, attempt, output,
+                                  input_tokens, output_tokens, cost_usd, prompt_version,
+                                  started_at, finished_at, input_hash)
+SELECT r.id, s.step, s.ordinality - 1, coalesce(done.status, 'pending'),
+       coalesce(done.attempt, 0), done.output, done.tokens, done.tokens, done.tokens,
+       done.prompt_version, done.at, done.at, done.input_hash
+FROM new_runs r
+JOIN docs d ON d.run_id = r.id
+CROSS JOIN unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
+LEFT JOIN LATERAL (
+    SELECT 'done' AS status, 1 AS attempt, d.output, 0 AS tokens,
+           %(inline_step)s::text AS prompt_version, now() AS at,
+           encode(sha256(convert_to(concat_ws(E'\n', %(pipeline_hash)s::text, s.step,
+                                              d.content_sha256, '{}'), 'UTF8')),
+                  'hex') AS input_hash
+    WHERE s.ordinality = 1 AND d.output IS NOT NULL
+) done ON true;
 
 -- name: batch_progress
 -- A batch's runs per status, steps, spending and pace, in one request: one pass over the
