@@ -12,7 +12,7 @@ from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.catalog import catalog
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.state import call_log, runs
-from docpipe.state.call_log import CallKey
+from docpipe.state.call_log import CallFinish, CallKey
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
 from tests.factories import TENANT, new_run, scalar
@@ -128,7 +128,7 @@ def test_recording_a_result_advances_the_run_and_enqueues_the_next_step(db: Data
         next_step=STEP2,
     )
     assert recorded is not None and recorded.run_status == "running"
-    assert len(recorded.outbox_ids) == 1
+    assert [m.step for m in recorded.messages] == [STEP2]
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
     assert (progress.current_step, progress.steps_done) == (STEP2, 2)
     assert progress.steps[1].output == {"sections": []}
@@ -162,9 +162,10 @@ def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
                       step_attempt=1, tenant_id=TENANT, model="gpt-4o-mini",
                       prompt_version="v")  # fmt: skip
         call_id = call_log.start_call(db, key, request=request)
-        call_log.finish_call(db, call_id, status="ok", http_status=200, error_kind=None,
-                             error=None, input_tokens=tokens, output_tokens=tokens // 10,
-                             cost_usd=Decimal(cost), latency_ms=5, response=None)  # fmt: skip
+        finished = CallFinish(id=call_id, status="ok", http_status=200, error_kind=None,
+                              error=None, input_tokens=tokens, output_tokens=tokens // 10,
+                              cost_usd=Decimal(cost), latency_ms=5, response=None)  # fmt: skip
+        call_log.finish_calls(db, [finished])
     assert str(runs.run_progress(db, TENANT, run.run_id).cost_so_far_usd) == "0.001500"
     runs.record_step_result(
         db, claim, owner="w", output={}, model="gpt-4o-mini", prompt_version="v", next_step=STEP2

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg.errors
 from psycopg.types.json import Jsonb
 
+from docpipe.broker.messages import Message
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.catalog import Catalog
 from docpipe.pipelines.evidence import evidence_records
@@ -33,7 +34,7 @@ from docpipe.pipelines.model import Pipeline
 from docpipe.pipelines.review import Reason
 from docpipe.pipelines.text_extraction import EXTRACT_TEXT_STEP
 from docpipe.state.db import Database, Session
-from docpipe.state.outbox import LANE_QUEUES_PARAM
+from docpipe.state.outbox import LANE_QUEUES_PARAM, messages_of
 from docpipe.statuses import (
     ENDED_RUN_STATUSES,
     BatchStatus,
@@ -255,7 +256,9 @@ def release_step(
 @dataclass(frozen=True)
 class RecordedStep:
     run_status: str
-    outbox_ids: list[int]  # the next step's message, to publish after the commit
+    # The next step's message, to publish after the commit (docpipe.state.outbox
+    # .publish_written: its claim marks it delivered)
+    messages: tuple[Message, ...]
 
 
 def record_step_result(
@@ -276,8 +279,7 @@ def record_step_result(
     After the last step the run is done. With ``review`` reasons the run pauses in
     needs_review after this step instead (nothing is enqueued). ``decision_id``: the output
     is a person's approval reused from another run."""
-    return db.one_as(
-        RecordedStep,
+    row = db.one(
         "record_step_result",
         run_id=claim.run_id,
         step=claim.step,
@@ -293,6 +295,9 @@ def record_step_result(
         decision_id=decision_id,
         queues=LANE_QUEUES_PARAM,
     )
+    if row is None:
+        return None
+    return RecordedStep(row["run_status"], messages_of(row["messages"]))
 
 
 def fail_run(

@@ -23,6 +23,7 @@ import jsonschema
 import psycopg
 
 from docpipe.backoff import retry_delay
+from docpipe.broker.messages import Message
 from docpipe.errors import (
     BudgetExceededError,
     InvalidOutputError,
@@ -71,7 +72,7 @@ class StepOutcome:
     run_status: str | None = None
     next_step: str | None = None
     retry_in_s: float | None = None
-    outbox_ids: tuple[int, ...] = ()
+    messages: tuple[Message, ...] = ()  # to publish: docpipe.state.outbox.publish_written
     calls_sent: int = 0
     error: str | None = None
     lane: str | None = None  # of the claimed run
@@ -244,7 +245,7 @@ class StepExecutor:
             "completed",
             run_status=recorded.run_status,
             next_step=None if reasons else next_step,
-            outbox_ids=tuple(recorded.outbox_ids),
+            messages=recorded.messages,
             calls_sent=calls_sent,
         )
 

@@ -35,7 +35,7 @@ from docpipe.state.admission import admit_and_publish
 from docpipe.state.batches import finish_batches
 from docpipe.state.db import Database
 from docpipe.state.leases import LeaseSession
-from docpipe.state.outbox import publish_outbox, sweep_outbox
+from docpipe.state.outbox import publish_outbox, publish_written, sweep_outbox
 from docpipe.state.periodic import run_once_per_interval
 from docpipe.state.recovery import recover_stalled_work
 from docpipe.state.retention import prune_retention
@@ -124,8 +124,7 @@ def run_step(self: Task, run_id: str, step: str) -> None:
         )
         log.warning("database unavailable for %s/%s, retry in %.1fs: %s", run_id, step, delay, exc)
         raise self.retry(countdown=delay) from exc
-    if outcome.outbox_ids:
-        publish_outbox(r.db, r.broker, outcome.outbox_ids)
+    publish_written(r.broker, outcome.messages)
     if outcome.lane == Lane.BATCH and outcome.run_status in ENDED_RUN_STATUSES:
         # A batch run ended: its slot in the admission window is free now.
         admit_and_publish(r.db, r.broker, r.settings)
@@ -169,7 +168,7 @@ def sweep_outbox_task() -> None:
     r = resources()
 
     def job() -> dict[str, int]:
-        published = sweep_outbox(r.db, r.broker, grace_s=r.settings.outbox_grace_s)
+        published = sweep_outbox(r.db, r.broker, r.broker_redis, grace_s=r.settings.outbox_grace_s)
         metrics.metrics().outbox_swept.inc(published)
         return {"published": published}
 

@@ -196,6 +196,12 @@ WITH claimed AS (
     UPDATE pipeline_run r SET status = 'running', updated_at = now()
     FROM claimed
     WHERE r.id = claimed.run_id AND r.status = 'queued'
+), delivered AS (
+    -- Its message reached a worker: the outbox row needs no sweep (see lock_due_outbox).
+    UPDATE outbox o SET published_at = now()
+    FROM claimed
+    WHERE o.run_id = claimed.run_id AND o.step = claimed.step AND o.topic = 'step'
+      AND o.published_at IS NULL
 )
 SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline,
        r.pipeline_hash, r.document_id, r.lane, r.batch_id::text, d.content AS document,
@@ -264,6 +270,8 @@ RETURNING s.attempt;
 -- name: record_step_result
 -- Save a step's output with its tokens and cost, move the run on to its next step and put
 -- that step's message in the outbox (as enqueue_step does): one statement, so one commit.
+-- The message comes back whole, for the worker to publish without another round trip
+-- (its row is marked delivered by the claim of the step: claim_step).
 -- After its last step the run is 'done'. When %(review)s holds reasons (a rule asked for a
 -- person), the run pauses in 'needs_review' at this step instead, with no message sent.
 -- %(decision_id)s: the output is an approval reused from an earlier run.
@@ -314,9 +322,10 @@ WITH calls AS (
     INSERT INTO outbox (topic, run_id, step, queue, traceparent, available_at)
     SELECT 'step', a.id, n.step, %(queues)s::jsonb ->> a.lane, a.traceparent, now()
     FROM advanced a JOIN next_step n ON n.run_id = a.id
-    RETURNING id
+    RETURNING id, topic, run_id::text, step, queue, traceparent
 )
-SELECT a.status AS run_status, array(SELECT id FROM message ORDER BY id) AS outbox_ids
+SELECT a.status AS run_status,
+       coalesce((SELECT jsonb_agg(to_jsonb(m) ORDER BY m.id) FROM message m), '[]') AS messages
 FROM advanced a;
 
 -- name: fail_run
@@ -472,20 +481,15 @@ FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
 WHERE s.run_id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s
 ORDER BY s.run_id, s.step_index;
 
--- name: check_and_start_call
--- Before a call: its memoised answer if any, whether the run still runs and the step is
--- still leased to this worker, the run's priority and the spending of the run, its batch
--- and (when it has a budget) the step against budgets; when all allow the call (its
--- estimated cost included), its llm_call_log row (for the step's first candidate model) is
--- written in the same statement, still before the request is sent.
+-- name: check_and_start_calls
+-- Before a round of a step's calls (one or several sent together): each call's memoised
+-- answer if any, whether the run still runs and the step is still leased to this worker,
+-- the run's priority and the spending of the run, its batch and (when it has a budget) the
+-- step against budgets; for each call that all allow (its estimated cost included), its
+-- llm_call_log row (for the step's first candidate model) is written in the same statement,
+-- still before any request is sent. One row per call, in the order given.
 WITH checked AS (
-    SELECT (SELECT response
-            FROM llm_call_log
-            WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s
-              AND call_key = %(call_key)s AND status = 'ok'
-            ORDER BY id DESC
-            LIMIT 1) AS memo,
-           (SELECT lease_owner FROM pipeline_step_result
+    SELECT (SELECT lease_owner FROM pipeline_step_result
             WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
            r.id AS run_id, r.status, r.priority, r.cost_usd, r.budget_usd,
            b.cost_usd AS batch_cost_usd, b.budget_usd AS batch_budget_usd,
@@ -497,26 +501,44 @@ WITH checked AS (
     FROM pipeline_run r
     LEFT JOIN batch b ON b.id = r.batch_id
     WHERE r.id = %(run_id)s
+), wanted AS (
+    SELECT w.*,
+           (SELECT response
+            FROM llm_call_log
+            WHERE run_id = %(run_id)s AND step = %(step)s AND generation = %(generation)s
+              AND call_key = w.call_key AND status = 'ok'
+            ORDER BY id DESC
+            LIMIT 1) AS memo
+    FROM unnest(%(call_keys)s::text[], %(models)s::text[], %(providers)s::text[],
+                %(route_reasons)s::text[], %(output_modes)s::text[], %(max_tokens)s::integer[],
+                %(temperatures)s::numeric[], %(seeds)s::bigint[],
+                %(estimated_costs_usd)s::numeric[])
+         WITH ORDINALITY AS w (call_key, model, provider, route_reason, output_mode,
+                               max_tokens, temperature, seed, estimated_cost_usd, n)
 ), started AS (
     INSERT INTO llm_call_log (run_id, step, generation, call_key, step_attempt, tenant_id,
                               model, prompt_version, provider, route_reason, output_mode,
                               max_tokens, temperature, seed)
-    SELECT run_id, %(step)s, %(generation)s, %(call_key)s, %(step_attempt)s, %(tenant_id)s,
-           %(model)s, %(prompt_version)s, %(provider)s, %(route_reason)s, %(output_mode)s,
-           %(max_tokens)s, %(temperature)s, %(seed)s
-    FROM checked
-    WHERE memo IS NULL AND status IN ('queued', 'running')
-      AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s)
-      AND (budget_usd IS NULL OR cost_usd + %(estimated_cost_usd)s <= budget_usd)
-      AND (batch_budget_usd IS NULL
-           OR batch_cost_usd + %(estimated_cost_usd)s <= batch_budget_usd)
-      AND (step_cost_usd IS NULL
-           OR step_cost_usd + %(estimated_cost_usd)s <= %(step_budget_usd)s)
-    RETURNING id
+    SELECT k.run_id, %(step)s, %(generation)s, w.call_key, %(step_attempt)s, %(tenant_id)s,
+           w.model, %(prompt_version)s, w.provider, w.route_reason, w.output_mode,
+           w.max_tokens, w.temperature, w.seed
+    FROM wanted w CROSS JOIN checked k
+    WHERE w.memo IS NULL AND k.status IN ('queued', 'running')
+      AND (%(owner)s::text IS NULL OR k.lease_owner = %(owner)s)
+      AND (k.budget_usd IS NULL OR k.cost_usd + w.estimated_cost_usd <= k.budget_usd)
+      AND (k.batch_budget_usd IS NULL
+           OR k.batch_cost_usd + w.estimated_cost_usd <= k.batch_budget_usd)
+      AND (k.step_cost_usd IS NULL
+           OR k.step_cost_usd + w.estimated_cost_usd <= %(step_budget_usd)s)
+    ORDER BY w.n
+    RETURNING id, call_key
 )
-SELECT memo, lease_owner, status, priority, cost_usd, budget_usd, batch_cost_usd,
-       batch_budget_usd, step_cost_usd, (SELECT id FROM started) AS call_id
-FROM checked;
+SELECT w.memo, k.lease_owner, k.status, k.priority, k.cost_usd, k.budget_usd,
+       k.batch_cost_usd, k.batch_budget_usd, k.step_cost_usd, s.id AS call_id
+FROM wanted w
+CROSS JOIN checked k
+LEFT JOIN started s ON s.call_key = w.call_key
+ORDER BY w.n;
 
 -- name: start_call
 -- Log a provider call before it is sent.
@@ -536,29 +558,41 @@ SET model = %(model)s, provider = %(provider)s, route_reason = %(route_reason)s,
     seed = %(seed)s
 WHERE id = %(id)s AND status = 'sent';
 
--- name: finish_call
--- Complete a call's log row and add its cost to the run and to the run's batch.
-WITH call AS (
-    UPDATE llm_call_log
-    SET status = %(status)s, http_status = %(http_status)s, error_kind = %(error_kind)s,
-        error = %(error)s, input_tokens = %(input_tokens)s, output_tokens = %(output_tokens)s,
-        cost_usd = %(cost_usd)s, latency_ms = %(latency_ms)s, response = %(response)s,
-        route_reason = coalesce(%(route_reason)s, route_reason),
-        finish_reason = %(finish_reason)s, usage_estimated = %(usage_estimated)s,
+-- name: finish_calls
+-- Complete calls' log rows (each once; those whose answers arrived together in one
+-- statement) and add their cost to their runs and to the runs' batches.
+WITH finished AS (
+    SELECT *
+    FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(http_statuses)s::integer[],
+                %(error_kinds)s::text[], %(errors)s::text[], %(input_tokens)s::integer[],
+                %(output_tokens)s::integer[], %(costs_usd)s::numeric[],
+                %(latencies_ms)s::integer[], %(responses)s::jsonb[],
+                %(route_reasons)s::text[], %(finish_reasons)s::text[],
+                %(usage_estimated)s::boolean[])
+         AS f (id, status, http_status, error_kind, error, input_tokens, output_tokens,
+               cost_usd, latency_ms, response, route_reason, finish_reason, usage_estimated)
+), call AS (
+    UPDATE llm_call_log c
+    SET status = f.status, http_status = f.http_status, error_kind = f.error_kind,
+        error = f.error, input_tokens = f.input_tokens, output_tokens = f.output_tokens,
+        cost_usd = f.cost_usd, latency_ms = f.latency_ms, response = f.response,
+        route_reason = coalesce(f.route_reason, c.route_reason),
+        finish_reason = f.finish_reason, usage_estimated = f.usage_estimated,
         finished_at = now()
-    WHERE id = %(id)s AND status = 'sent'
-    RETURNING run_id, cost_usd
+    FROM finished f
+    WHERE c.id = f.id AND c.status = 'sent'
+    RETURNING c.run_id, c.cost_usd
 ), run AS (
     UPDATE pipeline_run r
-    SET cost_usd = r.cost_usd + call.cost_usd, updated_at = now()
-    FROM call
-    WHERE r.id = call.run_id
-    RETURNING r.batch_id, call.cost_usd
+    SET cost_usd = r.cost_usd + spent.cost_usd, updated_at = now()
+    FROM (SELECT run_id, sum(cost_usd) AS cost_usd FROM call GROUP BY run_id) spent
+    WHERE r.id = spent.run_id
+    RETURNING r.batch_id, spent.cost_usd
 )
 UPDATE batch b
-SET cost_usd = b.cost_usd + run.cost_usd
-FROM run
-WHERE b.id = run.batch_id AND run.cost_usd > 0;
+SET cost_usd = b.cost_usd + spent.cost_usd
+FROM (SELECT batch_id, sum(cost_usd) AS cost_usd FROM run GROUP BY batch_id) spent
+WHERE b.id = spent.batch_id AND spent.cost_usd > 0;
 
 -- name: take_outbox_ids
 -- Unpublished outbox rows among the given ids that are due, locked for this publisher (rows
@@ -588,10 +622,16 @@ WITH taken AS (
 SELECT id, topic, run_id::text, step, queue, traceparent, payload FROM published ORDER BY id;
 
 -- name: lock_due_outbox
--- Rows whose publish was lost or whose parked delay is over, oldest first.
+-- Rows whose publish was lost or whose parked delay is over, oldest first. A step's message
+-- published right after its commit is marked delivered only by its claim (claim_step): it is
+-- lost only once it is older than every message still waiting in its queue (queues are
+-- FIFO: `cutoffs`, queue -> instant, from the reaper's look at Redis), or it would be sent
+-- twice while it waits.
 SELECT id, topic, run_id::text, step, queue, traceparent, payload
 FROM outbox
 WHERE published_at IS NULL AND available_at <= now() - make_interval(secs => %(grace_s)s)
+  AND (topic <> 'step' OR available_at > created_at
+       OR created_at < coalesce((%(cutoffs)s::jsonb ->> queue)::timestamptz, '-infinity'))
 ORDER BY available_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
@@ -879,7 +919,7 @@ RETURNING id;
 -- Admit waiting batch runs up to the window of runs in flight, fairly: the next slot goes
 -- to the tenant (then the batch) served least so far (least attained service), so a
 -- client's 10 documents are not queued behind another's 500. Each admitted run's first
--- step goes into the outbox in the same statement.
+-- step goes into the outbox in the same statement, and comes back whole to be published.
 WITH free AS (
     SELECT greatest(0, %(window)s - count(*)) AS slots FROM pipeline_run
     WHERE lane = 'batch' AND admitted_at IS NOT NULL AND status IN ('queued', 'running')
@@ -937,7 +977,7 @@ WITH free AS (
 )
 INSERT INTO outbox (topic, run_id, step, queue, traceparent)
 SELECT 'step', id, current_step, %(queues)s::jsonb ->> 'batch', traceparent FROM admitted
-RETURNING id;
+RETURNING id, topic, run_id::text, step, queue, traceparent;
 
 -- name: queue_run_webhooks
 -- Queue the completion webhook of ended runs that carry a callback URL.
