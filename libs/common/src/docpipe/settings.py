@@ -57,6 +57,10 @@ class Settings(BaseSettings):
 
     database_url: str = "postgresql://postgres@127.0.0.1:5432/docpipe"
     database_pool_size: int = Field(default=4, ge=1, le=100)
+    # Hot queries as server-side prepared statements (each parsed and planned once per
+    # connection); off behind a pooler that cannot keep them (PgBouncer in transaction mode
+    # before 1.21, or without max_prepared_statements).
+    database_prepared_statements: bool = True
     redis_url: str = "redis://127.0.0.1:6379/0"
 
     # Providers as a list (see docpipe.provider_specs); when empty, one provider is made of

@@ -161,7 +161,14 @@ class Session:
 class Database:
     """A small pool of autocommit connections to one database, every wait bounded."""
 
-    def __init__(self, url: str, *, max_size: int = 4, timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_size: int = 4,
+        timeouts: Timeouts | None = None,
+        prepared_statements: bool = True,
+    ) -> None:
         self.url = url
         self.timeouts = timeouts or _DEFAULT_TIMEOUTS
         self._pid = os.getpid()
@@ -172,6 +179,9 @@ class Database:
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
+                # Named queries are few and fixed: each is prepared at its first use on a
+                # connection (psycopg's default waits for the fifth), or never.
+                "prepare_threshold": 0 if prepared_statements else None,
                 **self.timeouts.connection_kwargs(url),
             },
             connection_class=psycopg.Connection[Row],
@@ -190,6 +200,7 @@ class Database:
             settings.database_url,
             max_size=settings.database_pool_size,
             timeouts=Timeouts.of(settings),
+            prepared_statements=settings.database_prepared_statements,
         )
 
     @contextmanager
