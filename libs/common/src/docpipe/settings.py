@@ -229,6 +229,9 @@ class Settings(BaseSettings):
     auth: Literal["keys", "none"] = "keys"
     # Requests per minute allowed to one API key (a fixed window in Redis); 0: no limit.
     api_key_rpm: int = Field(default=600, ge=0)
+    # An API process remembers a valid API key this long (0: looks it up on every request);
+    # a revoked key keeps working at most this long in a process that had just seen it.
+    api_key_cache_s: float = Field(default=2.0, ge=0, le=60)
     # Requests per minute allowed to one client address, counted before the API key is
     # checked (key guessing, floods without a key); 0: no limit. Behind a proxy every client
     # shares the proxy's address unless uvicorn trusts it (--forwarded-allow-ips).

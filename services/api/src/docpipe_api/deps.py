@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated
 
 import anyio
+import anyio.to_thread
 import redis
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,7 +22,7 @@ from docpipe.extraction.zipguard import ZipBounds
 from docpipe.pipelines.catalog import Catalog
 from docpipe.settings import Settings
 from docpipe.state.db import Database
-from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
+from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, VerifiedKeys
 from docpipe_api.bounds import enforce_rate_limit
 from docpipe_api.errors import describe_validation_errors
 from docpipe_api.schemas import DocumentText, ExtractRequest
@@ -66,43 +68,53 @@ class Resources:
     # Batch bodies this process may hold at once (DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT).
     batch_bodies: anyio.Semaphore
     stream_slots: StreamSlots
+    # Valid API keys this process saw in the last DOCPIPE_API_KEY_CACHE_S.
+    verified_keys: VerifiedKeys
 
 
-def _resources(request: Request) -> Resources:
+# Dependencies that do no I/O are coroutines: FastAPI runs a plain function dependency in
+# its thread pool, a hop that costs more than the function (docs/benchmarks/api-load.md).
+
+
+def _app_resources(request: Request) -> Resources:
     resources = request.app.state.docpipe
     assert isinstance(resources, Resources), "the app's lifespan has not run"
     return resources
 
 
-def _settings(request: Request) -> Settings:
-    return _resources(request).settings
+async def _resources(request: Request) -> Resources:
+    return _app_resources(request)
 
 
-def _database(request: Request) -> Database:
-    return _resources(request).database
+async def _settings(request: Request) -> Settings:
+    return _app_resources(request).settings
 
 
-def _broker(request: Request) -> Broker:
-    return _resources(request).broker
+async def _database(request: Request) -> Database:
+    return _app_resources(request).database
 
 
-def _redis(request: Request) -> redis.Redis:
-    return _resources(request).redis
+async def _broker(request: Request) -> Broker:
+    return _app_resources(request).broker
 
 
-def _pipelines(request: Request) -> Catalog:
-    return _resources(request).pipelines
+async def _redis(request: Request) -> redis.Redis:
+    return _app_resources(request).redis
 
 
-def _batch_bodies(request: Request) -> anyio.Semaphore:
-    return _resources(request).batch_bodies
+async def _pipelines(request: Request) -> Catalog:
+    return _app_resources(request).pipelines
 
 
-def _stream_slots(request: Request) -> StreamSlots:
-    return _resources(request).stream_slots
+async def _batch_bodies(request: Request) -> anyio.Semaphore:
+    return _app_resources(request).batch_bodies
 
 
-def _api_key_id(request: Request) -> str | None:
+async def _stream_slots(request: Request) -> StreamSlots:
+    return _app_resources(request).stream_slots
+
+
+async def _api_key_id(request: Request) -> str | None:
     """The id of the request's API key (set by current_tenant); None without API keys."""
     key_id = getattr(request.state, "api_key_id", None)
     return key_id if isinstance(key_id, str) else None
@@ -120,7 +132,7 @@ def _unauthorized(detail: str, *, invalid_token: bool) -> HTTPException:
     return HTTPException(401, detail, headers={"WWW-Authenticate": challenge})
 
 
-def current_tenant(
+async def current_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     resources: Annotated[Resources, Depends(_resources)],
@@ -137,18 +149,23 @@ def current_tenant(
             "this route needs a tenant's API key: send 'Authorization: Bearer <key>'",
             invalid_token=False,
         )
-    try:
-        key_id, tenant = verify_api_key(resources.database, credentials.credentials)
-    except InvalidApiKey as exc:  # its message never contains the key
-        raise _unauthorized(str(exc), invalid_token=True) from None
+    keys, plaintext = resources.verified_keys, credentials.credentials
+    if (found := keys.remembered(plaintext)) is None:
+        try:
+            found = await anyio.to_thread.run_sync(keys.verify, resources.database, plaintext)
+        except InvalidApiKey as exc:  # its message never contains the key
+            raise _unauthorized(str(exc), invalid_token=True) from None
+    key_id, tenant = found
     request.state.api_key_id = key_id
     if settings.api_key_rpm:
-        enforce_rate_limit(resources.redis, f"key:{key_id}", settings.api_key_rpm,
-                           who="this API key")  # fmt: skip
+        await anyio.to_thread.run_sync(partial(
+            enforce_rate_limit, resources.redis, f"key:{key_id}", settings.api_key_rpm,
+            who="this API key",
+        ))  # fmt: skip
     return tenant
 
 
-def limit_client_address(
+async def limit_client_address(
     request: Request, resources: Annotated[Resources, Depends(_resources)]
 ) -> None:
     """429 once the client's address sent more than DOCPIPE_CLIENT_IP_RPM requests this
@@ -159,7 +176,9 @@ def limit_client_address(
     limit = resources.settings.client_ip_rpm
     if limit:
         address = request.client.host if request.client else "unknown"
-        enforce_rate_limit(resources.redis, f"ip:{address}", limit, who="this address")
+        await anyio.to_thread.run_sync(partial(
+            enforce_rate_limit, resources.redis, f"ip:{address}", limit, who="this address"
+        ))  # fmt: skip
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
@@ -173,7 +192,7 @@ ApiKeyIdDep = Annotated[str | None, Depends(_api_key_id)]
 TenantDep = Annotated[str, Depends(current_tenant)]
 
 
-def _idempotency_key(
+async def _idempotency_key(
     key: Annotated[
         str | None,
         Header(

@@ -20,6 +20,7 @@ from docpipe.pipelines.catalog import Catalog, load_catalog
 from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
+from docpipe.state.tenants import VerifiedKeys
 from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pipelines=catalog,
             batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
+            verified_keys=VerifiedKeys(resolved.api_key_cache_s),
         )
         try:
             with serving_metrics(resolved):

@@ -483,21 +483,31 @@ class Progress:
 
 
 def run_progress(
-    db: Database, tenant_id: str, run_id: str, *, with_output: bool = False
+    db: Database,
+    tenant_id: str,
+    run_id: str,
+    *,
+    with_output: bool = False,
+    outputs_of: Sequence[str] = (),
 ) -> Progress:
     """Status, current step, steps done/total, cost so far and per-step detail (with each
-    step's output when asked for)."""
-    found = runs_progress(db, tenant_id, [run_id], with_output=with_output)
+    step's output when asked for, or when the run's status is one of ``outputs_of``)."""
+    found = runs_progress(db, tenant_id, [run_id], with_output=with_output, outputs_of=outputs_of)
     if not found:
         raise NotFoundError(f"run {run_id[:100]!r} does not exist")
     return found[0]
 
 
 def runs_progress(
-    db: Database, tenant_id: str, run_ids: Sequence[str], *, with_output: bool = False
+    db: Database,
+    tenant_id: str,
+    run_ids: Sequence[str],
+    *,
+    with_output: bool = False,
+    outputs_of: Sequence[str] = (),
 ) -> list[Progress]:
-    """``run_progress`` of several runs in two queries, in the order asked; ids that are not
-    this tenant's runs (or not run ids at all) are left out."""
+    """``run_progress`` of several runs in two queries on one connection, in the order
+    asked; ids that are not this tenant's runs (or not run ids at all) are left out."""
     wanted = []
     for run_id in run_ids:
         with contextlib.suppress(ValueError):
@@ -508,7 +518,9 @@ def runs_progress(
     with db.session() as s:
         found = {p.run_id: p for p in s.all_as(Progress, "run_status", **params)}
         steps: dict[str, list[StepRow]] = {}
-        for row in s.all("run_steps", with_output=with_output, **params):
+        rows = s.all("run_steps", with_output=with_output, output_statuses=list(outputs_of),
+                     **params)  # fmt: skip
+        for row in rows:
             steps.setdefault(row.pop("run_id"), []).append(StepRow(**row))
     return [
         replace(found[run_id], steps=steps.get(run_id, []))

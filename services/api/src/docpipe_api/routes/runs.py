@@ -70,16 +70,9 @@ _WITH_OUTPUT = (statuses.RunStatus.DONE, statuses.RunStatus.NEEDS_REVIEW)
 
 def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
     """The run's status body; the result (step outputs) only once it is done, the values
-    with their evidence once it is done or needs review."""
-    return _with_results(db, tenant, [runs.run_progress(db, tenant, run_id)])[0]
-
-
-def _with_results(db: Database, tenant: str, found: list[runs.Progress]) -> list[RunStatus]:
-    """Status bodies, with the step outputs read again for the runs that are done or need
-    review only: a poll of runs still going does not carry their outputs out of the database."""
-    ended = [p.run_id for p in found if p.status in _WITH_OUTPUT]
-    full = {p.run_id: p for p in runs.runs_progress(db, tenant, ended, with_output=True)}
-    return [RunStatus.model_validate(full.get(p.run_id, p)) for p in found]
+    with their evidence once it is done or needs review. One read: a poll of a run still
+    going does not carry its outputs out of the database."""
+    return RunStatus.model_validate(runs.run_progress(db, tenant, run_id, outputs_of=_WITH_OUTPUT))
 
 
 MAX_RUN_IDS = 100
@@ -114,8 +107,8 @@ def read_runs(
             if count > MAX_RUN_IDS
             else "ids: run ids (UUIDs) separated by commas, without spaces"
         )
-    found = runs.runs_progress(db, tenant, ids.split(","))
-    return RunStatusList(runs=_with_results(db, tenant, found))
+    found = runs.runs_progress(db, tenant, ids.split(","), outputs_of=_WITH_OUTPUT)
+    return RunStatusList(runs=[RunStatus.model_validate(p) for p in found])
 
 
 @router.get(

@@ -462,12 +462,13 @@ WHERE r.id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s;
 -- name: run_steps
 -- Every step of these runs in pipeline order, with what it cost and where its calls went
 -- (model and routing reason, counted over the step's current generation); the outputs
--- when asked for.
+-- when asked for, or of the runs whose status is one of `output_statuses`.
 SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version,
        s.input_tokens, s.output_tokens, s.cost_usd, s.error, s.started_at, s.finished_at,
        CASE WHEN s.review_reused THEN 'reused'
             WHEN s.review_decision_id IS NOT NULL THEN 'approved' END AS reviewed,
-       CASE WHEN %(with_output)s THEN s.output END AS output,
+       CASE WHEN %(with_output)s OR r.status = ANY(%(output_statuses)s::text[])
+            THEN s.output END AS output,
        coalesce((SELECT jsonb_agg(jsonb_build_object('model', c.model, 'reason', c.reason,
                                                      'calls', c.calls)
                                   ORDER BY c.first_id)
@@ -478,7 +479,10 @@ SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.pro
                          AND generation = s.generation AND route_reason IS NOT NULL
                        GROUP BY model, route_reason) c), '[]'::jsonb) AS model_choices
 FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
-WHERE s.run_id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s
+-- Both sides by id: the runs are found by their primary key, never by the tenant's index
+-- (a hash of every run of the tenant, per poll, when the statistics lag a large batch).
+WHERE s.run_id = ANY(%(run_ids)s::uuid[]) AND r.id = ANY(%(run_ids)s::uuid[])
+  AND r.tenant_id = %(tenant_id)s
 ORDER BY s.run_id, s.step_index;
 
 -- name: check_and_start_calls
