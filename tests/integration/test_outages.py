@@ -38,7 +38,7 @@ from tests.fakellm import FakeLLM
 from tests.processes import use_celery_broker, wait_until
 from tests.servers import service_dir
 
-STEP1 = DOCUMENT_EXTRACT.step_names[0]
+STEP1 = DOCUMENT_EXTRACT.step_names[1]  # a text document's extract_text is done with its run
 CONTRACTS = sample_contracts(6)
 MODEL = "gpt-4o-mini"  # priced by default: the limiter keeps its limits per model
 # Short client timeouts, so that a silent server costs the tests seconds.

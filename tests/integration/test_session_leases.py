@@ -18,8 +18,9 @@ from docpipe.state.leases import LeaseSession
 from docpipe.state.recovery import recover_stalled_work
 from docpipe.state.webhooks import RetryPolicy
 from tests.factories import new_run, scalar
+from tests.processes import wait_until
 
-STEP1 = DOCUMENT_EXTRACT.step_names[0]
+STEP1 = DOCUMENT_EXTRACT.step_names[1]  # a text document's extract_text is done with its run
 # Long enough that no lease of these tests expires on its own while they run.
 LEASE_S = 10.0
 
@@ -67,8 +68,13 @@ def test_the_step_of_an_ended_session_is_claimed_again_at_once_and_its_late_resu
     first = claim(db, run.run_id, "w1", lease_session.key())
     assert first is not None
     lease_session.close()  # what a killed process' closed connection does
-    state = runs.step_state(db, run.run_id, STEP1, lease_s=LEASE_S)
-    assert state is not None and not state.lease_live
+
+    def lease_lost() -> bool:
+        state = runs.step_state(db, run.run_id, STEP1, lease_s=LEASE_S)
+        return state is not None and not state.lease_live
+
+    # The backend ends (and drops its lock) a moment after the client closed its connection.
+    wait_until(lease_lost, timeout_s=2, every_s=0.01)
     second = claim(db, run.run_id, "w2", None)
     assert second is not None and second.attempt == 2, "taken over long before the TTL"
     assert record(db, first, "w1") is None, "the first owner's late result is refused"

@@ -29,6 +29,10 @@ __all__ = [
 ]
 
 
+# What a call's row records of its request (PlannedCall.log_params' keys).
+_REQUEST_COLUMNS = ("provider", "route_reason", "output_mode", "max_tokens", "temperature", "seed")
+
+
 @dataclass(frozen=True)
 class CallKey:
     """Which call a row records: memoised per (run, step, generation, call_key)."""
@@ -101,15 +105,19 @@ def check_and_start_calls(
         prompt_version=first.prompt_version,
         owner=owner,
         step_budget_usd=step_budget_usd,
-        call_keys=[c.call_key for c in calls],
-        models=[c.model for c in calls],
-        estimated_costs_usd=list(estimated_costs_usd),
-        **{
-            f"{name}s": [r[name] for r in requests]
-            for name in ("provider", "route_reason", "output_mode", "temperature", "seed")
-        },
-        max_tokens=[r["max_tokens"] for r in requests],
+        # One JSON parameter for the round (Decimals as strings: JSON has no decimal type).
+        calls=Jsonb(
+            [
+                _call_row(c, r, cost)
+                for c, r, cost in zip(calls, requests, estimated_costs_usd, strict=True)
+            ]
+        ),
     )
+
+
+def _call_row(call: CallKey, request: Mapping[str, Any], cost: Decimal) -> dict[str, Any]:
+    row = {k: request[k] for k in _REQUEST_COLUMNS}
+    return {"call_key": call.call_key, "model": call.model, "estimated_cost_usd": str(cost), **row}
 
 
 def start_call(db: Database, call: CallKey, *, request: Mapping[str, Any]) -> int:
@@ -149,17 +157,5 @@ def finish_calls(db: Database, finished: Sequence[CallFinish]) -> None:
     in one statement."""
     db.execute(
         "finish_calls",
-        ids=[f.id for f in finished],
-        statuses=[f.status for f in finished],
-        http_statuses=[f.http_status for f in finished],
-        error_kinds=[f.error_kind for f in finished],
-        errors=[f.error for f in finished],
-        input_tokens=[f.input_tokens for f in finished],
-        output_tokens=[f.output_tokens for f in finished],
-        costs_usd=[f.cost_usd for f in finished],
-        latencies_ms=[f.latency_ms for f in finished],
-        responses=[None if f.response is None else Jsonb(f.response) for f in finished],
-        route_reasons=[f.route_reason for f in finished],
-        finish_reasons=[f.finish_reason for f in finished],
-        usage_estimated=[f.usage_estimated for f in finished],
+        finished=Jsonb([{**asdict(f), "cost_usd": str(f.cost_usd)} for f in finished]),
     )

@@ -11,12 +11,10 @@ import logging
 import os
 import random
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import TracebackType
 from typing import Any, Literal
 
 import jsonschema
@@ -54,6 +52,7 @@ from docpipe.statuses import (
     RunStatus,
     StepStatus,
 )
+from docpipe.worker.lease_keeper import LeaseKeeper
 from docpipe.worker.text_extraction import ExtractionContinues, extract_document_text
 
 __all__ = ["StepExecutor", "StepOutcome", "worker_identity"]
@@ -109,6 +108,7 @@ class StepExecutor:
         self.interruptions = interruptions
         # This process' lease session: its leases end with it (None: with their TTL only).
         self.leases = leases
+        self._lease_keeper = LeaseKeeper(db, settings, self.owner, self.lease_session)
 
     def lease_session(self) -> int | None:
         """The key of this process' lease session now (None: leases rely on the TTL)."""
@@ -169,7 +169,7 @@ class StepExecutor:
         )
         output: dict[str, Any] | None = None  # kept for the reviewer when it breaks its schema
         try:
-            with _LeaseKeeper(self, claim, ctx):
+            with self._lease_keeper.holding(claim, ctx):
                 output = self._execute(claim, spec, ctx)
                 _check_output(output, spec.output_schema)
         except ExtractionContinues as exc:
@@ -388,57 +388,3 @@ def _check_output(output: dict[str, Any], schema: Mapping[str, Any]) -> None:
         validate_json(output, schema)
     except jsonschema.ValidationError as exc:
         raise InvalidOutputError(f"step output breaks its schema: {exc.message}") from None
-
-
-class _LeaseKeeper:
-    """Renews the step's lease from a background thread while the step runs.
-
-    If the process dies its lease session ends with it and the step is handed to another
-    worker at once; if it is cut off, the renewals stop reaching PostgreSQL, the lease
-    expires after lease_ttl_s and the reaper hands the step on then. Recovery never waits
-    for the broker.
-    """
-
-    def __init__(self, executor: StepExecutor, claim: runs.Claim, ctx: StepCalls) -> None:
-        self._executor = executor
-        self._claim = claim
-        self._ctx = ctx
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, name="lease-keeper", daemon=True)
-
-    def __enter__(self) -> _LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _renew(self) -> None:
-        e = self._executor
-        while not self._stop.wait(e.settings.heartbeat_interval_s):
-            try:
-                kept = runs.renew_lease(
-                    e.db,
-                    self._claim.run_id,
-                    self._claim.step,
-                    owner=e.owner,
-                    lease_s=e.settings.lease_ttl_s,
-                    session=e.lease_session(),
-                )
-            except Exception:  # a database blip: try again at the next beat
-                log.exception(
-                    "lease renewal failed for %s/%s", self._claim.run_id, self._claim.step
-                )
-                continue
-            if not kept:
-                # Another worker has the step now, or its run ended (cancelled): the calls
-                # not yet sent must not go out.
-                log.warning("lease of %s/%s lost", self._claim.run_id, self._claim.step)
-                self._ctx.stop_sending()
-                return

@@ -125,16 +125,17 @@ WITH inline AS (
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id, request_hash, current_step, steps_done
 ), new_steps AS (
-    INSERT INTO pipeline_step_result (run_id, step, step_index, status, attempt, output,
+    INSERT INTO pipeline_step_result (run_id, step, step_index, status, output,
                                       input_tokens, output_tokens, cost_usd, prompt_version,
                                       started_at, finished_at, input_hash)
-    SELECT new_run.id, s.step, s.ordinality - 1, coalesce(done.status, 'pending'),
-           coalesce(done.attempt, 0), done.output, done.tokens, done.tokens, done.tokens,
-           done.prompt_version, done.at, done.at, done.input_hash
+    SELECT new_run.id, s.step, s.ordinality - 1, coalesce(done.status, 'pending'), done.output,
+           done.tokens, done.tokens, done.tokens, done.prompt_version, done.at, done.at,
+           done.input_hash
     FROM new_run CROSS JOIN unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
     LEFT JOIN LATERAL (
-        -- The same row record_step_result would leave (input_hash as claim_step hashes it).
-        SELECT 'done' AS status, 1 AS attempt, i.output, 0 AS tokens,
+        -- The same row record_step_result would leave (input_hash as claim_step hashes it),
+        -- but for its attempt: 0, no worker claimed it.
+        SELECT 'done' AS status, i.output, 0 AS tokens,
                %(inline_step)s::text AS prompt_version, now() AS at,
                encode(sha256(convert_to(concat_ws(E'\n', %(pipeline_hash)s::text, s.step,
                                                   i.content_sha256, '{}'), 'UTF8')),
@@ -513,12 +514,12 @@ WITH checked AS (
               AND call_key = w.call_key AND status = 'ok'
             ORDER BY id DESC
             LIMIT 1) AS memo
-    FROM unnest(%(call_keys)s::text[], %(models)s::text[], %(providers)s::text[],
-                %(route_reasons)s::text[], %(output_modes)s::text[], %(max_tokens)s::integer[],
-                %(temperatures)s::numeric[], %(seeds)s::bigint[],
-                %(estimated_costs_usd)s::numeric[])
-         WITH ORDINALITY AS w (call_key, model, provider, route_reason, output_mode,
-                               max_tokens, temperature, seed, estimated_cost_usd, n)
+    FROM ROWS FROM (jsonb_to_recordset(%(calls)s::jsonb)
+                    AS (call_key text, model text, provider text, route_reason text,
+                        output_mode text, max_tokens integer, temperature numeric, seed bigint,
+                        estimated_cost_usd numeric)) WITH ORDINALITY
+         AS w (call_key, model, provider, route_reason, output_mode, max_tokens, temperature,
+               seed, estimated_cost_usd, n)
 ), started AS (
     INSERT INTO llm_call_log (run_id, step, generation, call_key, step_attempt, tenant_id,
                               model, prompt_version, provider, route_reason, output_mode,
@@ -567,14 +568,10 @@ WHERE id = %(id)s AND status = 'sent';
 -- statement) and add their cost to their runs and to the runs' batches.
 WITH finished AS (
     SELECT *
-    FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(http_statuses)s::integer[],
-                %(error_kinds)s::text[], %(errors)s::text[], %(input_tokens)s::integer[],
-                %(output_tokens)s::integer[], %(costs_usd)s::numeric[],
-                %(latencies_ms)s::integer[], %(responses)s::jsonb[],
-                %(route_reasons)s::text[], %(finish_reasons)s::text[],
-                %(usage_estimated)s::boolean[])
-         AS f (id, status, http_status, error_kind, error, input_tokens, output_tokens,
-               cost_usd, latency_ms, response, route_reason, finish_reason, usage_estimated)
+    FROM jsonb_to_recordset(%(finished)s::jsonb)
+         AS f (id bigint, status text, http_status integer, error_kind text, error text,
+               input_tokens integer, output_tokens integer, cost_usd numeric, latency_ms integer,
+               response jsonb, route_reason text, finish_reason text, usage_estimated boolean)
 ), call AS (
     UPDATE llm_call_log c
     SET status = f.status, http_status = f.http_status, error_kind = f.error_kind,
@@ -835,17 +832,17 @@ WITH docs AS (
     FROM docs d
     RETURNING id
 )
-INSERT INTO pipeline_step_result (run_id, step, step_index, status, attempt, output,
+INSERT INTO pipeline_step_result (run_id, step, step_index, status, output,
                                   input_tokens, output_tokens, cost_usd, prompt_version,
                                   started_at, finished_at, input_hash)
-SELECT r.id, s.step, s.ordinality - 1, coalesce(done.status, 'pending'),
-       coalesce(done.attempt, 0), done.output, done.tokens, done.tokens, done.tokens,
-       done.prompt_version, done.at, done.at, done.input_hash
+SELECT r.id, s.step, s.ordinality - 1, coalesce(done.status, 'pending'), done.output,
+       done.tokens, done.tokens, done.tokens, done.prompt_version, done.at, done.at,
+       done.input_hash
 FROM new_runs r
 JOIN docs d ON d.run_id = r.id
 CROSS JOIN unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
 LEFT JOIN LATERAL (
-    SELECT 'done' AS status, 1 AS attempt, d.output, 0 AS tokens,
+    SELECT 'done' AS status, d.output, 0 AS tokens,
            %(inline_step)s::text AS prompt_version, now() AS at,
            encode(sha256(convert_to(concat_ws(E'\n', %(pipeline_hash)s::text, s.step,
                                               d.content_sha256, '{}'), 'UTF8')),
