@@ -50,6 +50,9 @@ from docpipe.statuses import ACTIVE_RUN_STATUSES, Priority
 __all__ = ["StepCalls", "call_request_id"]
 
 _T = TypeVar("_T")
+# How long the first answer of several on the wire waits for the others to write them all at
+# once (their thread waits as long): a few milliseconds against calls of a second or so.
+_GROUP_WAIT_S = 0.003
 
 
 @dataclass
@@ -77,7 +80,7 @@ class StepCalls:
     _completions: _Completions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._completions = _Completions(self.db)
+        self._completions = _Completions(self.db, lambda: self._in_flight)
 
     def input(
         self, document: str, outputs: Mapping[str, Any], page_starts: Sequence[int] = (0,)
@@ -405,11 +408,13 @@ class _Pending:
 
 class _Completions:
     """Completions of a step's calls, each written as it arrives; those that arrive while a
-    write is on its way go together in the next one. A call's thread returns only once its
-    completion is on record (the memo its step's next attempt reads)."""
+    write is on its way, or within a few milliseconds of each other while other requests of
+    the step are still on the wire, go together in one write. A call's thread returns only
+    once its completion is on record (the memo its step's next attempt reads)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, on_wire: Callable[[], int]) -> None:
         self._db = db
+        self._on_wire = on_wire  # the step's requests not yet answered and recorded
         self._changed = threading.Condition()
         self._queued: list[_Pending] = []
         self._writing = False
@@ -418,9 +423,14 @@ class _Completions:
         mine = _Pending(finish)
         with self._changed:
             self._queued.append(mine)
+            self._changed.notify_all()  # a writer lingering for answers has one more
             self._changed.wait_for(lambda: mine.written or not self._writing)
             if not mine.written:  # nobody is writing: this thread writes what is queued
                 self._writing = True
+                # The round's other answers are often a moment behind (the same latency):
+                # wait that moment for them, never longer, so that one write takes them all.
+                self._changed.wait_for(lambda: len(self._queued) >= self._on_wire(),
+                                       timeout=_GROUP_WAIT_S)  # fmt: skip
                 group, self._queued = self._queued, []
         if not mine.written:
             error: BaseException | None = None
