@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -30,7 +29,8 @@ from docpipe.errors import (
 )
 from docpipe.observability import metrics
 from docpipe.pipelines.model import Step, StepInput
-from docpipe.providers.client import ChatClient, Completion
+from docpipe.providers.client import ChatClient
+from docpipe.providers.completions import CallLabels, CallRecord, Completions
 from docpipe.providers.limiter import CallGate, no_gate
 from docpipe.providers.routing import (
     PlannedCall,
@@ -41,18 +41,15 @@ from docpipe.providers.routing import (
     read_answer,
     step_candidates,
 )
-from docpipe.settings import ModelPrice, Settings
+from docpipe.settings import Settings
 from docpipe.state import call_log
-from docpipe.state.call_log import CallCheck, CallFinish, CallKey
+from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
 from docpipe.statuses import ACTIVE_RUN_STATUSES, Priority
 
 __all__ = ["StepCalls", "call_request_id"]
 
 _T = TypeVar("_T")
-# How long the first answer of several on the wire waits for the others to write them all at
-# once (their thread waits as long): a few milliseconds against calls of a second or so.
-_GROUP_WAIT_S = 0.003
 
 
 @dataclass
@@ -77,10 +74,10 @@ class StepCalls:
     _in_flight: int = field(default=0, init=False)
     _stopping: bool = field(default=False, init=False)
     _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
-    _completions: _Completions = field(init=False, repr=False)
+    _completions: Completions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._completions = _Completions(self.db, lambda: self._in_flight)
+        self._completions = Completions(self.db, lambda: self._in_flight)
 
     def input(
         self, document: str, outputs: Mapping[str, Any], page_starts: Sequence[int] = (0,)
@@ -310,8 +307,8 @@ class StepCalls:
             call_id = call_log.start_call(
                 self.db, self._call_key(call_key, model), request=planned.log_params()
             )
-        labels = _CallLabels(self.pipeline, self.tenant_id, self.lane, model)
-        call = _CallRecord(self._completions, call_id, planned.model.price, labels,
+        labels = CallLabels(self.pipeline, self.tenant_id, self.lane, model)
+        call = CallRecord(self._completions, call_id, planned.model.price, labels,
                            planned.route_reason)  # fmt: skip
         started = time.monotonic()
         try:
@@ -397,117 +394,3 @@ def _settled(call: Callable[[], _T]) -> Future[_T]:
     except BaseException as exc:  # the caller's .result() raises it
         future.set_exception(exc)
     return future
-
-
-@dataclass
-class _Pending:
-    finish: CallFinish
-    written: bool = False
-    error: BaseException | None = None
-
-
-class _Completions:
-    """Completions of a step's calls, each written as it arrives; those that arrive while a
-    write is on its way, or within a few milliseconds of each other while other requests of
-    the step are still on the wire, go together in one write. A call's thread returns only
-    once its completion is on record (the memo its step's next attempt reads)."""
-
-    def __init__(self, db: Database, on_wire: Callable[[], int]) -> None:
-        self._db = db
-        self._on_wire = on_wire  # the step's requests not yet answered and recorded
-        self._changed = threading.Condition()
-        self._queued: list[_Pending] = []
-        self._writing = False
-
-    def record(self, finish: CallFinish) -> None:
-        mine = _Pending(finish)
-        with self._changed:
-            self._queued.append(mine)
-            self._changed.notify_all()  # a writer lingering for answers has one more
-            self._changed.wait_for(lambda: mine.written or not self._writing)
-            if not mine.written:  # nobody is writing: this thread writes what is queued
-                self._writing = True
-                # The round's other answers are often a moment behind (the same latency):
-                # wait that moment for them, never longer, so that one write takes them all.
-                self._changed.wait_for(lambda: len(self._queued) >= self._on_wire(),
-                                       timeout=_GROUP_WAIT_S)  # fmt: skip
-                group, self._queued = self._queued, []
-        if not mine.written:
-            error: BaseException | None = None
-            try:
-                call_log.finish_calls(self._db, [p.finish for p in group])
-            except BaseException as exc:
-                error = exc
-            with self._changed:
-                for p in group:
-                    p.written, p.error = True, error
-                self._writing = False
-                self._changed.notify_all()
-        if mine.error is not None:
-            raise mine.error
-
-
-@dataclass(frozen=True)
-class _CallLabels:
-    pipeline: str
-    tenant: str
-    lane: str
-    model: str
-
-
-@dataclass(frozen=True)
-class _CallRecord:
-    """The llm_call_log row of one request, completed exactly once (and counted)."""
-
-    completions: _Completions
-    id: int
-    price: ModelPrice
-    labels: _CallLabels
-    route_reason: str
-
-    def finish(
-        self,
-        status: str,
-        latency_s: float,
-        completion: Completion | None = None,
-        *,
-        error: LLMError | None = None,
-        response: dict[str, Any] | None = None,
-    ) -> None:
-        # Tokens of an invalid answer are paid for too: they count in the cost.
-        cost = (
-            self.price.cost(completion.input_tokens, completion.output_tokens)
-            if completion is not None
-            else Decimal(0)
-        )
-        http_status = completion.http_status if completion else None
-        if error and error.http_status:
-            http_status = error.http_status
-        self.completions.record(
-            CallFinish(
-                id=self.id,
-                status=status,
-                http_status=http_status,
-                error_kind=error.kind if error else None,
-                error=str(error)[:2000] if error else None,
-                input_tokens=completion.input_tokens if completion else None,
-                output_tokens=completion.output_tokens if completion else None,
-                cost_usd=cost,
-                latency_ms=round(latency_s * 1000),
-                response=response,
-                route_reason=self.route_reason,
-                finish_reason=completion.finish_reason if completion else None,
-                usage_estimated=completion.usage_estimated if completion else False,
-            )
-        )
-        metrics.observe_provider_call(
-            pipeline=self.labels.pipeline,
-            tenant=self.labels.tenant,
-            lane=self.labels.lane,
-            model=self.labels.model,
-            outcome=status,
-            http_status=http_status,
-            error_kind=error.kind if error else None,
-            latency_s=latency_s,
-            cost_usd=cost,
-        )
