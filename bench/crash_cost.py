@@ -135,8 +135,9 @@ rounds; calls counted by the provider.
 {rows}
 
 - docpipe re-sends only the calls that were in flight: step 1 and every answered call of
-  step 2 are memoised in PostgreSQL. It resumes when the dead worker's lease expires
-  (`DOCPIPE_LEASE_TTL_S` 8 s, reaper every 2 s), whatever the broker's visibility timeout.
+  step 2 are memoised in PostgreSQL. It resumes once the dead worker's lease, tied to its
+  PostgreSQL session, is handed on (the next claim, or the reaper every second: README,
+  "Leases"), whatever the broker's visibility timeout.
   Ratios: {a["wasted_calls"] / max(d["wasted_calls"], 0.1):.1f}x fewer wasted calls than
   (a), {c["wasted_calls"] / max(d["wasted_calls"], 0.1):.1f}x fewer than (c).
 - (a) starts the document over (step 1 too), and only once Redis hands the unacknowledged

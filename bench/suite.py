@@ -307,7 +307,22 @@ BENCHMARKS = [
         ("--rounds", "5"),
         ("--rounds", "1"),
         lambda f: [
-            ("SIGKILL of a worker -> step running again (median)", f"{f['median_s']:.1f} s")
+            (
+                "a lost worker's step running again (median): pool process SIGKILLed / worker "
+                "SIGKILLed, a replica up / only worker, restarted / partitioned",
+                " / ".join(
+                    f"{f['median_s'][case]:.1f}"
+                    for case in (
+                        "pool process",
+                        "worker, a replica up",
+                        "only worker, restarted",
+                        "partitioned",
+                    )
+                    if case in f["median_s"]
+                )
+                + f" s (partition bound {f['partition_bound_s']:g} s; late writes refused "
+                f"{f['partition_refused']}x, late calls {f['partition_late_calls']})",
+            )
         ],
     ),
     Benchmark(

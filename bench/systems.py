@@ -148,8 +148,15 @@ class Servers:
         return {
             "PEER_REDIS_URL": self.redis_url.rsplit("/", 1)[0] + "/1",
             "PEER_LLM_BASE_URL": self.bench.stack.env["DOCPIPE_LLM_BASE_URL"],
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": _python_path(),
         }
+
+
+def _python_path() -> str:
+    """ROOT after any PYTHONPATH given (an A/B run of an earlier tree puts its sources
+    there), so that the peers and the stacks started after them keep using that tree."""
+    given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys([*given, str(ROOT)]))
 
 
 def measure(

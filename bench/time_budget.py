@@ -34,22 +34,29 @@ import redis
 from bench.harness import Bench, bench_stack, wait_for, write_report
 from bench.systems import documents, rounds
 
+# Steps a worker ran: a text document's extract_text is done as its run is created, before
+# the run is admitted, and holds no worker slot.
 _PER_DOCUMENT = """
 SELECT r.document_id,
        sum(extract(epoch FROM s.finished_at - s.started_at)) AS in_steps_s,
        coalesce(sum(extract(epoch FROM s.started_at - s.previous_end)), 0) AS hops_s
 FROM pipeline_run r
-JOIN (SELECT run_id, started_at, finished_at,
-             lag(finished_at) OVER (PARTITION BY run_id ORDER BY step_index) AS previous_end
-      FROM pipeline_step_result) s ON s.run_id = r.id
+JOIN (SELECT e.run_id, e.started_at, e.finished_at,
+             lag(e.finished_at) OVER (PARTITION BY e.run_id ORDER BY e.step_index) AS previous_end
+      FROM pipeline_step_result e JOIN pipeline_run o ON o.id = e.run_id
+      WHERE e.started_at >= o.admitted_at) s ON s.run_id = r.id
 WHERE r.batch_id = %s AND r.status = 'done'
 GROUP BY r.document_id
 """
-# A run admitted when another one ended: from that end to the new run's first step start.
+# A run admitted when another one ended: from that end to the new run's first step start
+# (the first a worker ran).
 _HANDOFF = """
 SELECT avg(extract(epoch FROM s.started_at - freed.at)) AS handoff_s
 FROM pipeline_run r
-JOIN pipeline_step_result s ON s.run_id = r.id AND s.step_index = 0
+CROSS JOIN LATERAL (
+    SELECT started_at FROM pipeline_step_result
+    WHERE run_id = r.id AND started_at >= r.admitted_at ORDER BY step_index LIMIT 1
+) s
 CROSS JOIN LATERAL (
     SELECT max(e.finished_at) AS at FROM pipeline_run e
     WHERE e.batch_id = r.batch_id AND e.finished_at <= r.admitted_at

@@ -5,13 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
-from docpipe.pipelines.text_extraction import EXTRACT_TEXT, EXTRACT_TEXT_STEP
-from docpipe.settings import Settings
-from docpipe.state import runs
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
 from docpipe.state.runs import CreatedRun, create_run
-from docpipe.worker.text_extraction import extract_document_text
 
 TENANT = "acme"
 
@@ -24,15 +20,13 @@ def new_run(
     key: str = "key-1",
     lane: str = "interactive",
     tenant_id: str = TENANT,
-    extracted: bool = False,
     **options: Any,
 ) -> CreatedRun:
-    """A run of document_extract:v1 on ``text``, as the API creates it; with ``extracted``,
-    its extract_text step is done too (as a worker does it): the run waits at
-    extract_sections, for tests that drive the model steps by hand."""
+    """A run of document_extract:v1 on ``text``, as the API creates it: its extract_text step
+    is done (create_run does a known text's), the run waits at extract_sections."""
     with db.transaction() as tx:
         put_document(tx, tenant_id, document_id, text)
-        created = create_run(
+        return create_run(
             tx,
             tenant_id=tenant_id,
             document_id=document_id,
@@ -42,22 +36,6 @@ def new_run(
             request={"document_id": document_id, "lane": lane, **options},
             **options,
         )
-    if extracted and created.created:
-        extract_text(db, created.run_id)
-    return created
-
-
-def extract_text(db: Database, run_id: str) -> None:
-    """Run the run's extract_text step as a worker would, through the state machine."""
-    claim = runs.claim_step(db, run_id, EXTRACT_TEXT, owner="factory", lease_s=30)
-    assert claim is not None, f"{run_id}: extract_text is not claimable"
-    output = extract_document_text(db, Settings(), claim.tenant_id, claim.document_id)
-    recorded = runs.record_step_result(
-        db, claim, owner="factory", output=output, model=None,
-        prompt_version=EXTRACT_TEXT_STEP.prompt_version,
-        next_step=DOCUMENT_EXTRACT.next_step(EXTRACT_TEXT),
-    )  # fmt: skip
-    assert recorded is not None
 
 
 def scalar(db: Database, sql: str, *params: Any) -> Any:

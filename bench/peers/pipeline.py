@@ -27,9 +27,9 @@ from docpipe.providers.client import ChatRequest, LLMClient, parse_output, valid
 
 __all__ = ["PIPELINE", "STEP_CALL_CONCURRENCY", "llm_client", "run_document", "run_step"]
 
-# The peers are given each document as text, so they run the pipeline's own steps. docpipe
-# runs its extract_text step first all the same (for a text document a step that asks no
-# model), and every docpipe figure includes what that step costs.
+# The peers are given each document as text, so they run the pipeline's own steps. So does
+# docpipe: a text document's extract_text step is done as its run is created (in the same
+# statement, no message, no worker), and every docpipe figure includes what that costs.
 PIPELINE = replace(
     DOCUMENT_EXTRACT, steps=tuple(s for s in DOCUMENT_EXTRACT.steps if s.name != EXTRACT_TEXT)
 )

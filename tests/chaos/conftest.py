@@ -9,7 +9,7 @@ longest stall. `make chaos` runs just this suite.
 
 A scenario marked ``provider_in_namespace`` gets the fake provider in a network namespace of
 its own, reached over a veth pair, so that ``chaos.provider_ns.drop()`` partitions it
-(tests/partition.py).
+(docpipe_dev.partition).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import pytest
 
 from docpipe.cli.client import DocpipeClient
 from docpipe_dev.localstack import LocalRedis, free_port
+from docpipe_dev.partition import NetworkNamespace
 from docpipe_dev.processes import fake_llm_argv
 from docpipe_dev.stack import LocalStack, StackOptions
 from tests.chaos.invariants import REPORT, WEBHOOK_ENV, ChaosStack
-from tests.partition import NetworkNamespace
 from tests.processes import FAST_TIMINGS
 
 FAKE_LATENCY_MS = "20:60"

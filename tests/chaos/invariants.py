@@ -19,9 +19,9 @@ from psycopg.rows import dict_row
 
 from docpipe.cli.client import DocpipeClient
 from docpipe_dev.localstack import LocalRedis
+from docpipe_dev.partition import NetworkNamespace
 from docpipe_dev.samples import sample_contracts
 from docpipe_dev.stack import LocalStack
-from tests.partition import NetworkNamespace
 
 CONTRACTS = sample_contracts(200)
 # What docpipe sends as X-Client-Request-Id (docpipe.providers.calls.call_request_id).

@@ -16,8 +16,9 @@ from tests.chart.helm import chart, named, render, value_sets
 # Settings that are not plain ConfigMap entries: credentials (the Secret), the liveness file
 # (set per container), prices and the provider URL (their own config keys).
 NOT_IN_CONFIGMAP = {
-    "database_url", "redis_url", "llm_api_key", "secrets_key", "liveness_file",
-    "model_prices", "llm_base_url", "pipeline_modules", "pipelines_dir", "providers",
+    "database_url", "lease_database_url", "redis_url", "llm_api_key", "secrets_key",
+    "liveness_file", "model_prices", "llm_base_url", "pipeline_modules", "pipelines_dir",
+    "providers",
 }  # fmt: skip
 
 
@@ -33,9 +34,9 @@ def test_every_library_setting_is_exposed_by_the_chart() -> None:
     # the metrics server listens on every interface by default, as a pod's must; the OCR
     # page time limit is rendered when set (unset: half the soft time limit).
     exposed = {field_of(env) for env in data} | {
-        "database_url", "redis_url", "llm_api_key", "secrets_key", "liveness_file",
-        "metrics_port", "model_prices", "metrics_host", "pipeline_modules", "pipelines_dir",
-        "providers", "ocr_page_timeout_s",
+        "database_url", "lease_database_url", "redis_url", "llm_api_key", "secrets_key",
+        "liveness_file", "metrics_port", "model_prices", "metrics_host", "pipeline_modules",
+        "pipelines_dir", "providers", "ocr_page_timeout_s",
     }  # fmt: skip
     missing = set(Settings.model_fields) - exposed
     assert missing == set(), f"add to the chart's config (values, schema, helpers): {missing}"

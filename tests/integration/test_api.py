@@ -35,7 +35,7 @@ from docpipe.state import admission, runs
 from docpipe.state.db import Database
 from docpipe_api.main import create_app
 from docpipe_dev.localstack import LocalRedis, free_port
-from tests.factories import extract_text, scalar
+from tests.factories import scalar
 from tests.processes import use_celery_broker
 
 EXTRACT, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
@@ -250,7 +250,8 @@ def test_extract_creates_a_run_and_publishes_its_first_step(
     assert broker_redis.llen(INTERACTIVE) == 1
     message = json.loads(broker_redis.lindex(INTERACTIVE, 0))  # type: ignore[arg-type]
     assert message["headers"]["task"] == "docpipe.run_step"
-    assert message["headers"]["argsrepr"] == repr((body["run_id"], EXTRACT))
+    # A text document's extract_text was done with the run: its first message is step 2's.
+    assert message["headers"]["argsrepr"] == repr((body["run_id"], STEP1))
 
 
 def test_the_same_idempotency_key_returns_the_same_run_and_sends_nothing_more(
@@ -447,12 +448,14 @@ def test_a_new_run_reports_its_status_and_steps(client: TestClient) -> None:
         "lane": "interactive",
         "priority": "normal",
         "status": "queued",
-        "current_step": EXTRACT,
+        "current_step": STEP1,
     }
-    assert (body["steps_done"], body["steps_total"], body["cost_so_far_usd"]) == (0, 4, 0)
+    # A text document's extract_text is done as the run is created.
+    assert (body["steps_done"], body["steps_total"], body["cost_so_far_usd"]) == (1, 4, 0)
     assert body["result"] is None
     assert [s["step"] for s in body["steps"]] == [EXTRACT, STEP1, STEP2, STEP3]
-    assert all(set(s) == STEP_FIELDS and s["status"] == "pending" for s in body["steps"])
+    assert all(set(s) == STEP_FIELDS for s in body["steps"])
+    assert [s["status"] for s in body["steps"]] == ["done", "pending", "pending", "pending"]
 
 
 def record_steps(
@@ -477,12 +480,12 @@ def record_steps(
 
 def test_a_finished_run_includes_every_steps_output(client: TestClient, db: Database) -> None:
     run_id = started_run(client)
-    outputs = {EXTRACT: {"format": "text"}, STEP1: {"sections": []},
-               STEP2: {"fields": {}, "found_in": {}}, STEP3: {"s": 1}}  # fmt: skip
-    record_steps(db, run_id, outputs, (EXTRACT, STEP1, STEP2, STEP3))
+    outputs = {STEP1: {"sections": []}, STEP2: {"fields": {}, "found_in": {}}, STEP3: {"s": 1}}
+    record_steps(db, run_id, outputs, (STEP1, STEP2, STEP3))
     body = client.get(f"/runs/{run_id}").json()
     assert (body["status"], body["current_step"], body["steps_done"]) == ("done", None, 4)
-    assert body["result"] == outputs
+    assert body["result"] == {EXTRACT: body["result"][EXTRACT], **outputs}
+    assert body["result"][EXTRACT]["format"] == "text"
     assert body["values"] is None  # no step recorded evidence
     assert body["steps"][1]["prompt_version"] == f"{STEP1}@v1"
     assert body["finished_at"] is not None
@@ -503,7 +506,6 @@ def test_a_run_in_review_shows_its_values_with_their_evidence(
         STEP2: {"fields": {}, "found_in": {}, "evidence": [found, invented]},
         STEP3: {"s": 1},
     }
-    extract_text(db, run_id)
     record_steps(
         db, run_id, outputs, (STEP1, STEP2, STEP3), review=[Reason("unsupported_evidence", "1")]
     )
@@ -536,7 +538,7 @@ def test_cancel_ends_the_run_once(client: TestClient) -> None:
     cancelled = client.post(f"/runs/{run_id}/cancel")
     assert cancelled.status_code == 200
     assert cancelled.json()["status"] == "cancelled"
-    assert {s["status"] for s in cancelled.json()["steps"]} == {"cancelled"}
+    assert [s["status"] for s in cancelled.json()["steps"]] == ["done"] + ["cancelled"] * 3
     again = client.post(f"/runs/{run_id}/cancel")
     assert again.status_code == 409
     assert "already ended (cancelled)" in again.json()["detail"]
@@ -564,7 +566,7 @@ def test_retry_reopens_an_ended_run_and_publishes_its_step(
     broker_redis.delete(INTERACTIVE)
     response = client.post(f"/runs/{run_id}/retry")
     assert response.status_code == 202, response.text
-    assert (response.json()["status"], response.json()["current_step"]) == ("queued", EXTRACT)
+    assert (response.json()["status"], response.json()["current_step"]) == ("queued", STEP1)
     assert broker_redis.llen(INTERACTIVE) == 1
 
 
@@ -663,7 +665,7 @@ def test_the_event_stream_reports_progress_until_the_run_ends(
         cancel_later.join()
     assert [name for name, _ in events] == ["progress", "end"]
     progress, end = events[0][1], events[1][1]
-    assert (progress["status"], progress["current_step"]) == ("queued", EXTRACT)
+    assert (progress["status"], progress["current_step"]) == ("queued", STEP1)
     assert "result" not in progress
     assert end["status"] == "cancelled"
 

@@ -36,7 +36,7 @@ from docpipe_dev.processes import ManagedProcess, api_argv
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 
-EXTRACT, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
+_, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names  # extract_text, then the model steps
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
 EXAMPLES_PER_OPERATION = 40
 
@@ -363,8 +363,8 @@ def test_an_empty_retry_step_is_refused_with_422(
 
 
 def finish_run(db: Database, run_id: str) -> None:
-    """Run every step to done in-process (no workers)."""
-    for step, next_step in ((EXTRACT, STEP1), (STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
+    """Run every step to done in-process (no workers; a text's extract_text is done already)."""
+    for step, next_step in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
         claim = runs.claim_step(db, run_id, step, owner="test", lease_s=30)
         assert claim is not None
         runs.record_step_result(db, claim, owner="test", output={}, model="gpt-4o-mini",

@@ -1,7 +1,7 @@
 """Outages answered, not hung: Redis down or silent, PostgreSQL silent, with the real servers.
 
 "Down" is a stopped server (connections refused at once); "silent" is a server in a network
-namespace whose packets are dropped (tests/partition.py), which refuses nothing and answers
+namespace whose packets are dropped (docpipe_dev.partition), which refuses nothing and answers
 nothing, as a crashed node or a broken network path does. Every client then has to give up
 on its own timeouts.
 """
@@ -30,15 +30,15 @@ from docpipe.state.recovery import recover_stalled_work
 from docpipe.state.webhooks import RetryPolicy
 from docpipe_api.deps import RedisDep
 from docpipe_dev.localstack import LocalRedis, free_port
+from docpipe_dev.partition import NetworkNamespace, postgres_in
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
 from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
-from tests.partition import NetworkNamespace, postgres_in
 from tests.processes import use_celery_broker, wait_until
 from tests.servers import service_dir
 
-STEP1 = DOCUMENT_EXTRACT.step_names[0]
+STEP1 = DOCUMENT_EXTRACT.step_names[1]  # a text document's extract_text is done with its run
 CONTRACTS = sample_contracts(6)
 MODEL = "gpt-4o-mini"  # priced by default: the limiter keeps its limits per model
 # Short client timeouts, so that a silent server costs the tests seconds.

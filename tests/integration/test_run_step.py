@@ -62,7 +62,7 @@ def run_to_the_end(executor: StepExecutor, run_id: str) -> list[str]:
 def test_run_step_twice_makes_exactly_one_provider_call(
     db: Database, executor: StepExecutor, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
     first = executor.run_step(run.run_id, STEP1)
     second = executor.run_step(run.run_id, STEP1)
     assert (first.kind, first.calls_sent) == ("completed", 1)
@@ -75,7 +75,7 @@ def test_run_step_twice_makes_exactly_one_provider_call(
 def test_every_sample_contract_goes_through_the_three_steps(
     db: Database, executor: StepExecutor, contract: SampleContract
 ) -> None:
-    run = new_run(db, contract.text, document_id=contract.slug, extracted=True)
+    run = new_run(db, contract.text, document_id=contract.slug)
     assert run_to_the_end(executor, run.run_id) == ["completed"] * 3
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
     steps = {s.step: s for s in progress.steps}
@@ -117,7 +117,7 @@ def test_a_value_with_an_invented_quote_is_kept_flagged_and_pauses_the_run_after
     one_by_one = settings.model_copy(update={"step_call_concurrency": 1})
     executor = StepExecutor(db, llm, one_by_one, owner="test-worker")
     fake_llm.add_fault("invented_quote", count=1, step=STEP2)
-    run = new_run(db, contract.text, extracted=True)
+    run = new_run(db, contract.text)
     # It pauses after extract_fields: summarize waits for a person's decision.
     assert run_to_the_end(executor, run.run_id) == ["completed", "completed", "stopped"]
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
@@ -156,7 +156,7 @@ def test_a_transient_error_in_step_2_resends_only_the_calls_that_did_not_finish(
 
     tuned = settings.model_copy(update={"step_call_concurrency": parallel})
     executor = StepExecutor(db, llm, tuned, gate=fail_fourth_call)
-    run = new_run(db, CONTRACTS[1].text, extracted=True)
+    run = new_run(db, CONTRACTS[1].text)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
     sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
                               " WHERE step = %s", STEP1))  # fmt: skip
@@ -185,7 +185,7 @@ def test_429_and_5xx_are_transient(
     with pytest.raises(TransientLLMError) as caught:
         llm.chat(ChatRequest(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text)))
     assert caught.value.kind == error
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
     fake_llm.add_fault(kind, count=1)
     outcome = executor.run_step(run.run_id, STEP1)
     assert outcome.kind == "retry"
@@ -199,7 +199,7 @@ def test_a_400_is_permanent_and_fails_the_run(
     fake_llm.add_fault("400", count=1)
     with pytest.raises(PermanentLLMError):
         llm.chat(ChatRequest(model="gpt-4o-mini", messages=_messages(STEP1, CONTRACTS[0].text)))
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
     fake_llm.add_fault("400", count=1)
     outcome = executor.run_step(run.run_id, STEP1)
     assert (outcome.kind, outcome.run_status) == ("failed", "failed")
@@ -209,7 +209,7 @@ def test_a_400_is_permanent_and_fails_the_run(
 def test_an_empty_document_fails_permanently_without_a_call(
     db: Database, executor: StepExecutor
 ) -> None:
-    run = new_run(db, dummy_document().text, extracted=True)
+    run = new_run(db, dummy_document().text)
     outcome = executor.run_step(run.run_id, STEP1)
     assert (outcome.kind, outcome.run_status, outcome.calls_sent) == ("failed", "failed", 0)
     assert "empty" in str(scalar(db, "SELECT error FROM pipeline_run"))
@@ -219,7 +219,7 @@ def test_invalid_output_goes_to_the_fallback_model(
     db: Database, executor: StepExecutor, fake_llm: FakeLLM
 ) -> None:
     fake_llm.add_fault("malformed", count=1, step=STEP1, model="gpt-4o-mini")
-    run = new_run(db, CONTRACTS[2].text, extracted=True)
+    run = new_run(db, CONTRACTS[2].text)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
     with db.session() as s:
         rows = s.conn.execute(b"SELECT model, status FROM llm_call_log ORDER BY id").fetchall()
@@ -234,7 +234,7 @@ def test_output_invalid_on_both_models_sends_the_run_to_review(
     db: Database, executor: StepExecutor, fake_llm: FakeLLM
 ) -> None:
     fake_llm.add_fault("invalid", count=2, step=STEP1)
-    run = new_run(db, CONTRACTS[2].text, extracted=True)
+    run = new_run(db, CONTRACTS[2].text)
     outcome = executor.run_step(run.run_id, STEP1)
     assert (outcome.kind, outcome.run_status) == ("failed", "needs_review")
     assert call_count(db) == 2
@@ -247,7 +247,7 @@ def test_transient_errors_past_the_attempt_limit_send_the_run_to_review(
 ) -> None:
     executor = StepExecutor(db, llm, settings.model_copy(update={"max_step_attempts": 2}))
     fake_llm.add_fault("503", count=5, step=STEP1)
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
     assert executor.run_step(run.run_id, STEP1).kind == "retry"
     wait_is_over(db)
     outcome = executor.run_step(run.run_id, STEP1)
@@ -258,7 +258,7 @@ def test_transient_errors_past_the_attempt_limit_send_the_run_to_review(
 def test_a_lease_held_by_a_dead_worker_is_taken_over_after_it_expires(
     db: Database, executor: StepExecutor, settings: Settings
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
     assert runs.claim_step(db, run.run_id, STEP1, owner="dead", lease_s=30) is not None
     assert executor.run_step(run.run_id, STEP1).kind == "busy"
     with db.session() as s:
@@ -277,7 +277,7 @@ def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_han
 ) -> None:
     tuned = settings.model_copy(update={"step_call_concurrency": 4})
     executor = StepExecutor(db, llm, tuned, interruptions=(SoftTimeLimit,))
-    run = new_run(db, CONTRACTS[1].text, extracted=True)
+    run = new_run(db, CONTRACTS[1].text)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
     sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
                               " WHERE step = %s", STEP1))  # fmt: skip
@@ -307,7 +307,7 @@ def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_han
 def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_through(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
 
     @contextmanager
     def slow_gate_while_the_lease_moves(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
@@ -328,7 +328,7 @@ def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_thro
 def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
 
     @contextmanager
     def slow_gate_while_the_run_is_cancelled(
@@ -350,7 +350,7 @@ def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more
 def test_a_transient_error_after_the_run_was_cancelled_is_not_retried(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
 
     @contextmanager
     def cancel_then_fail(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
@@ -376,7 +376,7 @@ def _messages(step: str, text: str) -> list[dict[str, str]]:
 def test_a_fan_out_over_the_cap_sends_none_of_its_calls_and_goes_to_review(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
 ) -> None:
-    run = new_run(db, CONTRACTS[0].text, extracted=True)
+    run = new_run(db, CONTRACTS[0].text)
     assert (
         StepExecutor(db, llm, settings, owner="w").run_step(run.run_id, STEP1).kind == "completed"
     )

@@ -12,14 +12,15 @@ from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.catalog import catalog
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.state import call_log, runs
-from docpipe.state.call_log import CallKey
+from docpipe.state.call_log import CallFinish, CallKey
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
 from tests.factories import TENANT, new_run, scalar
 
-# The machine does not care what a step does: these are document_extract's four steps, the
-# first of them extract_text, all driven by hand here.
-STEP1, STEP2, STEP3, STEP4 = DOCUMENT_EXTRACT.step_names
+# The machine does not care what a step does: these are document_extract's four steps. The
+# first, extract_text, is done by create_run for a text document; the others are driven by
+# hand here.
+TEXT, STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names
 
 
 def test_same_idempotency_key_twice_gives_one_run(db: Database) -> None:
@@ -44,17 +45,29 @@ def test_keys_are_unique_per_tenant_not_globally(db: Database) -> None:
     assert a.run_id != b.run_id
 
 
-def test_a_new_run_has_pending_steps_and_its_first_step_in_the_outbox(db: Database) -> None:
-    run = new_run(db)
-    progress = runs.run_progress(db, TENANT, run.run_id)
+def test_a_new_run_of_a_text_has_its_text_extracted_and_its_next_step_in_the_outbox(
+    db: Database,
+) -> None:
+    text = "TITLE\nPreamble.\n1. ONE\nText.\n"
+    run = new_run(db, text)
+    progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
+    assert run.steps_done_at_creation == 1
     assert (progress.status, progress.current_step) == ("queued", STEP1)
-    assert (progress.steps_done, progress.steps_total) == (0, 4)
-    assert [s.status for s in progress.steps] == ["pending"] * 4
+    assert (progress.steps_done, progress.steps_total) == (1, 4)
+    assert [s.status for s in progress.steps] == ["done", "pending", "pending", "pending"]
+    extracted = progress.steps[0]
+    # What the worker's extract_text gives a text document, with the step's time and cost.
+    assert extracted.output == {"format": "text", "pages": 1, "ocr_pages": 0,
+                                "characters": len(text), "ocr_confidence": None,
+                                "warnings": []}  # fmt: skip
+    # (attempt 0: no worker claimed it)
+    assert (extracted.attempt, extracted.cost_usd, extracted.prompt_version) == (
+        0, Decimal(0), "extract_text@v1")  # fmt: skip
+    assert extracted.started_at is not None and extracted.finished_at is not None
     with db.session() as s:
-        msg = s.conn.execute(b"SELECT * FROM outbox").fetchone()
-    assert msg is not None
-    assert (msg["run_id"], msg["step"], msg["queue"]) == (
-        progress.steps[0] and msg["run_id"],
+        [msg] = s.conn.execute(b"SELECT * FROM outbox").fetchall()
+    assert (str(msg["run_id"]), msg["step"], msg["queue"]) == (
+        run.run_id,
         STEP1,
         "llm_interactive",
     )
@@ -116,18 +129,18 @@ def test_recording_a_result_advances_the_run_and_enqueues_the_next_step(db: Data
         next_step=STEP2,
     )
     assert recorded is not None and recorded.run_status == "running"
-    assert len(recorded.outbox_ids) == 1
+    assert [m.step for m in recorded.messages] == [STEP2]
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
-    assert (progress.current_step, progress.steps_done) == (STEP2, 1)
-    assert progress.steps[0].output == {"sections": []}
-    assert progress.steps[0].prompt_version == "p@v1"
+    assert (progress.current_step, progress.steps_done) == (STEP2, 2)
+    assert progress.steps[1].output == {"sections": []}
+    assert progress.steps[1].prompt_version == "p@v1"
     # A redelivered message for the finished step claims nothing.
     assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None
 
 
 def test_the_last_step_finishes_the_run(db: Database) -> None:
     run = new_run(db)
-    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, STEP4), (STEP4, None)):
+    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
         claim = runs.claim_step(db, run.run_id, step, owner="w", lease_s=30)
         assert claim is not None
         runs.record_step_result(
@@ -136,7 +149,7 @@ def test_the_last_step_finishes_the_run(db: Database) -> None:
     progress = runs.run_progress(db, TENANT, run.run_id)
     assert (progress.status, progress.current_step, progress.steps_done) == ("done", None, 4)
     assert progress.finished_at is not None
-    assert progress.result == {STEP1: None, STEP2: None, STEP3: None, STEP4: None}
+    assert progress.result == {TEXT: None, STEP1: None, STEP2: None, STEP3: None}
 
 
 def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
@@ -150,14 +163,15 @@ def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
                       step_attempt=1, tenant_id=TENANT, model="gpt-4o-mini",
                       prompt_version="v")  # fmt: skip
         call_id = call_log.start_call(db, key, request=request)
-        call_log.finish_call(db, call_id, status="ok", http_status=200, error_kind=None,
-                             error=None, input_tokens=tokens, output_tokens=tokens // 10,
-                             cost_usd=Decimal(cost), latency_ms=5, response=None)  # fmt: skip
+        finished = CallFinish(id=call_id, status="ok", http_status=200, error_kind=None,
+                              error=None, input_tokens=tokens, output_tokens=tokens // 10,
+                              cost_usd=Decimal(cost), latency_ms=5, response=None)  # fmt: skip
+        call_log.finish_calls(db, [finished])
     assert str(runs.run_progress(db, TENANT, run.run_id).cost_so_far_usd) == "0.001500"
     runs.record_step_result(
         db, claim, owner="w", output={}, model="gpt-4o-mini", prompt_version="v", next_step=STEP2
     )
-    step = runs.run_progress(db, TENANT, run.run_id).steps[0]
+    step = runs.run_progress(db, TENANT, run.run_id).steps[1]
     assert (step.input_tokens, step.output_tokens, str(step.cost_usd)) == (
         150,
         15,
@@ -171,7 +185,7 @@ def test_a_released_step_is_claimable_again_once_its_wait_is_over(db: Database) 
     assert runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="429")
     assert not runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="twice")
     assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None, "not yet"
-    state = runs.step_state(db, run.run_id, STEP1)
+    state = runs.step_state(db, run.run_id, STEP1, lease_s=30)
     assert state is not None and 4 < state.due_in_s <= 5
     with db.session() as s:  # the wait is over
         s.conn.execute(b"UPDATE pipeline_step_result SET not_before = now()")
@@ -185,7 +199,7 @@ def test_a_permanent_failure_ends_the_run(db: Database) -> None:
     assert runs.fail_run(db, run.run_id, STEP1, owner="w", status="failed", error="empty")
     progress = runs.run_progress(db, TENANT, run.run_id)
     assert (progress.status, progress.error) == ("failed", "empty")
-    assert progress.steps[0].status == "failed"
+    assert progress.steps[1].status == "failed"
     assert runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30) is None
     assert not runs.fail_run(db, run.run_id, STEP1, owner="w", status="failed", error="again")
 
@@ -197,7 +211,7 @@ def test_cancel_stops_pending_steps_once(db: Database) -> None:
     assert not runs.cancel_run(db, "intruder", run.run_id)
     progress = runs.run_progress(db, TENANT, run.run_id)
     assert progress.status == "cancelled"
-    assert {s.status for s in progress.steps} == {"cancelled"}
+    assert [s.status for s in progress.steps] == ["done"] + ["cancelled"] * 3
     assert runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30) is None
 
 
@@ -210,7 +224,7 @@ def test_a_run_past_its_deadline_is_not_claimed_and_expires(db: Database) -> Non
 
 def test_restart_from_a_step_keeps_earlier_results_and_bumps_the_generation(db: Database) -> None:
     run = new_run(db)
-    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, STEP4), (STEP4, None)):
+    for step, nxt in ((STEP1, STEP2), (STEP2, STEP3), (STEP3, None)):
         claim = runs.claim_step(db, run.run_id, step, owner="w", lease_s=30)
         assert claim is not None
         runs.record_step_result(
@@ -225,14 +239,14 @@ def test_restart_from_a_step_keeps_earlier_results_and_bumps_the_generation(db: 
     restarted = runs.restart_run(db, TENANT, run.run_id, STEP2, pipelines=catalog())
     assert len(restarted.outbox_ids) == 1
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
-    assert (progress.status, progress.current_step, progress.steps_done) == ("queued", STEP2, 1)
+    assert (progress.status, progress.current_step, progress.steps_done) == ("queued", STEP2, 2)
     assert [(s.status, s.generation) for s in progress.steps] == [
+        ("done", 0),
         ("done", 0),
         ("pending", 1),
         ("pending", 1),
-        ("pending", 1),
     ]
-    assert progress.steps[0].output == {"step": STEP1}
+    assert progress.steps[1].output == {"step": STEP1}
 
 
 def test_restart_refuses_active_runs_and_unknown_steps(db: Database) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from docpipe.state.tenants import (
     KEY_PATTERN,
     InvalidApiKey,
     RevokedApiKey,
+    VerifiedKeys,
     create_api_key,
     list_api_keys,
     revoke_api_key,
@@ -79,6 +81,29 @@ def test_malformed_unknown_and_revoked_keys_are_refused(db: Database) -> None:
     assert revoke_api_key(db, key_id) is None, "revoking twice changes nothing"
     with pytest.raises(RevokedApiKey, match="revoked"):
         verify_api_key(db, created.plaintext)
+
+
+def test_a_remembered_key_is_asked_for_again_after_its_ttl_and_a_revoked_one_refused(
+    db: Database,
+) -> None:
+    created = create_api_key(db, "acme")
+    keys = VerifiedKeys(ttl_s=0.3)
+    assert keys.remembered(created.plaintext) is None
+    assert keys.verify(db, created.plaintext) == (created.key.id, "acme")
+    revoke_api_key(db, created.key.id)
+    assert keys.remembered(created.plaintext) == (created.key.id, "acme"), "within its TTL"
+    time.sleep(0.35)
+    assert keys.remembered(created.plaintext) is None
+    with pytest.raises(RevokedApiKey):
+        keys.verify(db, created.plaintext)
+    forged = f"dp_{created.key.id}_{'A' * 43}"
+    with pytest.raises(InvalidApiKey):
+        keys.verify(db, forged)
+    assert keys.remembered(forged) is None, "a refused key is never remembered"
+    never = VerifiedKeys(ttl_s=0)
+    other = create_api_key(db, "acme")
+    never.verify(db, other.plaintext)
+    assert never.remembered(other.plaintext) is None
 
 
 def docpipe_cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:

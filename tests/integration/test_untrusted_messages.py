@@ -29,7 +29,7 @@ from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
 
-STEP1 = DOCUMENT_EXTRACT.step_names[0]
+STEP1 = DOCUMENT_EXTRACT.step_names[1]  # a text document's extract_text is done with its run
 QUEUE = "llm_interactive"
 # A contract with a field to find (one without any would pause for a person at its fields
 # step: document_extract's poor_extraction rule), so that its runs end done.
@@ -131,7 +131,7 @@ def test_forged_messages_claim_no_step_before_admission_start_at_or_a_retry_wait
     wait_until(lambda: handled(interactive) == 2 and handled(batch) == 1, 30)
 
     for run_id in (not_admitted, not_started, waiting):
-        step = db.one("step_state", run_id=run_id, step=STEP1)
+        step = db.one("step_state", run_id=run_id, step=STEP1, lease_s=settings.lease_ttl_s)
         assert step is not None and (step["status"], step["run_status"]) == ("pending", "queued")
     assert scalar(db, "SELECT sum(attempt) FROM pipeline_step_result") == 0
     assert scalar(db, "SELECT count(*) FROM llm_call_log") == 0

@@ -7,11 +7,13 @@ once; recovery never waits for the broker's visibility timeout.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from docpipe.broker.transport import CeleryPublisher
 from docpipe.broker.transport import app as celery_app
@@ -124,6 +126,37 @@ def test_killed_worker_resumes_at_step_2_without_repaying_step_1(
     assert calls(db, run_id, "extract_fields") <= sections + in_flight
     recovery_s = float(resumed_at) - killed_at
     assert recovery_s <= 15, f"step 2 ran again {recovery_s:.1f}s after the kill"
+
+
+def test_a_killed_pool_process_hands_its_step_on_at_once_without_the_reaper(
+    db: Database,
+    publisher: CeleryPublisher,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_worker: StartWorker,
+) -> None:
+    """An OOM kill takes one pool process, not the worker: its parent puts the message back
+    (task_reject_on_worker_lost) and the step's lease, tied to the dead process' session, is
+    taken over by the next claim. No beat runs here, so no reaper helps, and the lease (3 s)
+    has not expired when the step runs again."""
+    fake_llm.control("POST", "/control/config", json={"latency_ms": [250, 250]})
+    worker = start_worker(concurrency=1)
+    run_id = submit(db, publisher)
+    wait_until(lambda: calls(db, run_id, "extract_fields", "ok") >= 2, timeout_s=30)
+    owner = str(step_field(db, "extract_fields", "lease_owner"))
+    child = int(owner.split(":")[1])  # worker_identity(): host:pid:nonce
+    assert child != worker.pid, "the step runs in a pool process"
+    killed = scalar(db, "SELECT lease_expires_at FROM pipeline_step_result"
+                        " WHERE step = 'extract_fields'")  # fmt: skip
+    os.kill(child, signal.SIGKILL)
+
+    wait_until(lambda: int(str(step_field(db, "extract_fields", "attempt"))) >= 2, timeout_s=30)
+    started = step_field(db, "extract_fields", "started_at")
+    assert isinstance(started, datetime) and isinstance(killed, datetime)
+    assert started < killed, "claimed again before the dead process' lease would expire"
+    assert wait_for_end(db, run_id) == "done"
+    assert calls(db, run_id, "extract_sections") == 1, "step 1 must not run again"
+    assert "WorkerLostError" in worker.log_text() or "SIGKILL" in worker.log_text()
 
 
 def test_sigterm_mid_step_finishes_the_step_and_loses_nothing(

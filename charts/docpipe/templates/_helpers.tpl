@@ -175,6 +175,7 @@ terminationGracePeriodSeconds: {{ $grace }}
 {{- define "docpipe.configEnvNames" -}}
 admissionIntervalSeconds: DOCPIPE_ADMISSION_INTERVAL_S
 apiKeyRpm: DOCPIPE_API_KEY_RPM
+apiKeyCacheSeconds: DOCPIPE_API_KEY_CACHE_S
 batchAdmissionWindow: DOCPIPE_BATCH_ADMISSION_WINDOW
 batchFairnessMemorySeconds: DOCPIPE_BATCH_FAIRNESS_MEMORY_S
 brokerVisibilityTimeoutSeconds: DOCPIPE_BROKER_VISIBILITY_TIMEOUT_S
@@ -278,6 +279,12 @@ workerSoftShutdownSeconds: DOCPIPE_WORKER_SOFT_SHUTDOWN_S
     secretKeyRef:
       name: {{ include "docpipe.secretName" . }}
       key: DOCPIPE_REDIS_URL
+- name: DOCPIPE_LEASE_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "docpipe.secretName" . }}
+      key: DOCPIPE_LEASE_DATABASE_URL
+      optional: true
 - name: DOCPIPE_LLM_API_KEY
   valueFrom:
     secretKeyRef:

@@ -60,6 +60,14 @@ class Settings(BaseSettings):
         description="PostgreSQL (state, results)",
     )
     database_pool_size: int = Field(default=4, ge=1, le=100, description="connections per process")
+    database_prepared_statements: bool = Field(
+        default=True,
+        description=(
+            "named queries as server-side prepared statements (each parsed and planned once per "
+            "connection); `false` behind a pooler that cannot keep them (PgBouncer in transaction "
+            "mode before 1.21, or without `max_prepared_statements`)"
+        ),
+    )
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0", description="the broker (transport only)"
     )
@@ -157,12 +165,36 @@ class Settings(BaseSettings):
         default=3600.0, description="Redis re-delivers unacked messages after this"
     )
 
-    # A dead worker's step is handed on within lease_ttl_s + reaper_interval_s.
+    # A dead worker's step is handed on at its next claim or within reaper_interval_s (its
+    # lease session ended); a worker cut off loses its steps within lease_ttl_s +
+    # reaper_interval_s (docs: concepts/leases).
     lease_ttl_s: Seconds = Field(default=8.0, description="a step's lease; renewed every heartbeat")
     heartbeat_interval_s: Seconds = Field(
         default=2.0, description="lease renewal period (at most half the TTL)"
     )
-    reaper_interval_s: Seconds = Field(default=2.0, description="beat's recovery pass")
+    reaper_interval_s: Seconds = Field(
+        default=1.0,
+        description=(
+            "beat's recovery pass: hands on the steps of dead and cut-off workers, re-sends lost "
+            "messages, ends runs past their deadline"
+        ),
+    )
+    session_leases: bool = Field(
+        default=True,
+        description=(
+            "tie each lease to the worker process' own PostgreSQL session, so a dead worker's "
+            "step is handed on at once (false: the TTL alone; see "
+            "[Leases](../concepts/leases.md))"
+        ),
+    )
+    lease_database_url: str = Field(
+        default="",
+        description=(
+            "where that session connects (empty: `DOCPIPE_DATABASE_URL`); behind PgBouncer in "
+            "transaction mode, PostgreSQL itself or a session-mode pool (from a Secret, like "
+            "the database URL)"
+        ),
+    )
     redrive_grace_s: Seconds = Field(
         default=5.0,
         description="a pending step whose message left the queue this long ago is re-sent",
@@ -561,6 +593,15 @@ class Settings(BaseSettings):
         default=600,
         ge=0,
         description="requests per minute per API key (more: 429 with Retry-After); 0: no limit",
+    )
+    api_key_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description=(
+            "an API process remembers a valid key this long instead of asking PostgreSQL on every "
+            "request (0: always asks); a revoked key keeps working at most this long"
+        ),
     )
     # Requests per minute allowed to one client address, counted before the API key is
     # checked (key guessing, floods without a key); 0: no limit. Behind a proxy every client

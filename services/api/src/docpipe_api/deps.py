@@ -8,9 +8,11 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, Annotated
 
 import anyio
+import anyio.to_thread
 import redis
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -23,7 +25,7 @@ from docpipe.extraction.zipguard import ZipBounds
 from docpipe.pipelines.catalog import Catalog
 from docpipe.settings import Settings
 from docpipe.state.db import Database
-from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, verify_api_key
+from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, VerifiedKeys
 from docpipe_api.bounds import enforce_rate_limit
 from docpipe_api.errors import describe_validation_errors
 from docpipe_api.schemas import DocumentText, ExtractRequest
@@ -74,6 +76,12 @@ class Resources:
     stream_slots: StreamSlots
     # Results exports this process may stream at once (DOCPIPE_MAX_RESULT_EXPORTS).
     export_slots: threading.Semaphore
+    # Valid API keys this process saw in the last DOCPIPE_API_KEY_CACHE_S.
+    verified_keys: VerifiedKeys
+
+
+# Dependencies that do no I/O are coroutines: FastAPI runs a plain function dependency in
+# its thread pool, a hop that costs more than the function (docs/benchmarks/api-load.md).
 
 
 def resources_of(request: Request) -> Resources:
@@ -83,39 +91,43 @@ def resources_of(request: Request) -> Resources:
     return resources
 
 
-def _settings(request: Request) -> Settings:
+async def _resources(request: Request) -> Resources:
+    return resources_of(request)
+
+
+async def _settings(request: Request) -> Settings:
     return resources_of(request).settings
 
 
-def _database(request: Request) -> Database:
+async def _database(request: Request) -> Database:
     return resources_of(request).database
 
 
-def _broker(request: Request) -> Broker:
+async def _broker(request: Request) -> Broker:
     return resources_of(request).broker
 
 
-def _redis(request: Request) -> redis.Redis:
+async def _redis(request: Request) -> redis.Redis:
     return resources_of(request).redis
 
 
-def _pipelines(request: Request) -> Catalog:
+async def _pipelines(request: Request) -> Catalog:
     return resources_of(request).pipelines
 
 
-def _batch_bodies(request: Request) -> anyio.Semaphore:
+async def _batch_bodies(request: Request) -> anyio.Semaphore:
     return resources_of(request).batch_bodies
 
 
-def _stream_slots(request: Request) -> StreamSlots:
+async def _stream_slots(request: Request) -> StreamSlots:
     return resources_of(request).stream_slots
 
 
-def _export_slots(request: Request) -> threading.Semaphore:
+async def _export_slots(request: Request) -> threading.Semaphore:
     return resources_of(request).export_slots
 
 
-def _api_key_id(request: Request) -> str | None:
+async def _api_key_id(request: Request) -> str | None:
     """The id of the request's API key (set by current_tenant); None without API keys."""
     key_id = getattr(request.state, "api_key_id", None)
     return key_id if isinstance(key_id, str) else None
@@ -133,10 +145,10 @@ def _unauthorized(detail: str, *, invalid_token: bool) -> HTTPException:
     return HTTPException(401, detail, headers={"WWW-Authenticate": challenge})
 
 
-def current_tenant(
+async def current_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    resources: Annotated[Resources, Depends(resources_of)],
+    resources: Annotated[Resources, Depends(_resources)],
 ) -> str:
     """The caller's tenant: the owner of the request's API key (DOCPIPE_AUTH=keys), or
     "default" for everyone (DOCPIPE_AUTH=none). 401 for a missing, malformed, unknown or
@@ -150,27 +162,33 @@ def current_tenant(
             "this route needs a tenant's API key: send 'Authorization: Bearer <key>'",
             invalid_token=False,
         )
-    try:
-        key_id, tenant = tenant_of_key(resources, credentials.credentials)
-    except InvalidApiKey as exc:  # its message never contains the key
-        raise _unauthorized(str(exc), invalid_token=True) from None
+    keys, plaintext = resources.verified_keys, credentials.credentials
+    if (found := keys.remembered(plaintext)) is None or settings.api_key_rpm:
+        # The lookup and the rate limit's Redis call block: one hop to a thread for both.
+        try:
+            found = await anyio.to_thread.run_sync(tenant_of_key, resources, plaintext)
+        except InvalidApiKey as exc:  # its message never contains the key
+            raise _unauthorized(str(exc), invalid_token=True) from None
+    key_id, tenant = found
     request.state.api_key_id = key_id
     return tenant
 
 
 def tenant_of_key(resources: Resources, plaintext: str) -> tuple[str, str]:
-    """(key id, tenant) of a valid API key, counted against DOCPIPE_API_KEY_RPM (429 past
-    it); InvalidApiKey (or RevokedApiKey) otherwise. What the API's bearer token and the
-    web pages' session cookie are both checked with, on every request."""
-    key_id, tenant = verify_api_key(resources.database, plaintext)
+    """(key id, tenant) of a valid API key (remembered for DOCPIPE_API_KEY_CACHE_S), counted
+    against DOCPIPE_API_KEY_RPM (429 past it); InvalidApiKey (or RevokedApiKey) otherwise.
+    What the API's bearer token and the web pages' session cookie are both checked with, on
+    every request."""
+    keys = resources.verified_keys
+    key_id, tenant = keys.remembered(plaintext) or keys.verify(resources.database, plaintext)
     if resources.settings.api_key_rpm:
         enforce_rate_limit(resources.redis, f"key:{key_id}", resources.settings.api_key_rpm,
                            who="this API key")  # fmt: skip
     return key_id, tenant
 
 
-def limit_client_address(
-    request: Request, resources: Annotated[Resources, Depends(resources_of)]
+async def limit_client_address(
+    request: Request, resources: Annotated[Resources, Depends(_resources)]
 ) -> None:
     """429 once the client's address sent more than DOCPIPE_CLIENT_IP_RPM requests this
     minute. Runs before the API key is looked at, so guessing keys and floods without one
@@ -180,7 +198,9 @@ def limit_client_address(
     limit = resources.settings.client_ip_rpm
     if limit:
         address = request.client.host if request.client else "unknown"
-        enforce_rate_limit(resources.redis, f"ip:{address}", limit, who="this address")
+        await anyio.to_thread.run_sync(partial(
+            enforce_rate_limit, resources.redis, f"ip:{address}", limit, who="this address"
+        ))  # fmt: skip
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
@@ -195,7 +215,7 @@ ApiKeyIdDep = Annotated[str | None, Depends(_api_key_id)]
 TenantDep = Annotated[str, Depends(current_tenant)]
 
 
-def _idempotency_key(
+async def _idempotency_key(
     key: Annotated[
         str | None,
         Header(

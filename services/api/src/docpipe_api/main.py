@@ -22,6 +22,7 @@ from docpipe.pipelines.catalog import Catalog, load_catalog
 from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
+from docpipe.state.tenants import VerifiedKeys
 from docpipe_api.deps import Resources, current_tenant, limit_client_address
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
             export_slots=threading.Semaphore(resolved.max_result_exports),
+            verified_keys=VerifiedKeys(resolved.api_key_cache_s),
         )
         ui.state.docpipe = app.state.docpipe
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 import redis
 
@@ -26,6 +27,7 @@ __all__ = [
     "QueueState",
     "purge_runs",
     "queue_state",
+    "sent_before",
     "sub_lists",
 ]
 
@@ -74,6 +76,14 @@ def queue_state(client: redis.Redis, queue: str) -> QueueState:
     lengths, tails = replies[: len(names)], replies[len(names) :]
     stamps = [s for s in (_enqueued_at(t) for t in tails if t is not None) if s is not None]
     return QueueState(queue, sum(int(n) for n in lengths), min(stamps) if stamps else None)
+
+
+def sent_before(client: redis.Redis, queue: str, grace_s: float) -> datetime:
+    """Messages sent to ``queue`` before this instant cannot still be waiting in it, since
+    queues are FIFO and the oldest waiting message is younger (``grace_s``: clock skew)."""
+    now = time.time()
+    oldest = queue_state(client, queue).oldest_enqueued_at
+    return datetime.fromtimestamp(now if oldest is None else min(now, oldest - grace_s), UTC)
 
 
 def _enqueued_at(raw: bytes | str) -> float | None:

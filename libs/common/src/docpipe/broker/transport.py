@@ -150,8 +150,11 @@ class CeleryPublisher:
         else:
             raise ValueError(f"unknown outbox topic {message.topic!r}")
         # The run's trace continues across the queue (see docpipe.observability.tracing).
+        # The arguments are ids: their repr is what Celery's bounded saferepr would print,
+        # without its cost on every message.
         with tracing.publish_context(message.run_id, message.traceparent):
-            self._app.tasks[task].apply_async(args, queue=message.queue, headers=headers)
+            self._app.tasks[task].apply_async(args, queue=message.queue, headers=headers,
+                                              argsrepr=repr(args), kwargsrepr="{}")  # fmt: skip
 
 
 @after_task_publish.connect

@@ -64,6 +64,7 @@ __all__ = [
     "enabled",
     "instrument_fastapi",
     "publish_context",
+    "record_inline_step",
     "shutdown",
 ]
 
@@ -191,6 +192,18 @@ def annotate_step(run_id: str, step: str) -> None:
     if span.is_recording():
         span.set_attribute(RUN_ID_ATTRIBUTE, run_id)
         span.set_attribute(STEP_ATTRIBUTE, step)
+
+
+def record_inline_step(run_id: str, step: str) -> None:
+    """A span, in the current trace, for a step done where its run was created (no task
+    ran it: docpipe.state.runs.create_run does a known text's extract_text)."""
+    if _provider is None:
+        return
+    attributes: dict[str, str | bool] = {RUN_ID_ATTRIBUTE: run_id, STEP_ATTRIBUTE: step,
+                                         "docpipe.inline": True}  # fmt: skip
+    with _provider.get_tracer(__name__).start_as_current_span(f"inline/{step}",
+                                                              attributes=attributes):  # fmt: skip
+        pass
 
 
 @contextmanager

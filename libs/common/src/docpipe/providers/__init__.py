@@ -1,6 +1,7 @@
 """The provider side, one module per concern:
 
-- :mod:`.calls`: the memoised calls a step makes, recorded before they are sent;
+- :mod:`.calls`: the memoised calls a step makes, recorded before they are sent, round by
+  round; :mod:`.completions`: their answers on record as they arrive, grouped when together;
 - :mod:`.routing`: which model answers a call, and the request sent to it with its estimates;
 - :mod:`.limiter`: the call gate, and the limit shared by every worker that plugs into it
   (its Lua scripts in :mod:`.limiter_scripts`);

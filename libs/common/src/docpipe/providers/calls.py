@@ -14,9 +14,8 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -30,7 +29,8 @@ from docpipe.errors import (
 )
 from docpipe.observability import metrics
 from docpipe.pipelines.model import Step, StepInput
-from docpipe.providers.client import ChatClient, Completion
+from docpipe.providers.client import ChatClient
+from docpipe.providers.completions import CallLabels, CallRecord, Completions
 from docpipe.providers.limiter import CallGate, no_gate
 from docpipe.providers.routing import (
     PlannedCall,
@@ -41,7 +41,7 @@ from docpipe.providers.routing import (
     read_answer,
     step_candidates,
 )
-from docpipe.settings import ModelPrice, Settings
+from docpipe.settings import Settings
 from docpipe.state import call_log
 from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
@@ -74,6 +74,10 @@ class StepCalls:
     _in_flight: int = field(default=0, init=False)
     _stopping: bool = field(default=False, init=False)
     _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+    _completions: Completions = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._completions = Completions(self.db, lambda: self._in_flight)
 
     def input(
         self, document: str, outputs: Mapping[str, Any], page_starts: Sequence[int] = (0,)
@@ -104,10 +108,14 @@ class StepCalls:
         if parallel <= 1:
             return [self.ask(*r) for r in requests]
         pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="step-call")
+        futures: list[Future[dict[str, Any]]] = []
         try:
-            # Each call runs in a copy of this context, so its trace span nests in the step's.
-            futures = [pool.submit(_in_context_copy(partial(self.ask, *r))) for r in requests]
-            wait(futures)
+            # Round by round: a round's rows are written in one statement before any of its
+            # requests leaves (see _start_round), and its answers as they come.
+            for first in range(0, len(requests), parallel):
+                round_futures = self._start_round(requests[first : first + parallel], pool)
+                wait(round_futures)
+                futures += round_futures
         except BaseException:
             # Interrupted from outside (soft time limit): nothing new starts, and the step
             # is handed on only once the requests on the wire are answered and memoised;
@@ -145,25 +153,59 @@ class StepCalls:
         both fail, BudgetExceededError when the budget left pays for no candidate, or the
         provider's Transient/PermanentLLMError.
         """
+        [answer] = self._start_round([(call_key, user, schema)], None)
+        return answer.result()
+
+    def _start_round(
+        self,
+        requests: Sequence[tuple[str, str, Mapping[str, Any]]],
+        pool: ThreadPoolExecutor | None,
+    ) -> list[Future[dict[str, Any]]]:
+        """Check and log a round of calls in one statement, then send them (in ``pool``'s
+        threads, else here); each future holds an answer as ``ask`` gives it."""
         if self.step.model is None:
             raise PermanentLLMError(f"step {self.step.name} names no model to ask", kind="no_model")
-        messages = [
-            {"role": "system", "content": self.step.system_prompt},
-            {"role": "user", "content": user},
-        ]
+        if len({r[0] for r in requests}) < len(requests):  # a key twice: one row each, in turn
+            return [f for r in requests for f in self._start_round([r], pool)]
         candidates = step_candidates(self.step.model, self.step.candidates)
-        # The step's first candidate is logged with the checks, in one round trip; the
-        # router may then move the row to another model before anything is sent.
-        first = self._plan(candidates[0], messages, schema, _first_reason(candidates))
-        check = call_log.check_and_start_call(
+        messages = [
+            [{"role": "system", "content": self.step.system_prompt}, {"role": "user", "content": u}]
+            for _, u, _ in requests
+        ]
+        # Each call's row names the step's first candidate, written with the checks; the
+        # router may then move it to another model before anything is sent.
+        first = [self._plan(candidates[0], m, r[2], _first_reason(candidates))
+                 for m, r in zip(messages, requests, strict=True)]  # fmt: skip
+        checks = call_log.check_and_start_calls(
             self.db,
-            self._call_key(call_key, first.model.name),
+            [self._call_key(r[0], f.model.name) for r, f in zip(requests, first, strict=True)],
             owner=self.owner,
-            request=first.log_params(),
-            estimated_cost_usd=first.estimated_cost,
+            requests=[f.log_params() for f in first],
+            estimated_costs_usd=[f.estimated_cost for f in first],
             step_budget_usd=self.step.budget_usd,
         )
-        if check is None or check.status not in ACTIVE_RUN_STATUSES:
+        if not checks:
+            raise RunStoppedError(f"run {self.run_id} is no longer running")
+        calls = [
+            partial(self._ask_checked, r[0], m, r[2], candidates, f, c)
+            for r, m, f, c in zip(requests, messages, first, checks, strict=True)
+        ]
+        if pool is None:
+            return [_settled(call) for call in calls]
+        # Each call runs in a copy of this context, so its trace span nests in the step's.
+        return [pool.submit(_in_context_copy(call)) for call in calls]
+
+    def _ask_checked(
+        self,
+        call_key: str,
+        messages: list[dict[str, str]],
+        schema: Mapping[str, Any],
+        candidates: tuple[str, ...],
+        first: PlannedCall,
+        check: CallCheck,
+    ) -> dict[str, Any]:
+        """``ask`` once its checks are in: the memo, or the routed request and its fallback."""
+        if check.status not in ACTIVE_RUN_STATUSES:
             raise RunStoppedError(f"run {self.run_id} is no longer running")
         if check.memo is not None:
             return dict(check.memo)
@@ -265,8 +307,9 @@ class StepCalls:
             call_id = call_log.start_call(
                 self.db, self._call_key(call_key, model), request=planned.log_params()
             )
-        labels = _CallLabels(self.pipeline, self.tenant_id, self.lane, model)
-        call = _CallRecord(self.db, call_id, planned.model.price, labels, planned.route_reason)
+        labels = CallLabels(self.pipeline, self.tenant_id, self.lane, model)
+        call = CallRecord(self._completions, call_id, planned.model.price, labels,
+                           planned.route_reason)  # fmt: skip
         started = time.monotonic()
         try:
             with self.gate(model, self.lane, planned.estimated_tokens) as ticket:
@@ -343,66 +386,11 @@ def _in_context_copy(call: Callable[[], _T]) -> Callable[[], _T]:
     return lambda: context.run(call)
 
 
-@dataclass(frozen=True)
-class _CallLabels:
-    pipeline: str
-    tenant: str
-    lane: str
-    model: str
-
-
-@dataclass(frozen=True)
-class _CallRecord:
-    """The llm_call_log row of one request, completed exactly once (and counted)."""
-
-    db: Database
-    id: int
-    price: ModelPrice
-    labels: _CallLabels
-    route_reason: str
-
-    def finish(
-        self,
-        status: str,
-        latency_s: float,
-        completion: Completion | None = None,
-        *,
-        error: LLMError | None = None,
-        response: dict[str, Any] | None = None,
-    ) -> None:
-        # Tokens of an invalid answer are paid for too: they count in the cost.
-        cost = (
-            self.price.cost(completion.input_tokens, completion.output_tokens)
-            if completion is not None
-            else Decimal(0)
-        )
-        http_status = completion.http_status if completion else None
-        if error and error.http_status:
-            http_status = error.http_status
-        call_log.finish_call(
-            self.db,
-            self.id,
-            status=status,
-            http_status=http_status,
-            error_kind=error.kind if error else None,
-            error=str(error)[:2000] if error else None,
-            input_tokens=completion.input_tokens if completion else None,
-            output_tokens=completion.output_tokens if completion else None,
-            cost_usd=cost,
-            latency_ms=round(latency_s * 1000),
-            response=response,
-            route_reason=self.route_reason,
-            finish_reason=completion.finish_reason if completion else None,
-            usage_estimated=completion.usage_estimated if completion else False,
-        )
-        metrics.observe_provider_call(
-            pipeline=self.labels.pipeline,
-            tenant=self.labels.tenant,
-            lane=self.labels.lane,
-            model=self.labels.model,
-            outcome=status,
-            http_status=http_status,
-            error_kind=error.kind if error else None,
-            latency_s=latency_s,
-            cost_usd=cost,
-        )
+def _settled(call: Callable[[], _T]) -> Future[_T]:
+    """``call`` run here, its answer or its error in a future (as a pool's would hold it)."""
+    future: Future[_T] = Future()
+    try:
+        future.set_result(call())
+    except BaseException as exc:  # the caller's .result() raises it
+        future.set_exception(exc)
+    return future

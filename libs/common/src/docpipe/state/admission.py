@@ -13,10 +13,10 @@ import logging
 
 import psycopg
 
-from docpipe.broker.messages import Broker
+from docpipe.broker.messages import Broker, Message
 from docpipe.settings import Settings
 from docpipe.state.db import Database
-from docpipe.state.outbox import LANE_QUEUES_PARAM, publish_outbox
+from docpipe.state.outbox import LANE_QUEUES_PARAM, messages_of, publish_written
 
 __all__ = ["admit_after_commit", "admit_and_publish", "admit_batch_runs"]
 
@@ -29,8 +29,9 @@ log = logging.getLogger(__name__)
 _ADMISSION_LOCK_KEY = 0x646F6370_61646D74
 
 
-def admit_batch_runs(db: Database, settings: Settings) -> tuple[int, ...]:
-    """Fill the free slots of the window; returns the outbox ids to publish."""
+def admit_batch_runs(db: Database, settings: Settings) -> tuple[Message, ...]:
+    """Fill the free slots of the window; returns the admitted runs' first messages, to
+    publish after the commit (publish_written)."""
     with db.transaction() as tx:
         tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADMISSION_LOCK_KEY,))
         rows = tx.all(
@@ -39,14 +40,14 @@ def admit_batch_runs(db: Database, settings: Settings) -> tuple[int, ...]:
             memory_s=settings.batch_fairness_memory_s,
             queues=LANE_QUEUES_PARAM,
         )
-    return tuple(r["id"] for r in rows)
+    return messages_of(rows)
 
 
 def admit_and_publish(db: Database, broker: Broker, settings: Settings) -> int:
     """Fill the free slots and publish the admitted runs' first steps (a failed publish is
     swept later); returns how many runs were admitted."""
     admitted = admit_batch_runs(db, settings)
-    publish_outbox(db, broker, admitted)
+    publish_written(broker, admitted)
     return len(admitted)
 
 

@@ -26,7 +26,7 @@ from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.model import Pipeline
 from docpipe.state.db import Database, Session
 from docpipe.state.documents import DOCUMENT_ID
-from docpipe.state.runs import request_hash
+from docpipe.state.runs import inline_step_version, request_hash
 from docpipe.statuses import BatchStatus, Lane, Priority
 
 __all__ = [
@@ -123,6 +123,7 @@ def create_batch(
             priority=priority,
             document_ids=ids,
             traceparent=traceparent,
+            inline_step=inline_step_version(pipeline),
         )
     except psycopg.errors.ForeignKeyViolation:
         # A stored document was deleted since missing_documents looked (state.documents).

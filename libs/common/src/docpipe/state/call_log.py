@@ -1,10 +1,14 @@
 """The provider call log: one row per call attempt, written before its request is sent and
 completed after. A row with status 'ok' is also the memo that keeps a retried step from
-paying for the same call twice."""
+paying for the same call twice.
+
+A round of a step's calls sent together is written in one statement before any of them
+leaves (``check_and_start_calls``); completions that arrive together are written in one
+statement too (``finish_calls``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any
@@ -15,13 +19,18 @@ from docpipe.state.db import Database
 
 __all__ = [
     "CallCheck",
+    "CallFinish",
     "CallKey",
     "budget_left",
-    "check_and_start_call",
-    "finish_call",
+    "check_and_start_calls",
+    "finish_calls",
     "route_call",
     "start_call",
 ]
+
+
+# What a call's row records of its request (PlannedCall.log_params' keys).
+_REQUEST_COLUMNS = ("provider", "route_reason", "output_mode", "max_tokens", "temperature", "seed")
 
 
 @dataclass(frozen=True)
@@ -71,27 +80,44 @@ def budget_left(check: CallCheck, step_budget_usd: Decimal | None) -> tuple[Deci
     return min(left)
 
 
-def check_and_start_call(
+def check_and_start_calls(
     db: Database,
-    call: CallKey,
+    calls: Sequence[CallKey],
     *,
     owner: str | None,
-    request: Mapping[str, Any],
-    estimated_cost_usd: Decimal,
+    requests: Sequence[Mapping[str, Any]],
+    estimated_costs_usd: Sequence[Decimal],
     step_budget_usd: Decimal | None,
-) -> CallCheck | None:
-    """The checks before a call and, if they pass (the call's estimated cost within the
-    budgets of the run, its batch and the step), its row recording ``request`` (see
-    PlannedCall.log_params): one round trip. None when the run does not exist."""
-    return db.one_as(
+) -> list[CallCheck]:
+    """The checks before a round of one step's calls and, for each call they let through
+    (its estimated cost within the budgets of the run, its batch and the step), its row
+    recording its request (see PlannedCall.log_params): one round trip for the round. One
+    check per call, in order; none when the run does not exist."""
+    first = calls[0]
+    return db.all_as(
         CallCheck,
-        "check_and_start_call",
+        "check_and_start_calls",
+        run_id=first.run_id,
+        step=first.step,
+        generation=first.generation,
+        step_attempt=first.step_attempt,
+        tenant_id=first.tenant_id,
+        prompt_version=first.prompt_version,
         owner=owner,
-        estimated_cost_usd=estimated_cost_usd,
         step_budget_usd=step_budget_usd,
-        **asdict(call),
-        **request,
+        # One JSON parameter for the round (Decimals as strings: JSON has no decimal type).
+        calls=Jsonb(
+            [
+                _call_row(c, r, cost)
+                for c, r, cost in zip(calls, requests, estimated_costs_usd, strict=True)
+            ]
+        ),
     )
+
+
+def _call_row(call: CallKey, request: Mapping[str, Any], cost: Decimal) -> dict[str, Any]:
+    row = {k: request[k] for k in _REQUEST_COLUMNS}
+    return {"call_key": call.call_key, "model": call.model, "estimated_cost_usd": str(cost), **row}
 
 
 def start_call(db: Database, call: CallKey, *, request: Mapping[str, Any]) -> int:
@@ -107,37 +133,29 @@ def route_call(db: Database, call_id: int, *, model: str, request: Mapping[str, 
     db.execute("route_call", id=call_id, model=model, **request)
 
 
-def finish_call(
-    db: Database,
-    call_id: int,
-    *,
-    status: str,
-    http_status: int | None,
-    error_kind: str | None,
-    error: str | None,
-    input_tokens: int | None,
-    output_tokens: int | None,
-    cost_usd: Decimal,
-    latency_ms: int,
-    response: dict[str, Any] | None,
-    route_reason: str | None = None,
-    finish_reason: str | None = None,
-    usage_estimated: bool = False,
-) -> None:
-    """Complete the call's row (once) and add its cost to the run and its batch."""
+@dataclass(frozen=True)
+class CallFinish:
+    """How a call ended: what its row records once the answer (or the error) is in."""
+
+    id: int
+    status: str
+    http_status: int | None
+    error_kind: str | None
+    error: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: Decimal
+    latency_ms: int
+    response: dict[str, Any] | None
+    route_reason: str | None = None
+    finish_reason: str | None = None
+    usage_estimated: bool = False
+
+
+def finish_calls(db: Database, finished: Sequence[CallFinish]) -> None:
+    """Complete the calls' rows (each once) and add their cost to their runs and batches,
+    in one statement."""
     db.execute(
-        "finish_call",
-        id=call_id,
-        status=status,
-        http_status=http_status,
-        error_kind=error_kind,
-        error=error,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cost_usd=cost_usd,
-        latency_ms=latency_ms,
-        response=Jsonb(response) if response is not None else None,
-        route_reason=route_reason,
-        finish_reason=finish_reason,
-        usage_estimated=usage_estimated,
+        "finish_calls",
+        finished=Jsonb([{**asdict(f), "cost_usd": str(f.cost_usd)} for f in finished]),
     )

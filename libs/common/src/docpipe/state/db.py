@@ -31,7 +31,7 @@ from psycopg_pool import ConnectionPool
 
 from docpipe.settings import Settings
 
-__all__ = ["Database", "Row", "Session", "Timeouts", "load_queries"]
+__all__ = ["Database", "Row", "Session", "Timeouts", "connection_is_usable", "load_queries"]
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -112,6 +112,15 @@ def _check_if_disturbed(conn: psycopg.Connection[Row]) -> None:
         ConnectionPool.check_connection(conn)
 
 
+def connection_is_usable(conn: psycopg.Connection[Row]) -> bool:
+    """False once the connection is closed or its server closed it (probed as above)."""
+    try:
+        _check_if_disturbed(conn)
+    except psycopg.Error:
+        return False
+    return True
+
+
 class Session:
     """One connection, used either in autocommit or inside a transaction."""
 
@@ -161,7 +170,14 @@ class Session:
 class Database:
     """A small pool of autocommit connections to one database, every wait bounded."""
 
-    def __init__(self, url: str, *, max_size: int = 4, timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_size: int = 4,
+        timeouts: Timeouts | None = None,
+        prepared_statements: bool = True,
+    ) -> None:
         self.url = url
         self.timeouts = timeouts or _DEFAULT_TIMEOUTS
         self._pid = os.getpid()
@@ -172,6 +188,9 @@ class Database:
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
+                # Named queries are few and fixed: each is prepared at its first use on a
+                # connection (psycopg's default waits for the fifth), or never.
+                "prepare_threshold": 0 if prepared_statements else None,
                 **self.timeouts.connection_kwargs(url),
             },
             connection_class=psycopg.Connection[Row],
@@ -190,6 +209,7 @@ class Database:
             settings.database_url,
             max_size=settings.database_pool_size,
             timeouts=Timeouts.of(settings),
+            prepared_statements=settings.database_prepared_statements,
         )
 
     @contextmanager

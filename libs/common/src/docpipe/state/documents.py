@@ -186,12 +186,8 @@ def delete_document(session: Session, tenant_id: str, document_id: str) -> None:
 @dataclass(frozen=True)
 class DocumentSource:
     format: str
-    content: str
-    extracted: bool
-    page_starts: list[int]
-    ocr_pages: int
-    warnings: list[Any]
-    rotated_pages: list[Any]
+    # The extract_text step's output once the text is known (SQL known_text_summary)
+    known_summary: dict[str, Any] | None
 
 
 @dataclass(frozen=True)

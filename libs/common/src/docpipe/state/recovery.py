@@ -1,7 +1,9 @@
 """Recovery that does not wait for Redis: beat's reaper finds work that stopped moving.
 
-- a step whose lease expired (its worker died: SIGKILL, OOM, node loss) goes back to the
-  queue within lease_ttl_s + the reaper's interval, not the broker's visibility timeout;
+- a step whose worker died (SIGKILL, OOM kill: its lease session ended, docpipe.state.leases)
+  goes back to the queue within the reaper's interval, and one whose worker is cut off (node
+  loss, a partition: its lease expired) within lease_ttl_s + the reaper's interval; never
+  after the broker's visibility timeout;
 - a pending step whose message is gone (Redis flushed or restarted empty, a message lost
   between commit and publish) is enqueued again;
 - runs past their deadline are ended as 'expired';
@@ -17,14 +19,12 @@ one, the rest (expired leases, deadlines) goes on from PostgreSQL alone.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
 
-from docpipe.broker.queues import LANE_QUEUES, WEBHOOK_QUEUE, queue_state
+from docpipe.broker.queues import LANE_QUEUES, WEBHOOK_QUEUE, sent_before
 from docpipe.state import webhooks
 from docpipe.state.db import Database
 from docpipe.state.outbox import LANE_QUEUES_PARAM
@@ -65,12 +65,12 @@ def recover_stalled_work(
     the queue and claiming its step, and clock skew between hosts; ``lease_s`` is the lease
     period that workers get to renew after a PostgreSQL restart."""
     with db.transaction() as tx:
-        leases = tx.all("reap_expired_leases", lease_s=lease_s, queues=LANE_QUEUES_PARAM)
-        tx.execute("abandon_orphaned_steps")
+        leases = tx.all("reap_lost_leases", lease_s=lease_s, queues=LANE_QUEUES_PARAM)
+        tx.execute("abandon_orphaned_steps", lease_s=lease_s)
     expired = db.all("expire_overdue_runs")
     interrupted = webhooks.reap_interrupted_attempts(db, retry=webhook_retry, queue=WEBHOOK_QUEUE)
     try:
-        cutoffs = {queue: _cutoff(broker_redis, queue, grace_s)
+        cutoffs = {queue: sent_before(broker_redis, queue, grace_s)
                    for queue in (*LANE_QUEUES.values(), WEBHOOK_QUEUE)}  # fmt: skip
     except redis.RedisError as exc:
         # What waits in Redis cannot be told from what was lost: look again next pass.
@@ -93,11 +93,3 @@ def recover_stalled_work(
         lost_webhooks=len(lost_webhooks),
         outbox_ids=(*(r["id"] for r in (*leases, *lost)), *lost_webhooks),
     )
-
-
-def _cutoff(broker_redis: redis.Redis, queue: str, grace_s: float) -> datetime:
-    """Messages sent to ``queue`` before this instant cannot still be waiting in it, since
-    queues are FIFO and the oldest waiting message is younger."""
-    now = time.time()
-    oldest = queue_state(broker_redis, queue).oldest_enqueued_at
-    return datetime.fromtimestamp(now if oldest is None else min(now, oldest - grace_s), UTC)

@@ -26,13 +26,15 @@ from typing import Any
 import psycopg.errors
 from psycopg.types.json import Jsonb
 
+from docpipe.broker.messages import Message
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.catalog import Catalog
 from docpipe.pipelines.evidence import evidence_records
 from docpipe.pipelines.model import Pipeline
 from docpipe.pipelines.review import Reason
+from docpipe.pipelines.text_extraction import EXTRACT_TEXT_STEP
 from docpipe.state.db import Database, Session
-from docpipe.state.outbox import LANE_QUEUES_PARAM
+from docpipe.state.outbox import LANE_QUEUES_PARAM, messages_of
 from docpipe.statuses import (
     ENDED_RUN_STATUSES,
     BatchStatus,
@@ -55,6 +57,7 @@ __all__ = [
     "enqueue_step",
     "expire_run",
     "fail_run",
+    "inline_step_version",
     "record_step_result",
     "release_step",
     "renew_lease",
@@ -77,6 +80,8 @@ class CreatedRun:
     run_id: str
     created: bool  # False: the idempotency key named an existing run, which is returned
     outbox_ids: tuple[int, ...]  # messages to publish once the transaction has committed
+    # Steps create_run did itself (extract_text of a known text: no message, claim or publish)
+    steps_done_at_creation: int = 0
 
 
 def create_run(
@@ -98,7 +103,9 @@ def create_run(
 ) -> CreatedRun:
     """Create a run once per (tenant, idempotency key); the same key with another request
     is a ConflictError. Interactive runs get their first step enqueued in the same
-    transaction; batch runs wait in PostgreSQL for admission."""
+    transaction; batch runs wait in PostgreSQL for admission. A document whose text is
+    known has its extract_text step done here (see ``inline_step_version``): the first step
+    enqueued is then the pipeline's own first."""
     if lane not in tuple(Lane):
         raise InvalidRequestError(f"lane must be 'interactive' or 'batch', not {lane!r}")
     fingerprint = request_hash(request)
@@ -119,6 +126,7 @@ def create_run(
         "idempotency_key": idempotency_key,
         "request_hash": fingerprint,
         "traceparent": traceparent,
+        "inline_step": inline_step_version(pipeline),
     }
     try:
         row = session.insert_or_existing("create_run", **params)
@@ -135,8 +143,16 @@ def create_run(
         return CreatedRun(run_id, created=False, outbox_ids=())
     outbox_ids: tuple[int, ...] = ()
     if lane == Lane.INTERACTIVE:
-        outbox_ids = enqueue_step(session, run_id, pipeline.steps[0].name, available_at=start_at)
-    return CreatedRun(run_id, created=True, outbox_ids=outbox_ids)
+        outbox_ids = enqueue_step(session, run_id, row["current_step"], available_at=start_at)
+    return CreatedRun(run_id, created=True, outbox_ids=outbox_ids,
+                      steps_done_at_creation=row["steps_done"])  # fmt: skip
+
+
+def inline_step_version(pipeline: Pipeline) -> str | None:
+    """The prompt version create_run records when it does the pipeline's first step itself:
+    docpipe's own extract_text, for a document whose text is already known (else None)."""
+    first = pipeline.steps[0]
+    return first.prompt_version if first is EXTRACT_TEXT_STEP else None
 
 
 def enqueue_step(
@@ -174,11 +190,16 @@ class Claim:
     model_override: str | None = None  # a reviewer's retry chose this model for the step
 
 
-def claim_step(db: Database, run_id: str, step: str, *, owner: str, lease_s: float) -> Claim | None:
+def claim_step(
+    db: Database, run_id: str, step: str, *, owner: str, lease_s: float, session: int | None = None
+) -> Claim | None:
     """Lease the step for ``owner`` (attempt + 1), or None if it is not claimable now: done,
     leased by a live worker, not the run's current step, the run has ended or is not yet
-    admitted, or the step is not due yet (a retry's wait, start_at)."""
-    return db.one_as(Claim, "claim_step", run_id=run_id, step=step, owner=owner, lease_s=lease_s)
+    admitted, or the step is not due yet (a retry's wait, start_at). ``session``: the key of
+    the owner's lease session (docpipe.state.leases), which the lease then lasts no longer
+    than; None for a lease of ``lease_s`` alone."""
+    return db.one_as(Claim, "claim_step", run_id=run_id, step=step, owner=owner, lease_s=lease_s,
+                     session=session)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -194,13 +215,18 @@ class StepState:
     due_in_s: float  # until the step may be claimed (0: now)
 
 
-def step_state(db: Database, run_id: str, step: str) -> StepState | None:
-    return db.one_as(StepState, "step_state", run_id=run_id, step=step)
+def step_state(db: Database, run_id: str, step: str, *, lease_s: float) -> StepState | None:
+    return db.one_as(StepState, "step_state", run_id=run_id, step=step, lease_s=lease_s)
 
 
-def renew_lease(db: Database, run_id: str, step: str, *, owner: str, lease_s: float) -> bool:
-    """False when the lease is no longer ours (expired and taken over, or the run ended)."""
-    return db.one("renew_lease", run_id=run_id, step=step, owner=owner, lease_s=lease_s) is not None
+def renew_lease(
+    db: Database, run_id: str, step: str, *, owner: str, lease_s: float, session: int | None = None
+) -> bool:
+    """False when the lease is no longer ours (lost and taken over, or the run ended); else
+    it lasts ``lease_s`` more, tied to ``session`` now (as in claim_step)."""
+    row = db.one("renew_lease", run_id=run_id, step=step, owner=owner, lease_s=lease_s,
+                 session=session)  # fmt: skip
+    return row is not None
 
 
 def release_step(
@@ -230,7 +256,9 @@ def release_step(
 @dataclass(frozen=True)
 class RecordedStep:
     run_status: str
-    outbox_ids: list[int]  # the next step's message, to publish after the commit
+    # The next step's message, to publish after the commit (docpipe.state.outbox
+    # .publish_written: its claim marks it delivered)
+    messages: tuple[Message, ...]
 
 
 def record_step_result(
@@ -251,8 +279,7 @@ def record_step_result(
     After the last step the run is done. With ``review`` reasons the run pauses in
     needs_review after this step instead (nothing is enqueued). ``decision_id``: the output
     is a person's approval reused from another run."""
-    return db.one_as(
-        RecordedStep,
+    row = db.one(
         "record_step_result",
         run_id=claim.run_id,
         step=claim.step,
@@ -268,6 +295,9 @@ def record_step_result(
         decision_id=decision_id,
         queues=LANE_QUEUES_PARAM,
     )
+    if row is None:
+        return None
+    return RecordedStep(row["run_status"], messages_of(row["messages"]))
 
 
 def fail_run(
@@ -459,21 +489,31 @@ class Progress:
 
 
 def run_progress(
-    db: Database, tenant_id: str, run_id: str, *, with_output: bool = False
+    db: Database,
+    tenant_id: str,
+    run_id: str,
+    *,
+    with_output: bool = False,
+    outputs_of: Sequence[str] = (),
 ) -> Progress:
     """Status, current step, steps done/total, cost so far and per-step detail (with each
-    step's output when asked for)."""
-    found = runs_progress(db, tenant_id, [run_id], with_output=with_output)
+    step's output when asked for, or when the run's status is one of ``outputs_of``)."""
+    found = runs_progress(db, tenant_id, [run_id], with_output=with_output, outputs_of=outputs_of)
     if not found:
         raise NotFoundError(f"run {run_id[:100]!r} does not exist")
     return found[0]
 
 
 def runs_progress(
-    db: Database, tenant_id: str, run_ids: Sequence[str], *, with_output: bool = False
+    db: Database,
+    tenant_id: str,
+    run_ids: Sequence[str],
+    *,
+    with_output: bool = False,
+    outputs_of: Sequence[str] = (),
 ) -> list[Progress]:
-    """``run_progress`` of several runs in two queries, in the order asked; ids that are not
-    this tenant's runs (or not run ids at all) are left out."""
+    """``run_progress`` of several runs in two queries on one connection, in the order
+    asked; ids that are not this tenant's runs (or not run ids at all) are left out."""
     wanted = []
     for run_id in run_ids:
         with contextlib.suppress(ValueError):
@@ -484,7 +524,9 @@ def runs_progress(
     with db.session() as s:
         found = {p.run_id: p for p in s.all_as(Progress, "run_status", **params)}
         steps: dict[str, list[StepRow]] = {}
-        for row in s.all("run_steps", with_output=with_output, **params):
+        rows = s.all("run_steps", with_output=with_output, output_statuses=list(outputs_of),
+                     **params)  # fmt: skip
+        for row in rows:
             steps.setdefault(row.pop("run_id"), []).append(StepRow(**row))
     return [
         replace(found[run_id], steps=steps.get(run_id, []))

@@ -13,6 +13,9 @@ import hashlib
 import hmac
 import re
 import secrets
+import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,6 +30,7 @@ __all__ = [
     "CreatedKey",
     "InvalidApiKey",
     "RevokedApiKey",
+    "VerifiedKeys",
     "api_key_is_active",
     "create_api_key",
     "list_api_keys",
@@ -103,6 +107,41 @@ def verify_api_key(db: Database, plaintext: str) -> tuple[str, str]:
     if row["revoked_at"] is not None:
         raise RevokedApiKey(f"the API key {row['id']} was revoked")
     return row["id"], row["tenant_id"]
+
+
+class VerifiedKeys:
+    """``verify_api_key`` whose valid answers one process remembers for ``ttl_s`` (0: none),
+    so that a client polling many times a second costs PostgreSQL one lookup per ``ttl_s``;
+    a key revoked meanwhile keeps working that long in a process that had just seen it
+    valid. Invalid keys are never remembered. At most ``max_keys`` keys, the oldest first
+    forgotten."""
+
+    def __init__(self, ttl_s: float, max_keys: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self._max_keys = max_keys
+        self._valid: OrderedDict[str, tuple[float, str, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remembered(self, plaintext: str) -> tuple[str, str] | None:
+        """(key id, tenant) of a key seen valid less than ``ttl_s`` ago; no I/O."""
+        if self.ttl_s <= 0:
+            return None
+        digest = _sha256(plaintext)
+        with self._lock:
+            found = self._valid.get(digest)
+            if found is None or time.monotonic() - found[0] >= self.ttl_s:
+                return None
+        return found[1], found[2]
+
+    def verify(self, db: Database, plaintext: str) -> tuple[str, str]:
+        """As verify_api_key, remembering a valid answer."""
+        key_id, tenant = verify_api_key(db, plaintext)
+        if self.ttl_s > 0:
+            with self._lock:
+                self._valid[_sha256(plaintext)] = (time.monotonic(), key_id, tenant)
+                while len(self._valid) > self._max_keys:
+                    self._valid.popitem(last=False)
+        return key_id, tenant
 
 
 def api_key_is_active(db: Database, key_id: str) -> bool:

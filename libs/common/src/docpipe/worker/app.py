@@ -22,6 +22,7 @@ from docpipe.worker import (
     tasks,
 )
 from docpipe.worker.liveness import LivenessFile
+from docpipe.worker.pool_watch import PoolWatch
 
 __all__ = ["app", "periodic_jobs", "worker_config"]
 
@@ -92,5 +93,6 @@ def _quiet_the_connection_loss_notice(**_: Any) -> None:
 
 app.conf.update(worker_config(get_settings()))
 app.steps["worker"].add(LivenessFile)
+app.steps["worker"].add(PoolWatch)
 # A broken pipeline definition stops the worker (and beat) before it takes any message.
 catalog()

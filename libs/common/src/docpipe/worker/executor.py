@@ -11,18 +11,17 @@ import logging
 import os
 import random
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import TracebackType
 from typing import Any, Literal
 
 import jsonschema
 import psycopg
 
 from docpipe.backoff import retry_delay
+from docpipe.broker.messages import Message
 from docpipe.errors import (
     BudgetExceededError,
     InvalidOutputError,
@@ -45,6 +44,7 @@ from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.batches import stop_batch
 from docpipe.state.db import Database
+from docpipe.state.leases import LeaseSession
 from docpipe.statuses import (
     ACTIVE_RUN_STATUSES,
     BatchStatus,
@@ -52,6 +52,7 @@ from docpipe.statuses import (
     RunStatus,
     StepStatus,
 )
+from docpipe.worker.lease_keeper import LeaseKeeper
 from docpipe.worker.text_extraction import ExtractionContinues, extract_document_text
 
 __all__ = ["StepExecutor", "StepOutcome", "worker_identity"]
@@ -70,7 +71,7 @@ class StepOutcome:
     run_status: str | None = None
     next_step: str | None = None
     retry_in_s: float | None = None
-    outbox_ids: tuple[int, ...] = ()
+    messages: tuple[Message, ...] = ()  # to publish: docpipe.state.outbox.publish_written
     calls_sent: int = 0
     error: str | None = None
     lane: str | None = None  # of the claimed run
@@ -94,6 +95,7 @@ class StepExecutor:
         gate: CallGate = _no_gate,
         interruptions: tuple[type[BaseException], ...] = (),
         pipelines: Catalog | None = None,
+        leases: LeaseSession | None = None,
     ) -> None:
         self.db = db
         self.llm = llm
@@ -104,11 +106,23 @@ class StepExecutor:
         # Exceptions that stop a step from outside (Celery's soft time limit): the step is
         # handed back like after a transient error, and memoised calls keep what was done.
         self.interruptions = interruptions
+        # This process' lease session: its leases end with it (None: with their TTL only).
+        self.leases = leases
+        self._lease_keeper = LeaseKeeper(db, settings, self.owner, self.lease_session)
+
+    def lease_session(self) -> int | None:
+        """The key of this process' lease session now (None: leases rely on the TTL)."""
+        return self.leases.key() if self.leases is not None else None
 
     def run_step(self, run_id: str, step: str) -> StepOutcome:
         """Run ``step`` of ``run_id`` if it is claimable; a done step is never run again."""
         claim = runs.claim_step(
-            self.db, run_id, step, owner=self.owner, lease_s=self.settings.lease_ttl_s
+            self.db,
+            run_id,
+            step,
+            owner=self.owner,
+            lease_s=self.settings.lease_ttl_s,
+            session=self.lease_session(),
         )
         if claim is None:
             return self._not_claimed(run_id, step)
@@ -155,7 +169,7 @@ class StepExecutor:
         )
         output: dict[str, Any] | None = None  # kept for the reviewer when it breaks its schema
         try:
-            with _LeaseKeeper(self, claim, ctx):
+            with self._lease_keeper.holding(claim, ctx):
                 output = self._execute(claim, spec, ctx)
                 _check_output(output, spec.output_schema)
         except ExtractionContinues as exc:
@@ -222,6 +236,8 @@ class StepExecutor:
         )
         if recorded is None:
             # The run ended while we worked (cancel, deadline) or our lease was taken over.
+            log.warning("result of %s/%s refused: the run ended or the lease was lost",
+                        claim.run_id, claim.step)  # fmt: skip
             runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
             return StepOutcome("stopped", calls_sent=calls_sent, error="lease or run lost")
         if reasons:
@@ -231,7 +247,7 @@ class StepExecutor:
             "completed",
             run_status=recorded.run_status,
             next_step=None if reasons else next_step,
-            outbox_ids=tuple(recorded.outbox_ids),
+            messages=recorded.messages,
             calls_sent=calls_sent,
         )
 
@@ -256,7 +272,7 @@ class StepExecutor:
         return StepOutcome("retry", retry_in_s=0.0, error=progress)
 
     def _not_claimed(self, run_id: str, step: str) -> StepOutcome:
-        state = runs.step_state(self.db, run_id, step)
+        state = runs.step_state(self.db, run_id, step, lease_s=self.settings.lease_ttl_s)
         if state is None:
             return StepOutcome("stopped", error="no such run or step")
         if state.status == StepStatus.DONE:
@@ -374,54 +390,3 @@ def _check_output(output: dict[str, Any], schema: Mapping[str, Any]) -> None:
         validate_json(output, schema)
     except jsonschema.ValidationError as exc:
         raise InvalidOutputError(f"step output breaks its schema: {exc.message}") from None
-
-
-class _LeaseKeeper:
-    """Renews the step's lease from a background thread while the step runs.
-
-    If the process dies the renewals stop with it, the lease expires after lease_ttl_s and
-    the reaper hands the step to another worker: recovery never waits for the broker.
-    """
-
-    def __init__(self, executor: StepExecutor, claim: runs.Claim, ctx: StepCalls) -> None:
-        self._executor = executor
-        self._claim = claim
-        self._ctx = ctx
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, name="lease-keeper", daemon=True)
-
-    def __enter__(self) -> _LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _renew(self) -> None:
-        e = self._executor
-        while not self._stop.wait(e.settings.heartbeat_interval_s):
-            try:
-                kept = runs.renew_lease(
-                    e.db,
-                    self._claim.run_id,
-                    self._claim.step,
-                    owner=e.owner,
-                    lease_s=e.settings.lease_ttl_s,
-                )
-            except Exception:  # a database blip: try again at the next beat
-                log.exception(
-                    "lease renewal failed for %s/%s", self._claim.run_id, self._claim.step
-                )
-                continue
-            if not kept:
-                # Another worker has the step now, or its run ended (cancelled): the calls
-                # not yet sent must not go out.
-                log.warning("lease of %s/%s lost", self._claim.run_id, self._claim.step)
-                self._ctx.stop_sending()
-                return

@@ -34,7 +34,8 @@ from docpipe.state import runs
 from docpipe.state.admission import admit_and_publish
 from docpipe.state.batches import finish_batches
 from docpipe.state.db import Database
-from docpipe.state.outbox import publish_outbox, sweep_outbox
+from docpipe.state.leases import LeaseSession
+from docpipe.state.outbox import publish_outbox, publish_written, sweep_outbox
 from docpipe.state.periodic import run_once_per_interval
 from docpipe.state.recovery import recover_stalled_work
 from docpipe.state.retention import prune_retention
@@ -63,6 +64,8 @@ class Resources:
 
     def close(self) -> None:
         self.llm.close()
+        if self.executor.leases is not None:
+            self.executor.leases.close()
         self.db.close()
         self.broker_redis.close()
 
@@ -81,6 +84,7 @@ def _resources_for(pid: int) -> Resources:
         gate=limiter.slot,
         interruptions=(SoftTimeLimitExceeded,),
         pipelines=catalog(),
+        leases=LeaseSession.from_settings(settings),
     )
     return Resources(
         settings=settings,
@@ -120,8 +124,7 @@ def run_step(self: Task, run_id: str, step: str) -> None:
         )
         log.warning("database unavailable for %s/%s, retry in %.1fs: %s", run_id, step, delay, exc)
         raise self.retry(countdown=delay) from exc
-    if outcome.outbox_ids:
-        publish_outbox(r.db, r.broker, outcome.outbox_ids)
+    publish_written(r.broker, outcome.messages)
     if outcome.lane == Lane.BATCH and outcome.run_status in ENDED_RUN_STATUSES:
         # A batch run ended: its slot in the admission window is free now.
         admit_and_publish(r.db, r.broker, r.settings)
@@ -165,7 +168,7 @@ def sweep_outbox_task() -> None:
     r = resources()
 
     def job() -> dict[str, int]:
-        published = sweep_outbox(r.db, r.broker, grace_s=r.settings.outbox_grace_s)
+        published = sweep_outbox(r.db, r.broker, r.broker_redis, grace_s=r.settings.outbox_grace_s)
         metrics.metrics().outbox_swept.inc(published)
         return {"published": published}
 

@@ -64,10 +64,10 @@ def extract_document_text(
     when the task's time is up before the last page."""
     started = time.monotonic()
     source = documents.document_for_extraction(db, tenant_id, document_id)
-    if source.extracted:  # a text document (its emptiness is extract_sections' to judge)
-        return _summary(source.format, source.content, source.page_starts, source.warnings,
-                        source.ocr_pages, confidences=[],
-                        rotated_pages=source.rotated_pages)  # fmt: skip
+    if source.known_summary is not None:
+        # A text document, or a file extracted for another run (as create_run records it
+        # when it knows the text; its emptiness is extract_sections' to judge).
+        return source.known_summary
     fmt = DocumentFormat(source.format)
     doc = _Document(tenant_id, document_id)
     # The file is copied out of PostgreSQL a chunk at a time into a file of its own (gone

@@ -257,6 +257,10 @@ def start_extraction(
         )
     if created.created:
         metrics.metrics().runs_created.labels(pipeline.key, options.lane).inc()
+        for step in pipeline.step_names[: created.steps_done_at_creation]:
+            # Done by create_run (a known text's extract_text): its span is this request's.
+            tracing.record_inline_step(created.run_id, step)
+            metrics.observe_step(pipeline.key, step, options.lane, "completed", None, 0.0)
     _crash_point("api.after_commit")
     # A future start is not due yet: it stays parked and the sweep publishes it in time.
     publish_outbox(db, broker, created.outbox_ids)

@@ -70,17 +70,16 @@ _WITH_OUTPUT = (statuses.RunStatus.DONE, statuses.RunStatus.NEEDS_REVIEW)
 
 def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
     """The run's status body; the result (step outputs) only once it is done, the values
-    with their evidence once it is done or needs review."""
-    return _with_results(db, tenant, [runs.run_progress(db, tenant, run_id)])[0]
+    with their evidence (and each quote's boxes on its page) once it is done or needs review.
+    One read of the run: a poll of a run still going does not carry its outputs out of the
+    database."""
+    return _with_boxes(db, tenant, [runs.run_progress(db, tenant, run_id,
+                                                      outputs_of=_WITH_OUTPUT)])[0]  # fmt: skip
 
 
-def _with_results(db: Database, tenant: str, found: list[runs.Progress]) -> list[RunStatus]:
-    """Status bodies, with the step outputs read again for the runs that are done or need
-    review only: a poll of runs still going does not carry their outputs out of the database."""
-    ended = [p.run_id for p in found if p.status in _WITH_OUTPUT]
-    read = runs.runs_progress(db, tenant, ended, with_output=True)
-    full = {p.run_id: p for p in pages.with_quote_boxes(db, tenant, read)}
-    return [RunStatus.model_validate(full.get(p.run_id, p)) for p in found]
+def _with_boxes(db: Database, tenant: str, found: list[runs.Progress]) -> list[RunStatus]:
+    """Status bodies whose values carry the boxes of their quotes (no query without values)."""
+    return [RunStatus.model_validate(p) for p in pages.with_quote_boxes(db, tenant, found)]
 
 
 MAX_RUN_IDS = 100
@@ -114,8 +113,8 @@ def read_runs(
             if count > MAX_RUN_IDS
             else "ids: run ids (UUIDs) separated by commas, without spaces"
         )
-    found = runs.runs_progress(db, tenant, ids.split(","))
-    return RunStatusList(runs=_with_results(db, tenant, found))
+    found = runs.runs_progress(db, tenant, ids.split(","), outputs_of=_WITH_OUTPUT)
+    return RunStatusList(runs=_with_boxes(db, tenant, found))
 
 
 @router.get(

@@ -73,16 +73,8 @@ WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND seq = %(se
 
 -- name: document_for_extraction
 -- What the extract_text step reads: the format (its bytes are read apart: original_chunk),
--- or the text once extracted.
-SELECT format, content,
-       (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
-       coalesce(page_starts, '{0}') AS page_starts, coalesce(ocr_pages, 0) AS ocr_pages,
-       coalesce(extraction_warnings, '[]'::jsonb) AS warnings,
-       (SELECT coalesce(jsonb_agg(jsonb_build_object('page', p.page + 1, 'degrees', p.rotation)
-                                  ORDER BY p.page), '[]'::jsonb)
-        FROM document_page p
-        WHERE p.tenant_id = document.tenant_id AND p.document_id = document.id
-          AND p.rotation <> 0 AND document.extracted_at IS NOT NULL) AS rotated_pages
+-- and the step's output once the text is known (as create_run records it then).
+SELECT format, known_text_summary(document) AS known_summary
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
@@ -159,24 +151,53 @@ WHERE p.geometry IS NOT NULL;
 
 -- name: create_run
 -- Insert a run and its pending steps, unless this tenant already used the idempotency key.
-WITH new_run AS (
+-- With %(inline_step)s (the pipeline's first step is extract_text: its prompt version) and a
+-- document whose text is known, that step is done here, at once (known_text_summary): the
+-- run starts at its second step, and its first costs no message, claim or publish.
+WITH inline AS (
+    SELECT known_text_summary(d) AS output,
+           d.content_sha256
+    FROM document d
+    WHERE d.tenant_id = %(tenant_id)s AND d.id = %(document_id)s
+      AND %(inline_step)s::text IS NOT NULL AND cardinality(%(steps)s::text[]) > 1
+), known AS (
+    SELECT count(*) FILTER (WHERE output IS NOT NULL)::integer AS steps_done FROM inline
+), new_run AS (
     INSERT INTO pipeline_run (id, tenant_id, pipeline, pipeline_hash, document_id, lane, batch_id,
-                              current_step, steps_total, budget_usd, deadline_at, admitted_at,
-                              callback_url, idempotency_key, request_hash, traceparent, priority)
-    VALUES (%(id)s, %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, %(document_id)s, %(lane)s,
-            %(batch_id)s, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]), %(budget_usd)s,
-            %(deadline_at)s, CASE WHEN %(admitted)s THEN now() END, %(callback_url)s,
-            %(idempotency_key)s, %(request_hash)s, %(traceparent)s, %(priority)s)
+                              current_step, steps_done, steps_total, budget_usd, deadline_at,
+                              admitted_at, callback_url, idempotency_key, request_hash,
+                              traceparent, priority)
+    SELECT %(id)s, %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, %(document_id)s, %(lane)s,
+           %(batch_id)s, (%(steps)s::text[])[1 + known.steps_done], known.steps_done,
+           cardinality(%(steps)s::text[]), %(budget_usd)s, %(deadline_at)s,
+           CASE WHEN %(admitted)s THEN now() END, %(callback_url)s, %(idempotency_key)s,
+           %(request_hash)s, %(traceparent)s, %(priority)s
+    FROM known
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-    RETURNING id, request_hash
+    RETURNING id, request_hash, current_step, steps_done
 ), new_steps AS (
-    INSERT INTO pipeline_step_result (run_id, step, step_index)
-    SELECT new_run.id, s.step, s.ordinality - 1
-    FROM new_run, unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
+    INSERT INTO pipeline_step_result (run_id, step, step_index, status, output,
+                                      input_tokens, output_tokens, cost_usd, prompt_version,
+                                      started_at, finished_at, input_hash)
+    SELECT new_run.id, s.step, s.ordinality - 1, coalesce(done.status, 'pending'), done.output,
+           done.tokens, done.tokens, done.tokens, done.prompt_version, done.at, done.at,
+           done.input_hash
+    FROM new_run CROSS JOIN unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
+    LEFT JOIN LATERAL (
+        -- The same row record_step_result would leave (input_hash as claim_step hashes it),
+        -- but for its attempt: 0, no worker claimed it.
+        SELECT 'done' AS status, i.output, 0 AS tokens,
+               %(inline_step)s::text AS prompt_version, now() AS at,
+               encode(sha256(convert_to(concat_ws(E'\n', %(pipeline_hash)s::text, s.step,
+                                                  i.content_sha256, '{}'), 'UTF8')),
+                      'hex') AS input_hash
+        FROM inline i
+        WHERE s.ordinality = 1 AND i.output IS NOT NULL
+    ) done ON true
 )
-SELECT id, request_hash, true AS created FROM new_run
+SELECT id, request_hash, true AS created, current_step, steps_done FROM new_run
 UNION ALL
-SELECT id, request_hash, false AS created
+SELECT id, request_hash, false AS created, current_step, steps_done
 FROM pipeline_run
 WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s
   AND NOT EXISTS (SELECT 1 FROM new_run);
@@ -201,27 +222,38 @@ FROM target
 RETURNING id;
 
 -- name: claim_step
--- Lease a run's current step: pending, or running under a lease that expired (dead worker);
--- with what the step reads: the document text and the outputs of the steps done before it.
--- Only once the run is admitted and the step is due (not_before: a retry's wait, start_at),
--- so that a duplicated or forged message cannot jump admission or a wait.
+-- Lease a run's current step: pending, or running under a lease that was lost (its worker's
+-- session is gone, or it expired); tied to the claimer's session (`session`: its lock key,
+-- NULL for the TTL alone); with what the step reads: the document text and the outputs of
+-- the steps done before it. Only once the run is admitted and the step is due (not_before:
+-- a retry's wait, start_at), so that a duplicated or forged message cannot jump admission
+-- or a wait.
 WITH claimed AS (
     UPDATE pipeline_step_result s
     SET status = 'running', attempt = s.attempt + 1, lease_owner = %(owner)s,
         lease_expires_at = now() + make_interval(secs => %(lease_s)s),
-        started_at = now(), not_before = NULL
+        lease_session = %(session)s, started_at = now(), not_before = NULL
     FROM pipeline_run r
     WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND r.id = s.run_id
       AND r.status IN ('queued', 'running') AND r.current_step = s.step
       AND (r.deadline_at IS NULL OR r.deadline_at > now())
       AND r.admitted_at IS NOT NULL
       AND (s.not_before IS NULL OR s.not_before <= now())
-      AND (s.status = 'pending' OR (s.status = 'running' AND s.lease_expires_at < now()))
+      AND CASE s.status WHEN 'pending' THEN true
+                        WHEN 'running' THEN lease_lost(s.lease_expires_at, s.lease_session,
+                                                       %(lease_s)s)
+                        ELSE false END
     RETURNING s.run_id, s.step, s.attempt, s.generation
 ), started AS (
     UPDATE pipeline_run r SET status = 'running', updated_at = now()
     FROM claimed
     WHERE r.id = claimed.run_id AND r.status = 'queued'
+), delivered AS (
+    -- Its message reached a worker: the outbox row needs no sweep (see lock_due_outbox).
+    UPDATE outbox o SET published_at = now()
+    FROM claimed
+    WHERE o.run_id = claimed.run_id AND o.step = claimed.step AND o.topic = 'step'
+      AND o.published_at IS NULL
 )
 SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline,
        r.pipeline_hash, r.document_id, r.lane, r.batch_id::text, d.content AS document,
@@ -256,7 +288,8 @@ LEFT JOIN LATERAL (
 
 -- name: step_state
 -- Why a step could not be claimed: its own state and its run's.
-SELECT s.status, s.lease_expires_at > now() AS lease_live, r.status AS run_status,
+SELECT s.status, NOT lease_lost(s.lease_expires_at, s.lease_session, %(lease_s)s) AS lease_live,
+       r.status AS run_status,
        coalesce(r.deadline_at <= now(), false) AS past_deadline,
        r.admitted_at IS NOT NULL AS admitted, coalesce(r.current_step = s.step, false) AS current,
        greatest(0, coalesce(extract(epoch FROM s.not_before - now()), 0))::float AS due_in_s
@@ -264,9 +297,10 @@ FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
 WHERE s.run_id = %(run_id)s AND s.step = %(step)s;
 
 -- name: renew_lease
--- Extend the lease of a step this worker still holds, while its run goes on.
+-- Extend the lease of a step this worker still holds, while its run goes on, under the key
+-- of the session the worker holds now (a new one after its lease connection was replaced).
 UPDATE pipeline_step_result s
-SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
+SET lease_expires_at = now() + make_interval(secs => %(lease_s)s), lease_session = %(session)s
 FROM pipeline_run r
 WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
   AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status IN ('queued', 'running')
@@ -288,6 +322,8 @@ RETURNING s.attempt;
 -- name: record_step_result
 -- Save a step's output with its tokens and cost, move the run on to its next step and put
 -- that step's message in the outbox (as enqueue_step does): one statement, so one commit.
+-- The message comes back whole, for the worker to publish without another round trip
+-- (its row is marked delivered by the claim of the step: claim_step).
 -- After its last step the run is 'done'. When %(review)s holds reasons (a rule asked for a
 -- person), the run pauses in 'needs_review' at this step instead, with no message sent.
 -- %(decision_id)s: the output is an approval reused from an earlier run.
@@ -338,9 +374,10 @@ WITH calls AS (
     INSERT INTO outbox (topic, run_id, step, queue, traceparent, available_at)
     SELECT 'step', a.id, n.step, %(queues)s::jsonb ->> a.lane, a.traceparent, now()
     FROM advanced a JOIN next_step n ON n.run_id = a.id
-    RETURNING id
+    RETURNING id, topic, run_id::text, step, queue, traceparent
 )
-SELECT a.status AS run_status, array(SELECT id FROM message ORDER BY id) AS outbox_ids
+SELECT a.status AS run_status,
+       coalesce((SELECT jsonb_agg(to_jsonb(m) ORDER BY m.id) FROM message m), '[]') AS messages
 FROM advanced a;
 
 -- name: fail_run
@@ -477,12 +514,13 @@ WHERE r.id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s;
 -- name: run_steps
 -- Every step of these runs in pipeline order, with what it cost and where its calls went
 -- (model and routing reason, counted over the step's current generation); the outputs
--- when asked for.
+-- when asked for, or of the runs whose status is one of `output_statuses`.
 SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version,
        s.input_tokens, s.output_tokens, s.cost_usd, s.error, s.started_at, s.finished_at,
        CASE WHEN s.review_reused THEN 'reused'
             WHEN s.review_decision_id IS NOT NULL THEN 'approved' END AS reviewed,
-       CASE WHEN %(with_output)s THEN s.output END AS output,
+       CASE WHEN %(with_output)s OR r.status = ANY(%(output_statuses)s::text[])
+            THEN s.output END AS output,
        coalesce((SELECT jsonb_agg(jsonb_build_object('model', c.model, 'reason', c.reason,
                                                      'calls', c.calls)
                                   ORDER BY c.first_id)
@@ -493,23 +531,21 @@ SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.pro
                          AND generation = s.generation AND route_reason IS NOT NULL
                        GROUP BY model, route_reason) c), '[]'::jsonb) AS model_choices
 FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
-WHERE s.run_id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s
+-- Both sides by id: the runs are found by their primary key, never by the tenant's index
+-- (a hash of every run of the tenant, per poll, when the statistics lag a large batch).
+WHERE s.run_id = ANY(%(run_ids)s::uuid[]) AND r.id = ANY(%(run_ids)s::uuid[])
+  AND r.tenant_id = %(tenant_id)s
 ORDER BY s.run_id, s.step_index;
 
--- name: check_and_start_call
--- Before a call: its memoised answer if any, whether the run still runs and the step is
--- still leased to this worker, the run's priority and the spending of the run, its batch
--- and (when it has a budget) the step against budgets; when all allow the call (its
--- estimated cost included), its llm_call_log row (for the step's first candidate model) is
--- written in the same statement, still before the request is sent.
+-- name: check_and_start_calls
+-- Before a round of a step's calls (one or several sent together): each call's memoised
+-- answer if any, whether the run still runs and the step is still leased to this worker,
+-- the run's priority and the spending of the run, its batch and (when it has a budget) the
+-- step against budgets; for each call that all allow (its estimated cost included), its
+-- llm_call_log row (for the step's first candidate model) is written in the same statement,
+-- still before any request is sent. One row per call, in the order given.
 WITH checked AS (
-    SELECT (SELECT response
-            FROM llm_call_log
-            WHERE run_id = r.id AND step = %(step)s AND generation = %(generation)s
-              AND call_key = %(call_key)s AND status = 'ok'
-            ORDER BY id DESC
-            LIMIT 1) AS memo,
-           (SELECT lease_owner FROM pipeline_step_result
+    SELECT (SELECT lease_owner FROM pipeline_step_result
             WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
            r.id AS run_id, r.status, r.priority, r.cost_usd, r.budget_usd,
            b.cost_usd AS batch_cost_usd, b.budget_usd AS batch_budget_usd,
@@ -521,26 +557,44 @@ WITH checked AS (
     FROM pipeline_run r
     LEFT JOIN batch b ON b.id = r.batch_id
     WHERE r.id = %(run_id)s
+), wanted AS (
+    SELECT w.*,
+           (SELECT response
+            FROM llm_call_log
+            WHERE run_id = %(run_id)s AND step = %(step)s AND generation = %(generation)s
+              AND call_key = w.call_key AND status = 'ok'
+            ORDER BY id DESC
+            LIMIT 1) AS memo
+    FROM ROWS FROM (jsonb_to_recordset(%(calls)s::jsonb)
+                    AS (call_key text, model text, provider text, route_reason text,
+                        output_mode text, max_tokens integer, temperature numeric, seed bigint,
+                        estimated_cost_usd numeric)) WITH ORDINALITY
+         AS w (call_key, model, provider, route_reason, output_mode, max_tokens, temperature,
+               seed, estimated_cost_usd, n)
 ), started AS (
     INSERT INTO llm_call_log (run_id, step, generation, call_key, step_attempt, tenant_id,
                               model, prompt_version, provider, route_reason, output_mode,
                               max_tokens, temperature, seed)
-    SELECT run_id, %(step)s, %(generation)s, %(call_key)s, %(step_attempt)s, %(tenant_id)s,
-           %(model)s, %(prompt_version)s, %(provider)s, %(route_reason)s, %(output_mode)s,
-           %(max_tokens)s, %(temperature)s, %(seed)s
-    FROM checked
-    WHERE memo IS NULL AND status IN ('queued', 'running')
-      AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s)
-      AND (budget_usd IS NULL OR cost_usd + %(estimated_cost_usd)s <= budget_usd)
-      AND (batch_budget_usd IS NULL
-           OR batch_cost_usd + %(estimated_cost_usd)s <= batch_budget_usd)
-      AND (step_cost_usd IS NULL
-           OR step_cost_usd + %(estimated_cost_usd)s <= %(step_budget_usd)s)
-    RETURNING id
+    SELECT k.run_id, %(step)s, %(generation)s, w.call_key, %(step_attempt)s, %(tenant_id)s,
+           w.model, %(prompt_version)s, w.provider, w.route_reason, w.output_mode,
+           w.max_tokens, w.temperature, w.seed
+    FROM wanted w CROSS JOIN checked k
+    WHERE w.memo IS NULL AND k.status IN ('queued', 'running')
+      AND (%(owner)s::text IS NULL OR k.lease_owner = %(owner)s)
+      AND (k.budget_usd IS NULL OR k.cost_usd + w.estimated_cost_usd <= k.budget_usd)
+      AND (k.batch_budget_usd IS NULL
+           OR k.batch_cost_usd + w.estimated_cost_usd <= k.batch_budget_usd)
+      AND (k.step_cost_usd IS NULL
+           OR k.step_cost_usd + w.estimated_cost_usd <= %(step_budget_usd)s)
+    ORDER BY w.n
+    RETURNING id, call_key
 )
-SELECT memo, lease_owner, status, priority, cost_usd, budget_usd, batch_cost_usd,
-       batch_budget_usd, step_cost_usd, (SELECT id FROM started) AS call_id
-FROM checked;
+SELECT w.memo, k.lease_owner, k.status, k.priority, k.cost_usd, k.budget_usd,
+       k.batch_cost_usd, k.batch_budget_usd, k.step_cost_usd, s.id AS call_id
+FROM wanted w
+CROSS JOIN checked k
+LEFT JOIN started s ON s.call_key = w.call_key
+ORDER BY w.n;
 
 -- name: start_call
 -- Log a provider call before it is sent.
@@ -560,29 +614,37 @@ SET model = %(model)s, provider = %(provider)s, route_reason = %(route_reason)s,
     seed = %(seed)s
 WHERE id = %(id)s AND status = 'sent';
 
--- name: finish_call
--- Complete a call's log row and add its cost to the run and to the run's batch.
-WITH call AS (
-    UPDATE llm_call_log
-    SET status = %(status)s, http_status = %(http_status)s, error_kind = %(error_kind)s,
-        error = %(error)s, input_tokens = %(input_tokens)s, output_tokens = %(output_tokens)s,
-        cost_usd = %(cost_usd)s, latency_ms = %(latency_ms)s, response = %(response)s,
-        route_reason = coalesce(%(route_reason)s, route_reason),
-        finish_reason = %(finish_reason)s, usage_estimated = %(usage_estimated)s,
+-- name: finish_calls
+-- Complete calls' log rows (each once; those whose answers arrived together in one
+-- statement) and add their cost to their runs and to the runs' batches.
+WITH finished AS (
+    SELECT *
+    FROM jsonb_to_recordset(%(finished)s::jsonb)
+         AS f (id bigint, status text, http_status integer, error_kind text, error text,
+               input_tokens integer, output_tokens integer, cost_usd numeric, latency_ms integer,
+               response jsonb, route_reason text, finish_reason text, usage_estimated boolean)
+), call AS (
+    UPDATE llm_call_log c
+    SET status = f.status, http_status = f.http_status, error_kind = f.error_kind,
+        error = f.error, input_tokens = f.input_tokens, output_tokens = f.output_tokens,
+        cost_usd = f.cost_usd, latency_ms = f.latency_ms, response = f.response,
+        route_reason = coalesce(f.route_reason, c.route_reason),
+        finish_reason = f.finish_reason, usage_estimated = f.usage_estimated,
         finished_at = now()
-    WHERE id = %(id)s AND status = 'sent'
-    RETURNING run_id, cost_usd
+    FROM finished f
+    WHERE c.id = f.id AND c.status = 'sent'
+    RETURNING c.run_id, c.cost_usd
 ), run AS (
     UPDATE pipeline_run r
-    SET cost_usd = r.cost_usd + call.cost_usd, updated_at = now()
-    FROM call
-    WHERE r.id = call.run_id
-    RETURNING r.batch_id, call.cost_usd
+    SET cost_usd = r.cost_usd + spent.cost_usd, updated_at = now()
+    FROM (SELECT run_id, sum(cost_usd) AS cost_usd FROM call GROUP BY run_id) spent
+    WHERE r.id = spent.run_id
+    RETURNING r.batch_id, spent.cost_usd
 )
 UPDATE batch b
-SET cost_usd = b.cost_usd + run.cost_usd
-FROM run
-WHERE b.id = run.batch_id AND run.cost_usd > 0;
+SET cost_usd = b.cost_usd + spent.cost_usd
+FROM (SELECT batch_id, sum(cost_usd) AS cost_usd FROM run GROUP BY batch_id) spent
+WHERE b.id = spent.batch_id AND spent.cost_usd > 0;
 
 -- name: take_outbox_ids
 -- Unpublished outbox rows among the given ids that are due, locked for this publisher (rows
@@ -612,10 +674,16 @@ WITH taken AS (
 SELECT id, topic, run_id::text, step, queue, traceparent, payload FROM published ORDER BY id;
 
 -- name: lock_due_outbox
--- Rows whose publish was lost or whose parked delay is over, oldest first.
+-- Rows whose publish was lost or whose parked delay is over, oldest first. A step's message
+-- published right after its commit is marked delivered only by its claim (claim_step): it is
+-- lost only once it is older than every message still waiting in its queue (queues are
+-- FIFO: `cutoffs`, queue -> instant, from the reaper's look at Redis), or it would be sent
+-- twice while it waits.
 SELECT id, topic, run_id::text, step, queue, traceparent, payload
 FROM outbox
 WHERE published_at IS NULL AND available_at <= now() - make_interval(secs => %(grace_s)s)
+  AND (topic <> 'step' OR available_at > created_at
+       OR created_at < coalesce((%(cutoffs)s::jsonb ->> queue)::timestamptz, '-infinity'))
 ORDER BY available_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
@@ -639,18 +707,29 @@ FROM published p
 WHERE p.topic = 'step' AND s.run_id = p.run_id AND s.step = p.step AND s.status = 'pending';
 
 -- name: start_periodic_job
--- Start a periodic job unless it already started less than min_gap_s ago (another beat).
-INSERT INTO periodic_job (name, last_started_at, runs)
-VALUES (%(name)s, now(), 1)
-ON CONFLICT (name) DO UPDATE
-SET last_started_at = now(), runs = periodic_job.runs + 1
-WHERE periodic_job.last_started_at <= now() - make_interval(secs => %(min_gap_s)s)
-RETURNING runs;
+-- Take a periodic job's session lock (none while another run of it goes on) and, holding it,
+-- start the job unless it already started less than min_gap_s ago (another beat): one round
+-- trip. `held`: the lock is this session's now (release it with finish_periodic_job).
+WITH lock AS (
+    SELECT pg_try_advisory_lock(%(lock_key)s) AS held
+), started AS (
+    INSERT INTO periodic_job (name, last_started_at, runs)
+    SELECT %(name)s, now(), 1 FROM lock WHERE held
+    ON CONFLICT (name) DO UPDATE
+    SET last_started_at = now(), runs = periodic_job.runs + 1
+    WHERE periodic_job.last_started_at <= now() - make_interval(secs => %(min_gap_s)s)
+    RETURNING runs
+)
+SELECT held, (SELECT runs FROM started) AS runs FROM lock;
 
 -- name: finish_periodic_job
--- Record when and with what result a periodic job ended.
-UPDATE periodic_job SET last_finished_at = now(), last_result = %(result)s
-WHERE name = %(name)s;
+-- Record when and with what result a periodic job ended (none: it failed), and release its
+-- session lock.
+WITH finished AS (
+    UPDATE periodic_job SET last_finished_at = now(), last_result = %(result)s
+    WHERE name = %(name)s AND %(result)s::jsonb IS NOT NULL
+)
+SELECT pg_advisory_unlock(%(lock_key)s) AS released;
 
 -- name: metrics_runs_by_status
 -- Runs per status and lane, for the runs-by-status gauge (served by beat only).
@@ -683,14 +762,17 @@ SELECT name, extract(epoch FROM last_finished_at)::float AS last_finished
 FROM periodic_job
 WHERE last_finished_at IS NOT NULL;
 
--- name: reap_expired_leases
--- Hand steps whose worker stopped renewing its lease back to the queue, through the outbox.
+-- name: reap_lost_leases
+-- Hand steps whose worker is gone (its session ended) or stopped renewing its lease (cut
+-- off: the lease expired) back to the queue, through the outbox.
 WITH reaped AS (
     UPDATE pipeline_step_result s
     SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, enqueued_at = now(),
-        error = 'lease expired: worker lost'
+        error = CASE WHEN s.lease_expires_at < now() THEN 'lease expired: worker lost'
+                     ELSE 'lease lost: the worker''s session ended' END
     FROM pipeline_run r
-    WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
+    WHERE s.status = 'running' AND lease_lost(s.lease_expires_at, s.lease_session, %(lease_s)s)
+      AND r.id = s.run_id
       AND r.status IN ('queued', 'running') AND r.current_step = s.step
       -- Leases ran out while PostgreSQL itself was down: live workers get one lease period
       -- to renew before their steps are handed on (or both would pay for the same calls).
@@ -737,11 +819,12 @@ WITH expired AS (
 SELECT id FROM expired;
 
 -- name: abandon_orphaned_steps
--- Release steps still marked running under an expired lease although their run has ended.
+-- Release steps still marked running under a lost lease although their run has ended.
 UPDATE pipeline_step_result s
 SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_at = now()
 FROM pipeline_run r
-WHERE s.status = 'running' AND s.lease_expires_at < now() AND r.id = s.run_id
+WHERE s.status = 'running' AND lease_lost(s.lease_expires_at, s.lease_session, %(lease_s)s)
+  AND r.id = s.run_id
   AND r.status NOT IN ('queued', 'running');
 
 -- name: create_batch
@@ -786,24 +869,46 @@ WHERE NOT EXISTS (SELECT 1 FROM document d WHERE d.tenant_id = %(tenant_id)s AND
 LIMIT 10;
 
 -- name: create_batch_runs
--- One waiting run (and its pending steps) per document of a new batch.
-WITH new_runs AS (
+-- One waiting run (and its pending steps) per document of a new batch; as in create_run,
+-- with %(inline_step)s a document's known text has its extract_text step done here.
+WITH docs AS (
+    SELECT gen_random_uuid() AS run_id, d.document_id, d.ordinality,
+           CASE WHEN %(inline_step)s::text IS NOT NULL AND cardinality(%(steps)s::text[]) > 1
+                THEN known_text_summary(k) END AS output,
+           k.content_sha256
+    FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
+    LEFT JOIN document k ON k.tenant_id = %(tenant_id)s AND k.id = d.document_id
+), new_runs AS (
     INSERT INTO pipeline_run (id, tenant_id, pipeline, pipeline_hash, document_id, lane, batch_id,
-                              current_step, steps_total, budget_usd, deadline_at,
+                              current_step, steps_done, steps_total, budget_usd, deadline_at,
                               idempotency_key, request_hash, traceparent, priority)
-    SELECT gen_random_uuid(), %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, d.document_id,
-           'batch',
-           %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
+    SELECT d.run_id, %(tenant_id)s, %(pipeline)s, %(pipeline_hash)s, d.document_id, 'batch',
+           %(batch_id)s::uuid, (%(steps)s::text[])[1 + (d.output IS NOT NULL)::integer],
+           (d.output IS NOT NULL)::integer, cardinality(%(steps)s::text[]),
            %(run_budget_usd)s, %(deadline_at)s,
            -- batch_results reads the document's place in the request back from this key.
            'batch:' || %(batch_id)s::text || ':' || d.ordinality,
            d.document_id, %(traceparent)s, %(priority)s
-    FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
+    FROM docs d
     RETURNING id
 )
-INSERT INTO pipeline_step_result (run_id, step, step_index)
-SELECT new_runs.id, s.step, s.ordinality - 1
-FROM new_runs, unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality);
+INSERT INTO pipeline_step_result (run_id, step, step_index, status, output,
+                                  input_tokens, output_tokens, cost_usd, prompt_version,
+                                  started_at, finished_at, input_hash)
+SELECT r.id, s.step, s.ordinality - 1, coalesce(done.status, 'pending'), done.output,
+       done.tokens, done.tokens, done.tokens, done.prompt_version, done.at, done.at,
+       done.input_hash
+FROM new_runs r
+JOIN docs d ON d.run_id = r.id
+CROSS JOIN unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, ordinality)
+LEFT JOIN LATERAL (
+    SELECT 'done' AS status, d.output, 0 AS tokens,
+           %(inline_step)s::text AS prompt_version, now() AS at,
+           encode(sha256(convert_to(concat_ws(E'\n', %(pipeline_hash)s::text, s.step,
+                                              d.content_sha256, '{}'), 'UTF8')),
+                  'hex') AS input_hash
+    WHERE s.ordinality = 1 AND d.output IS NOT NULL
+) done ON true;
 
 -- name: batch_progress
 -- A batch's runs per status, steps, spending and pace, in one request: one pass over the
@@ -920,7 +1025,7 @@ RETURNING id;
 -- Admit waiting batch runs up to the window of runs in flight, fairly: the next slot goes
 -- to the tenant (then the batch) served least so far (least attained service), so a
 -- client's 10 documents are not queued behind another's 500. Each admitted run's first
--- step goes into the outbox in the same statement.
+-- step goes into the outbox in the same statement, and comes back whole to be published.
 WITH free AS (
     SELECT greatest(0, %(window)s - count(*)) AS slots FROM pipeline_run
     WHERE lane = 'batch' AND admitted_at IS NOT NULL AND status IN ('queued', 'running')
@@ -978,7 +1083,7 @@ WITH free AS (
 )
 INSERT INTO outbox (topic, run_id, step, queue, traceparent)
 SELECT 'step', id, current_step, %(queues)s::jsonb ->> 'batch', traceparent FROM admitted
-RETURNING id;
+RETURNING id, topic, run_id::text, step, queue, traceparent;
 
 -- name: queue_run_webhooks
 -- Queue the webhook of runs that carry a callback URL and ended, or paused for a person:

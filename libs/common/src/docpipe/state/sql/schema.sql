@@ -192,6 +192,7 @@ CREATE TABLE pipeline_step_result (
     review_decision_id bigint,                           -- the approval this output comes from
     review_reused    boolean       NOT NULL DEFAULT false, -- ... made for an earlier run
     model_override   text,                               -- a retry's model for this step
+    lease_session    integer,                            -- key of the owner's session lock
     PRIMARY KEY (run_id, step)
 );
 CREATE INDEX pipeline_step_result_lease_idx ON pipeline_step_result (lease_expires_at)
@@ -224,6 +225,49 @@ CREATE TABLE review_decision (
 );
 CREATE INDEX review_decision_reuse_idx ON review_decision (tenant_id, pipeline_hash, step, input_hash)
     WHERE action = 'approve';
+
+-- Leases tied to the worker's PostgreSQL session (docpipe.state.leases): each worker process
+-- holds a session advisory lock (class 1685021552, key from lease_session_key) on a
+-- connection of its own, and the steps it claims carry the key (lease_session).
+CREATE SEQUENCE lease_session_key AS integer CYCLE;
+
+-- Whether a step's lease is lost: it expired, or the session that holds its key is gone.
+-- A session counts as gone only once PostgreSQL has been up for a lease period: a restart
+-- ends every session, not every worker, and live workers get that long to take a new key.
+CREATE FUNCTION lease_lost(expires_at timestamptz, session integer, lease_s double precision)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT expires_at < now()
+        OR (session IS NOT NULL
+            AND pg_postmaster_start_time() < now() - make_interval(secs => lease_s)
+            AND NOT EXISTS (
+                SELECT FROM pg_locks l
+                WHERE l.locktype = 'advisory' AND l.classid = 1685021552
+                  AND l.objid = session::oid AND l.objsubid = 2 AND l.granted
+                  AND l.database = (SELECT oid FROM pg_database
+                                    WHERE datname = current_database())))
+$$;
+
+-- A document whose text is known when its run is created (a text document, or a file
+-- extracted for an earlier run) has its extract_text step done by create_run and
+-- create_batch_runs: it costs no message, claim or publish. This is that step's output, the
+-- same docpipe.worker.text_extraction gives for such a document (NULL while a file's text
+-- is not yet extracted).
+CREATE FUNCTION known_text_summary(d document) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN d.format = 'text' OR d.extracted_at IS NOT NULL THEN
+        jsonb_build_object('format', d.format,
+                           'pages', cardinality(coalesce(d.page_starts, '{0}')),
+                           'ocr_pages', coalesce(d.ocr_pages, 0),
+                           'characters', char_length(d.content), 'ocr_confidence', NULL,
+                           'warnings', coalesce(d.extraction_warnings, '[]'::jsonb),
+                           'rotated_pages',
+                           (SELECT coalesce(jsonb_agg(jsonb_build_object('page', p.page + 1,
+                                                                         'degrees', p.rotation)
+                                                      ORDER BY p.page), '[]'::jsonb)
+                            FROM document_page p
+                            WHERE p.tenant_id = d.tenant_id AND p.document_id = d.id
+                              AND p.rotation <> 0))
+    END
+$$;
 
 -- One row per provider call attempt, written before the call is sent and completed after.
 -- A row with status 'ok' is also the memo that keeps a retried step from paying twice.

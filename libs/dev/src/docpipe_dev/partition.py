@@ -1,6 +1,6 @@
-"""A server in a network namespace of its own, reached over a veth pair, and a partition that
-drops its packets, so that connections to it hang the way they do when a node or a network
-path disappears: no reset, no ICMP error, just silence.
+"""A process in a network namespace of its own, reached over a veth pair, and a partition
+that drops its packets, so that its connections hang the way they do when a node or a
+network path disappears: no reset, no ICMP error, just silence.
 
 The partition is an iptables DROP of everything in and out *inside* the namespace, so the
 machine's own firewall is never touched. (tc netem would do the same; this kernel has no
@@ -10,6 +10,10 @@ sch_netem, and a namespaced DROP needs nothing more than iproute2 and iptables.)
         server = ns.start("redis", ["redis-server", "--bind", ns.address, ...], log_dir)
         ns.drop()   # every packet to or from the namespace vanishes
         ns.heal()
+
+A client inside the namespace (a worker) reaches servers of the host that listen on loopback
+through a :class:`TcpForwarder` on the host's end of the veth: the servers keep seeing a
+connection that is alive, as a server does when its client's node is lost.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import contextlib
 import os
 import random
 import shutil
+import socket
 import subprocess
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -28,7 +34,7 @@ from docpipe_dev.localstack import LocalPostgres
 from docpipe_dev.localstack.postgres import postgres_bindir
 from docpipe_dev.processes import ManagedProcess
 
-__all__ = ["NetworkNamespace", "postgres_in"]
+__all__ = ["NetworkNamespace", "TcpForwarder", "postgres_in"]
 
 
 def _ip(*args: str) -> None:
@@ -80,9 +86,11 @@ class NetworkNamespace:
         """``argv`` run inside the namespace (``ip netns exec`` execs it: same pid)."""
         return ["ip", "netns", "exec", self.name, *argv]
 
-    def start(self, name: str, argv: Sequence[str], log_path: Path) -> ManagedProcess:
+    def start(
+        self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> ManagedProcess:
         """Start a process inside the namespace; it is stopped when the namespace goes."""
-        process = ManagedProcess(name, self.argv(argv), log_path).start()
+        process = ManagedProcess(name, self.argv(argv), log_path, env=env or {}).start()
         self._processes.append(process)
         return process
 
@@ -128,3 +136,63 @@ def postgres_in(ns: NetworkNamespace, data_dir: Path, port: int = 5432) -> str:
     log_path = data_dir / "postgres-ns.log"
     ns.start("postgres", [*as_postgres, *argv], log_path)
     return f"postgresql://postgres@{ns.address}:{port}/postgres"
+
+
+class TcpForwarder:
+    """Accepts connections on ``host:port`` (a free port) and relays each to
+    ``127.0.0.1:target_port``, until closed. Each connection is relayed by two threads: a few
+    dozen connections of a worker or two, not a load balancer."""
+
+    def __init__(self, host: str, target_port: int) -> None:
+        self._target_port = target_port
+        self._listener = socket.create_server((host, 0))
+        self.host, self.port = host, int(self._listener.getsockname()[1])
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name=f"forward-{self.port}", daemon=True).start()
+
+    def __enter__(self) -> TcpForwarder:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self._target_port), timeout=10)
+            except OSError:
+                return  # closed
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy ``source`` to ``sink`` until either end closes; then close both, as a peer's FIN
+    or reset would reach the other side."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    for sock in (source, sink):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()

@@ -1,0 +1,35 @@
+"""Periodic jobs run at most once per interval, never two at once, in two round trips."""
+
+from __future__ import annotations
+
+import pytest
+
+from docpipe.state.db import Database
+from docpipe.state.periodic import run_once_per_interval
+from tests.factories import scalar
+
+
+def test_a_job_runs_once_per_interval_and_records_its_result(db: Database) -> None:
+    ran: list[int] = []
+
+    def job() -> dict[str, int]:
+        ran.append(1)
+        return {"n": len(ran)}
+
+    assert run_once_per_interval(db, "tick", 60, job) == {"n": 1}
+    assert run_once_per_interval(db, "tick", 60, job) is None, "a second beat's tick"
+    assert ran == [1]
+    assert scalar(db, "SELECT runs FROM periodic_job WHERE name = 'tick'") == 1
+    assert scalar(db, "SELECT last_result FROM periodic_job WHERE name = 'tick'") == {"n": 1}
+
+
+def test_a_job_still_running_is_not_started_again_and_a_failure_frees_it(db: Database) -> None:
+    def nested() -> dict[str, int]:
+        # The same job from another session while this one holds its lock: refused.
+        assert run_once_per_interval(db, "long", 0, lambda: {"again": 1}) is None
+        raise RuntimeError("the job failed")
+
+    with pytest.raises(RuntimeError):
+        run_once_per_interval(db, "long", 0, nested)
+    # The failed run released its lock: the next tick runs.
+    assert run_once_per_interval(db, "long", 0, lambda: {"ok": 1}) == {"ok": 1}
