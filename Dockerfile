@@ -60,6 +60,10 @@ ENV PATH=/opt/docpipe/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001
 WORKDIR /tmp
+# scripts/build-images passes the library's version (libs/common/pyproject.toml), which every
+# image inherits from here; the chart's appVersion is the same (tests/unit/test_version.py).
+ARG VERSION=unknown
+LABEL org.opencontainers.image.version="${VERSION}"
 
 FROM runtime AS api
 COPY --from=api-venv /opt/docpipe /opt/docpipe

@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 WORKFLOWS := $(wildcard .github/workflows/*.yml .github/workflows/*.yaml)
 WORKFLOW_LINT := $(BIN)/jactionlint --no-online --shellcheck= --pyflakes=
 
-.PHONY: schemathesis e2e-llm run test lint fmt deps venv clean constraints images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
+.PHONY: schemathesis e2e-llm run test lint docs fmt deps venv clean constraints screenshots images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
 
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
@@ -29,12 +29,19 @@ schemathesis: deps venv ## schemathesis over the whole OpenAPI: every check and 
 chaos: deps venv ## the chaos suite alone: crashes and outages during batches, then a table
 	$(BIN)/python -m pytest tests/chaos -ra $(PYTEST_ARGS)
 
-lint: venv ## ruff, mypy (strict on the library), the import-linter contracts and jactionlint on the GitHub workflows
+lint: venv ## ruff, mypy (strict on the library), the import-linter contracts, jactionlint on the GitHub workflows, the docs site built strictly
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy libs/common/src libs/dev/src services/api/src services/fake-llm/src
 	$(BIN)/lint-imports
 	$(WORKFLOW_LINT) $(WORKFLOWS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .local/site
+
+docs: venv ## serve the docs site at http://127.0.0.1:8800/en/latest/, rebuilt on every change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8800
+
+screenshots: deps venv ## the README's picture of the review page (docs/review-page.png), from a real local stack
+	$(BIN)/python -m docpipe_dev.screenshots docs/review-page.png
 
 fmt: venv
 	$(BIN)/ruff format .

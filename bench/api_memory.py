@@ -1,6 +1,8 @@
-"""The API's memory against big batch bodies: peak RSS of the uvicorn process per body size.
+"""The API's memory against big bodies, files and batches: peak RSS of the uvicorn process.
 
-Bodies of inline texts are streamed to POST /batches (docpipe_dev.big_requests); after each
+Files first: a PDF at its limit (DOCPIPE_MAX_PDF_BYTES, 50 MB) uploaded to
+PUT /documents/{id}, declared and chunked, one over the limit, and two at once; read and
+stored in chunks, a file should cost a few MiB whatever its size. Then bodies of inline texts are streamed to POST /batches (docpipe_dev.big_requests); after each
 the process' peak RSS (VmHWM, reset before the request) is read. Texts over the per-document
 limit measure reading and parsing a body (413 naming the document, nothing stored); texts
 under it measure a stored batch; bodies over DOCPIPE_MAX_BATCH_BYTES are refused while
@@ -24,11 +26,14 @@ from docpipe_dev.big_requests import (
     Answer,
     batch_body_chunks,
     batch_body_length,
+    file_chunks,
     peak_rss_bytes,
     post_in_chunks,
     reset_peak_rss,
     rss_bytes,
 )
+from docpipe_dev.sample_files import contract_pdf_with_photos
+from docpipe_dev.samples import sample_contracts
 
 MB = 1_000_000
 MIB = 1024 * 1024
@@ -54,6 +59,8 @@ def main() -> None:
 
         post(1, 1000)  # warm up: imports, pools and caches a first batch fills
         at_rest = rss_bytes(api.pid)
+        # Files first, while the process holds no memory a big batch left behind.
+        rows += _file_uploads(url, headers, api.pid, settings.max_pdf_bytes)
         cases = [(n, over, True, "oversized texts") for n in (1, 4, 8, 16)]
         cases += [(cap // over, over, True, "oversized texts, at the cap")]
         cases += [(cap // under - 1, under, True, "texts under the limit: stored")]
@@ -82,7 +89,8 @@ def main() -> None:
     lines = [
         f"API process at rest: {at_rest / MIB:.0f} MiB RSS; DOCPIPE_MAX_BATCH_BYTES={cap}, "
         f"DOCPIPE_MAX_DOCUMENT_BYTES={per_document}, DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT="
-        f"{settings.max_batch_bodies_in_flight}; the chart's limit: {CHART_LIMIT_MIB}Mi.",
+        f"{settings.max_batch_bodies_in_flight}, DOCPIPE_MAX_PDF_BYTES={settings.max_pdf_bytes}; "
+        f"the chart's limit: {CHART_LIMIT_MIB}Mi.",
         "",
         "| body | MB | status | peak RSS MiB | growth MiB | growth / bytes held |",
         "|---|---:|---|---:|---:|---:|",
@@ -90,9 +98,42 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['case']} | {r['body_mb']:.1f} | {r['status']} | "
                      f"{r['peak_mib']:.0f} | {r['growth_mib']:.0f} | {r['factor']:.2f} |")  # fmt: skip
-    report = "# API memory against big batch bodies\n\n" + "\n".join(lines)
+    report = "# API memory against big bodies: batches and files\n\n" + "\n".join(lines)
     print(report)
     write_report("api-memory", report, {"at_rest_mib": at_rest / MIB, "rows": rows})
+
+
+def _file_uploads(url: str, headers: dict[str, str], pid: int, limit: int) -> list[dict[str, Any]]:
+    """PDFs at the limit to PUT /documents/{id}: one declared, one chunked, two at once;
+    one over the limit. Each is a new document (a file stored again is a no-op)."""
+    texts = [c.text for c in sample_contracts(4)]
+    files = [contract_pdf_with_photos(t, limit, seed=i) for i, t in enumerate(texts)]
+    over = contract_pdf_with_photos(texts[0], limit * 6 // 5, seed=9)
+    names = iter(f"big-{i}" for i in range(10))
+
+    def put(data: bytes, *, declared: bool = True) -> Answer:
+        return post_in_chunks(url, f"/documents/{next(names)}", file_chunks(data),
+                              headers=headers, method="PUT", content_type="application/pdf",
+                              content_length=len(data) if declared else None,
+                              timeout_s=300)  # fmt: skip
+
+    rows = []
+    for what, data, declared in (("a PDF at the limit: stored", files[0], True),
+                                 ("a PDF at the limit, chunked: stored", files[1], False),
+                                 ("a PDF over the limit, Content-Length", over, True),
+                                 ("a PDF over the limit, chunked", over, False)):  # fmt: skip
+        reset_peak_rss(pid)
+        before = rss_bytes(pid)
+        answer = put(data, declared=declared)
+        rows.append(_row(what, len(data), 1, answer.status, peak_rss_bytes(pid), before))
+    reset_peak_rss(pid)
+    before = rss_bytes(pid)
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(put, files[2:]))
+    statuses = "/".join(str(a.status) for a in answers)
+    rows.append(_row("2 PDFs at the limit at once: stored", len(files[2]), 2, statuses,
+                     peak_rss_bytes(pid), before))  # fmt: skip
+    return rows
 
 
 def _row(case: str, body: int, held: int, status: object, peak: int, before: int) -> dict[str, Any]:
@@ -106,8 +147,13 @@ def _row(case: str, body: int, held: int, status: object, peak: int, before: int
         "peak_mib": peak / MIB,
         "growth_mib": growth / MIB,
         # Bytes of memory per byte of body held: for a refused body, per byte received.
-        "factor": growth / (held * min(body, Settings().max_batch_bytes)),
+        "factor": growth / (held * min(body, _cap_of(case))),
     }
+
+
+def _cap_of(case: str) -> int:
+    settings = Settings()
+    return settings.max_pdf_bytes if "PDF" in case else settings.max_batch_bytes
 
 
 if __name__ == "__main__":

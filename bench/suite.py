@@ -120,6 +120,13 @@ def _crash(f: Figures) -> list[tuple[str, str]]:
     ]
 
 
+def _peak(figures: dict[str, Any], case: str, *, files: bool) -> float:
+    """The highest peak RSS of api-memory's rows whose case names ``case``, among its file
+    uploads (``files``) or its batch bodies."""
+    return max(r["peak_mib"] for r in figures["rows"]
+               if case in r["case"] and ("PDF" in r["case"]) == files)  # fmt: skip
+
+
 BENCHMARKS = [
     Benchmark(
         "throughput",
@@ -249,9 +256,30 @@ BENCHMARKS = [
         lambda f: [
             (
                 "API peak RSS: batch over the body cap (chunked) / two stored at the cap",
-                f"{max(r['peak_mib'] for r in f['rows'] if 'chunked' in r['case']):.0f} / "
-                f"{max(r['peak_mib'] for r in f['rows'] if 'at once' in r['case']):.0f} MiB",
+                f"{_peak(f, 'chunked', files=False):.0f} / "
+                f"{_peak(f, 'at once', files=False):.0f} MiB",
+            ),
+            (
+                "API peak RSS: a PDF at the 50 MB limit stored / two at once",
+                f"{_peak(f, 'limit: stored', files=True):.0f} / "
+                f"{_peak(f, 'at once', files=True):.0f} MiB",
+            ),
+        ],
+    ),
+    Benchmark(
+        "results-export",
+        "bench.results_export",
+        ("--runs", "10000"),
+        ("--runs", "1000", "--templates", "6", "--rounds", "1"),
+        lambda f: [
+            (
+                f"results export of {f['runs']:,} runs, {r['format']}: runs/s, MB/s, API peak RSS",
+                f"{r['runs_per_s']:,.0f} runs/s, {r['mb_per_s']:.1f} MB/s, "
+                f"{r['peak_rss_mib']:.0f} MiB ({r.get('runs_per_api_cpu_s') or 0:,.0f} runs "
+                "per API CPU second)",
             )
+            for r in f["rows"]
+            if r["runs"] == f["runs"]
         ],
     ),
     Benchmark(

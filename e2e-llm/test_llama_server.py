@@ -50,7 +50,8 @@ def post(server: LlamaServer, body: dict[str, Any]) -> httpx.Response:
 
 
 def test_where_the_real_server_differs_from_the_fake(llama_server: LlamaServer) -> None:
-    """The rows of the README's table "llama.cpp's server and the fake provider"."""
+    """The rows of the table of docs/guides/providers.md: where llama.cpp's server and the
+    fake provider differ."""
     openai_style = {"type": "json_schema",
                     "json_schema": {"name": "s", "strict": True, "schema": SCHEMA}}  # fmt: skip
     refused = post(llama_server, {"model": "any", "messages": MESSAGES,

@@ -22,11 +22,13 @@ pytest_plugins = ["tests.processes"]
 TABLES = (
     "periodic_job",
     "outbox",
+    "review_decision",
     "llm_call_log",
     "pipeline_step_result",
     "pipeline_run",
     "batch",
     "document_page",
+    "document_original_chunk",
     "document",
     "api_key",
     "webhook_secret",

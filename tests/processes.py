@@ -87,34 +87,59 @@ def stack_env(
 ProcessFactory = Callable[..., ManagedProcess]
 
 
-@pytest.fixture
-def start_process(tmp_path: Path, stack_env: dict[str, str]) -> Iterator[ProcessFactory]:
-    """Start docpipe processes for this test; all are stopped (and their logs kept in
-    tmp_path) when it ends."""
-    started: list[ManagedProcess] = []
+class ProcessGroup:
+    """docpipe processes started together (for a test, or a module's shared stack), their
+    logs in ``log_dir``; ``stop_all`` stops them in reverse order."""
 
-    def start(name: str, argv: list[str], ready: str | None, **env: str) -> ManagedProcess:
+    def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
+        self.log_dir, self.env = log_dir, env
+        self.started: list[ManagedProcess] = []
+
+    def start(self, name: str, argv: list[str], ready: str | None, **env: str) -> ManagedProcess:
         proc = ManagedProcess(
-            name, argv, tmp_path / f"{name}-{len(started)}.log", env={**stack_env, **env}
+            name, argv, self.log_dir / f"{name}-{len(self.started)}.log", env={**self.env, **env}
         ).start()
-        started.append(proc)
+        self.started.append(proc)
         if ready:
             proc.wait_for_log(ready, timeout_s=60)
         return proc
 
-    yield start
-    for proc in reversed(started):
-        proc.stop(timeout_s=20)
+    def start_api(self, **env: str) -> str:
+        """The API as a real uvicorn process; returns its URL."""
+        port = free_port()
+        self.start("api", api_argv(host="127.0.0.1", port=port),
+                   "Application startup complete", **env)  # fmt: skip
+        return f"http://127.0.0.1:{port}"
+
+    def start_worker(
+        self, lane: str = "interactive", concurrency: int = 2, **env: str
+    ) -> ManagedProcess:
+        return self.start(f"worker-{lane}", worker_argv(lane, concurrency=concurrency),
+                          r"\bready\.", **env)  # fmt: skip
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.started):
+            proc.stop(timeout_s=20)
+        self.started.clear()
 
 
 @pytest.fixture
-def start_worker(start_process: ProcessFactory) -> Callable[..., ManagedProcess]:
-    def start(lane: str = "interactive", concurrency: int = 2, **env: str) -> ManagedProcess:
-        return start_process(
-            f"worker-{lane}", worker_argv(lane, concurrency=concurrency), r"\bready\.", **env
-        )
+def process_group(tmp_path: Path, stack_env: dict[str, str]) -> Iterator[ProcessGroup]:
+    """docpipe processes for this test; all are stopped (and their logs kept in tmp_path)
+    when it ends."""
+    group = ProcessGroup(tmp_path, stack_env)
+    yield group
+    group.stop_all()
 
-    return start
+
+@pytest.fixture
+def start_process(process_group: ProcessGroup) -> ProcessFactory:
+    return process_group.start
+
+
+@pytest.fixture
+def start_worker(process_group: ProcessGroup) -> Callable[..., ManagedProcess]:
+    return process_group.start_worker
 
 
 @pytest.fixture
@@ -184,13 +209,6 @@ def make_api_client(
 
 
 @pytest.fixture
-def start_api(start_process: ProcessFactory) -> Callable[..., str]:
+def start_api(process_group: ProcessGroup) -> Callable[..., str]:
     """Start the API as a real uvicorn process; returns its URL."""
-
-    def start(**env: str) -> str:
-        port = free_port()
-        argv = api_argv(host="127.0.0.1", port=port)
-        start_process("api", argv, "Application startup complete", **env)
-        return f"http://127.0.0.1:{port}"
-
-    return start
+    return process_group.start_api

@@ -3,13 +3,17 @@ document describes in words that a JSON Schema cannot state, generated as it say
 
 - PDF and DOCX bodies are real files (small sample contracts): arbitrary bytes under those
   media types are what a 415 is for, not a request the document allows.
+- JSON lines (a batch's results export) are read as the array of their lines, which is how
+  the document describes them.
 - ``start_at`` lies within DOCPIPE_MAX_START_DELAY_S of now (a bound relative to the clock,
   which a schema cannot write): one further ahead is moved to an hour from now.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import schemathesis
 from hypothesis import strategies as st
@@ -28,6 +32,11 @@ schemathesis.openapi.media_type(DOCX, st.sampled_from([contract_docx(t) for t in
 @schemathesis.serializer(PDF, DOCX)
 def _file_bytes(ctx: schemathesis.SerializationContext, value: bytes) -> bytes:
     return value
+
+
+@schemathesis.deserializer("application/x-ndjson")
+def _json_lines(ctx: schemathesis.DeserializationContext, response: Any) -> list[Any]:
+    return [json.loads(line) for line in response.content.splitlines()]
 
 
 @schemathesis.hook

@@ -283,3 +283,40 @@ def test_redis_at_maxmemory_for_20_s_refuses_writes_and_loses_nothing(chaos: Cha
     chaos.wait_for_all_runs()
     assert_clean(chaos, "Redis at maxmemory for 20 s (noeviction)")
     assert "command not allowed when used memory > 'maxmemory'" in worker_logs(chaos)
+
+
+@pytest.mark.timeout(_SCENARIO_TIMEOUT_S)
+def test_reviews_decided_while_workers_are_sigkilled(chaos: ChaosStack) -> None:
+    # Made-up quotes for some section calls: those runs pause for a person after
+    # extract_fields; a reviewer approves each as it appears, while workers are killed.
+    provider = chaos.stack.env["DOCPIPE_LLM_BASE_URL"].removesuffix("/v1")
+    fault = {"kind": "invented_quote", "count": 40, "step": "extract_fields"}
+    httpx.post(f"{provider}/control/faults", json=fault, timeout=10).raise_for_status()
+    chaos.submit_batch(40)
+    rng = random.Random(11)
+    decided: set[str] = set()
+
+    def settled() -> bool:
+        waiting = chaos.scalar("SELECT count(*) FROM pipeline_run WHERE status IN "
+                               "('queued', 'running', 'needs_review')")  # fmt: skip
+        return waiting == 0
+
+    deadline = time.monotonic() + 240
+    while not settled() and time.monotonic() < deadline:
+        for review in chaos.client.reviews(limit="200")["reviews"]:
+            chaos.client.decide(review["run_id"],
+                                {"revision": review["revision"], "action": "approve"})  # fmt: skip
+            decided.add(review["run_id"])
+            if chaos.faults < 6:  # a decision, then a kill: its next step meets the crash
+                name = rng.choice(["worker-batch", "worker-interactive"])
+                chaos.stack.process(name).wait_for_log(r"\bready\.", timeout_s=60)
+                chaos.stack.replace(name, kill=True)
+                chaos.faults += 1
+        time.sleep(0.5)
+    assert_clean(chaos, "reviews decided while workers are SIGKILLed")
+    assert decided and chaos.faults > 0, "runs paused for review, and workers were killed"
+    once = chaos.sql("SELECT run_id::text, count(*) AS n FROM review_decision GROUP BY run_id")
+    assert {r["run_id"] for r in once} == decided and all(r["n"] == 1 for r in once)
+    reviewed = chaos.scalar("SELECT count(*) FROM pipeline_step_result WHERE step = "
+                            "'extract_fields' AND review_decision_id IS NOT NULL")  # fmt: skip
+    assert reviewed == len(decided)

@@ -1,7 +1,7 @@
 """The GitHub workflows are checked here, where they cannot run: jactionlint (actionlint's
 checks) finds nothing in them, every `make` target and file they name exists, the kind job
-runs the node image the README and the Makefile name, and every action is pinned to a commit
-or an exact release."""
+runs the node image the deploying guide and the Makefile name, and every action is pinned
+to a commit or an exact release."""
 
 from __future__ import annotations
 
@@ -97,14 +97,14 @@ def test_every_file_a_workflow_names_exists(path: Path) -> None:
     assert [f for f in files if not (REPO / f).is_file()] == []
 
 
-def test_the_kind_node_image_is_the_one_the_readme_and_the_makefile_name() -> None:
+def test_the_kind_node_image_is_the_one_the_docs_and_the_makefile_name() -> None:
     workflow = load(KIND_WORKFLOW)
     image, _, digest = workflow["env"]["KIND_NODE_IMAGE"].partition("@")
     assert digest == "" or re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
     assert re.findall(r"^KIND_NODE_IMAGE \?= (\S+)$", makefile, flags=re.MULTILINE) == [image]
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert set(re.findall(r"kindest/node:v[\d.]+", readme)) == {image}
+    guide = (REPO / "docs/guides/deploying.md").read_text(encoding="utf-8")
+    assert set(re.findall(r"kindest/node:v[\d.]+", guide)) == {image}
     # The chart tests validate against the schemas of the Kubernetes the cluster runs.
     assert image.removeprefix("kindest/node:v").startswith(f"{KUBE_VERSION}.")
     (kind,) = [s for s in steps(workflow) if s.get("uses", "").startswith("helm/kind-action@")]

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,11 @@ import redis
 from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
+import docpipe
 from docpipe.broker.transport import CeleryPublisher
 from docpipe.broker.transport import app as celery_app
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.pipelines.review import Reason
 from docpipe.settings import get_settings
 from docpipe.state import admission, runs
 from docpipe.state.db import Database
@@ -420,12 +422,12 @@ def test_a_batch_lane_run_whose_admission_fails_is_stored_and_left_to_beat(
 RUN_FIELDS = {
     "run_id", "pipeline", "document_id", "lane", "priority", "batch_id", "status", "current_step",
     "steps_done", "steps_total", "cost_so_far_usd", "error", "created_at", "finished_at",
-    "steps", "webhook", "result", "values",
+    "steps", "webhook", "result", "values", "review", "decisions",
 }  # fmt: skip
 STEP_FIELDS = {
     "step", "status", "attempt", "model", "model_choices", "prompt_version", "input_tokens",
     "output_tokens",
-    "cost_usd", "error", "started_at", "finished_at",
+    "cost_usd", "error", "started_at", "finished_at", "reviewed",
 }  # fmt: skip
 
 
@@ -459,17 +461,17 @@ def record_steps(
     outputs: dict[str, Any],
     steps: tuple[str, ...],
     *,
-    review_reason: str | None = None,
+    review: Sequence[Reason] = (),
 ) -> None:
     """Claim and record ``steps`` in order with their ``outputs``, as a worker would; the
-    last one ends the run (in review, with ``review_reason``)."""
+    last one ends the run (or pauses it for review, for ``review``'s reasons)."""
     for step, nxt in zip(steps, (*steps[1:], None), strict=True):
         claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
         assert claim is not None
         runs.record_step_result(
             db, claim, owner="w", output=outputs[step], model="gpt-4o-mini",
             prompt_version=f"{step}@v1", next_step=nxt,
-            review_reason=None if nxt else review_reason,
+            review=() if nxt else review,
         )  # fmt: skip
 
 
@@ -503,14 +505,15 @@ def test_a_run_in_review_shows_its_values_with_their_evidence(
     }
     extract_text(db, run_id)
     record_steps(
-        db, run_id, outputs, (STEP1, STEP2, STEP3), review_reason="unsupported_evidence: 1"
+        db, run_id, outputs, (STEP1, STEP2, STEP3), review=[Reason("unsupported_evidence", "1")]
     )
     body = client.get(f"/runs/{run_id}").json()
     assert (body["status"], body["error"]) == ("needs_review", "unsupported_evidence: 1")
     assert body["result"] is None
-    assert body["values"] == [found, invented]
+    assert body["values"] == [{**v, "path": None, "corrected": False} for v in (found, invented)]
+    assert body["review"]["step"] == STEP3
     schema = client.get("/openapi.json").json()["components"]["schemas"]["EvidencedValue"]
-    assert set(schema["properties"]) == set(found)
+    assert set(schema["properties"]) == {*found, "path", "corrected"}
     assert "not found in the document" in schema["properties"]["supported"]["description"]
 
 
@@ -667,7 +670,7 @@ def test_the_event_stream_reports_progress_until_the_run_ends(
 
 
 def test_health_and_readiness(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/healthz").json() == {"status": "ok", "version": docpipe.__version__}
     ready = client.get("/readyz")
     assert ready.status_code == 200
     # Redis is not asked: see test_outages.py for readiness while it is down.
@@ -696,9 +699,14 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("post", "/runs/{run_id}/cancel"): {"200", "404", "409"},
         ("post", "/runs/{run_id}/retry"): {"202", "404", "409", "422"},
         ("get", "/runs/{run_id}/events"): {"200", "404"},
+        ("post", "/runs/{run_id}/review"): {"200", "404", "409", "413", "415", "422"},
+        ("get", "/reviews"): {"200", "422"},
+        ("get", "/reviews/{run_id}"): {"200", "404", "409", "422"},
+        ("get", "/documents/{document_id}/text"): {"200", "404", "409", "422"},
         ("post", "/batches"): {"202", "403", "404", "409", "413", "415", "422"},
         ("get", "/batches/{batch_id}"): {"200", "404"},
         ("get", "/batches/{batch_id}/runs"): {"200", "404", "422"},
+        ("get", "/batches/{batch_id}/results"): {"200", "404", "409", "422", "503"},
         ("post", "/batches/{batch_id}/cancel"): {"200", "404", "409"},
         ("get", "/pipelines"): {"200"},
         ("get", "/pipelines/{key}"): {"200", "404"},

@@ -166,7 +166,7 @@ def test_schemathesis_with_every_check_and_phase_finds_nothing(
     summary = done.stdout[done.stdout.find("SUMMARY") :]
     print(summary)  # make schemathesis shows it
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    assert "Tested: 20" in summary and "failure" not in summary, summary
+    assert "Tested: 25" in summary and "failure" not in summary, summary
     assert "✅ Stateful" in summary, summary
 
 

@@ -6,20 +6,27 @@ what it can see at upload."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from docpipe.settings import Settings
+from docpipe.state import documents
 from docpipe.state.db import Database
+from docpipe.state.documents import ORIGINAL_CHUNK_BYTES
 from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.sample_files import contract_pdf_with_photos
 from docpipe_dev.samples import sample_contracts
 from tests import document_files as files
+from tests import word_files
 from tests.factories import scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "word"
 ENDED = ("done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded")
 CONTRACT = sample_contracts(3)[2]
 # OCR may misread a character of a name or a number; the other formats are exact. At most
@@ -139,14 +146,40 @@ def test_a_worker_killed_during_ocr_redoes_only_the_page_in_flight(
     assert sorted(attempts) == [1] * (pages - in_flight) + [2] * in_flight
 
 
-BAD_FILES: dict[str, Callable[[], bytes]] = {
-    "encrypted": files.encrypted_pdf,
-    "corrupt": files.truncated_pdf,
-    "format_mismatch": files.pdf_header_on_text,
-    "too_many_pages": lambda: files.pdf_of_pages(["1. ONE\nText."] * 3),
-    "decompression_bomb": files.docx_hiding_a_bomb,
-    "empty_text": files.blank_pdf,
-}
+def test_a_50_mb_pdf_goes_through_upload_extraction_and_the_pipeline(
+    db: Database,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_api: Callable[..., str],
+    start_worker: Callable[..., ManagedProcess],
+    start_beat: Callable[..., ManagedProcess],
+) -> None:
+    api = start_api()
+    start_worker("interactive", concurrency=1)
+    start_beat()
+    big = contract_pdf_with_photos(CONTRACT.text, Settings().max_pdf_bytes)
+    assert len(big) > 49_000_000
+    stored = httpx.put(f"{api}/documents/big", content=big, timeout=120,
+                       headers={"Content-Type": "application/pdf"})  # fmt: skip
+    assert stored.status_code == 201, stored.text
+    assert (stored.json()["size_bytes"], stored.json()["format"]) == (len(big), "pdf")
+    status = final_status(api, start_run(api, "big"))
+    assert status["status"] == "done", status["error"]
+    assert status["result"]["extract_fields"]["fields"] == CONTRACT.expected
+    assert status["result"]["extract_text"]["ocr_pages"] == 0
+
+
+# (the kind it fails with, a name, the file): each is uploaded and run on a real worker.
+BAD_FILES: list[tuple[str, str, Callable[[], bytes]]] = [
+    ("encrypted", "encrypted", files.encrypted_pdf),
+    ("corrupt", "truncated", files.truncated_pdf),
+    ("format_mismatch", "pdf-header-on-text", files.pdf_header_on_text),
+    ("too_many_pages", "three-pages", lambda: files.pdf_of_pages(["1. ONE\nText."] * 3)),
+    ("decompression_bomb", "hidden-bomb", files.docx_hiding_a_bomb),
+    ("too_complex", "ten-thousand-text-boxes", word_files.many_text_boxes),
+    ("too_complex", "tables-a-thousand-deep", word_files.deeply_nested_tables),
+    ("empty_text", "blank", files.blank_pdf),
+]
 
 
 def test_every_bad_file_fails_with_its_own_kind_and_leaves_nothing_running(
@@ -162,14 +195,14 @@ def test_every_bad_file_fails_with_its_own_kind_and_leaves_nothing_running(
     start_beat(**env)
     worker = start_worker("interactive", concurrency=2, **env)
     runs = {}
-    for kind, make in BAD_FILES.items():
-        stored = upload(api, f"bad-{kind}", make(), "application/octet-stream")
-        assert stored.status_code == 201, (kind, stored.text)
-        runs[kind] = start_run(api, f"bad-{kind}")
-    for kind, run_id in runs.items():
+    for kind, name, make in BAD_FILES:
+        stored = upload(api, f"bad-{name}", make(), "application/octet-stream")
+        assert stored.status_code == 201, (name, stored.text)
+        runs[name] = (kind, start_run(api, f"bad-{name}"))
+    for name, (kind, run_id) in runs.items():
         status = final_status(api, run_id)
-        assert (status["status"], status["current_step"]) == ("failed", None), (kind, status)
-        assert status["error"].startswith(f"{kind}: "), (kind, status["error"])
+        assert (status["status"], status["current_step"]) == ("failed", None), (name, status)
+        assert status["error"].startswith(f"{kind}: "), (name, status["error"])
         assert status["steps"][0]["attempt"] == 1, "permanent: never tried again"
     assert worker.alive(), "no bad file crashes a worker"
     assert scalar(db, "SELECT count(*) FROM pipeline_step_result WHERE status = 'running'") == 0
@@ -203,16 +236,54 @@ def test_files_the_api_can_judge_at_upload_are_refused(
     assert scalar(db, "SELECT count(*) FROM document") == 0
 
 
-def test_a_file_over_the_size_limit_is_refused_with_413(
+def test_each_format_is_held_to_its_own_size_limit_with_413_naming_it(
     make_api_client: Callable[..., TestClient], db: Database
 ) -> None:
-    client = make_api_client(max_document_bytes=20_000)
+    client = make_api_client(max_document_bytes=100, max_pdf_bytes=30_000,
+                             max_docx_bytes=8_000)  # fmt: skip
+    pdf, scan = files.contract_as("pdf", CONTRACT.text), files.contract_as("scan", CONTRACT.text)
+    docx = (FIXTURES / "features.docx").read_bytes()
+    assert len(pdf) < 30_000 < len(scan) and len(docx) > 8_000
+    # A PDF or DOCX far over the text limit is stored: text's limit is not theirs.
+    small_docx = word_files.word_file(word_files.p("1. TERM"))
+    for name, data in (("pdf", pdf), ("small-docx", small_docx)):
+        assert client.put(f"/documents/{name}", content=data).status_code == 201, name
+    cases = [(scan, "30000 bytes for a PDF (DOCPIPE_MAX_PDF_BYTES)"),
+             (docx, "8000 bytes for a DOCX (DOCPIPE_MAX_DOCX_BYTES)"),
+             (b"x" * 101, "100 bytes for a text (DOCPIPE_MAX_DOCUMENT_BYTES)")]  # fmt: skip
+    for data, limit in cases:
+        # Declared: refused from Content-Length; chunked: as soon as the body passes it.
+        for body in (data, iter([data[i : i + 4096] for i in range(0, len(data), 4096)])):
+            refused = client.put("/documents/big", content=body,
+                                 headers={"Content-Type": "text/plain"})  # fmt: skip
+            assert refused.status_code == 413, limit
+            assert limit in refused.json()["detail"]
+    assert scalar(db, "SELECT count(*) FROM document") == 2
+    assert scalar(db, "SELECT count(*) FROM document WHERE id = 'big'") == 0
+
+
+def test_a_file_is_stored_in_chunks_and_read_back_whole(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    client = make_api_client()
     scan = files.contract_as("scan", CONTRACT.text)
-    assert len(scan) > 20_000
-    response = client.put("/documents/big", content=scan,
-                          headers={"Content-Type": "application/pdf"})  # fmt: skip
-    assert response.status_code == 413
-    assert scalar(db, "SELECT count(*) FROM document") == 0
+    # Past the chunk size, with an odd tail: the scan's bytes, then padding PDF readers skip.
+    data = scan + b"\n%" + bytes(range(256)) * (2 * ORIGINAL_CHUNK_BYTES // 256 + 7)
+    assert client.put("/documents/big-scan", content=data).status_code == 201
+    query = b"SELECT octet_length(data) AS n FROM document_original_chunk ORDER BY seq"
+    with db.session() as s:
+        sizes = [row["n"] for row in s.conn.execute(query)]
+    assert sizes[:-1] == [ORIGINAL_CHUNK_BYTES] * 2 and sum(sizes) == len(data)
+    source = documents.document_for_extraction(db, "default", "big-scan")
+    assert source.original == data
+    body = client.get("/documents/big-scan").json()
+    assert (body["size_bytes"], body["format"]) == (len(data), "pdf")
+    # A file stored before migration 0020 kept its bytes in document.original.
+    with db.transaction() as tx:
+        tx.conn.execute(b"INSERT INTO document (tenant_id, id, content, content_sha256, "
+                        b"size_bytes, format, original) VALUES ('default', 'old', '', 'x', "
+                        b"%s, 'pdf', %s)", (len(scan), scan))  # fmt: skip
+    assert documents.document_for_extraction(db, "default", "old").original == scan
 
 
 def test_the_same_file_again_is_a_no_op_and_other_bytes_a_conflict(

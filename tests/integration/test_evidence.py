@@ -62,7 +62,7 @@ def test_every_value_comes_with_offsets_that_point_at_its_quote(
     assert run["result"]["extract_fields"]["fields"] == CONTRACT.expected
 
 
-def test_an_invented_quote_is_flagged_and_the_run_goes_to_review(
+def test_an_invented_quote_is_flagged_and_the_run_pauses_for_review_after_its_step(
     db: Database,
     broker: object,
     fake_llm: FakeLLM,
@@ -78,7 +78,9 @@ def test_an_invented_quote_is_flagged_and_the_run_goes_to_review(
         f"unsupported_evidence: {len(CONTRACT.expected)} value(s) whose quote is not in the "
         "document (parties, "
     )
-    assert run["steps_done"] == run["steps_total"] == 4  # every step ran; nothing was dropped
+    # It pauses after the step that read the values; the summary waits for a person.
+    assert (run["steps_done"], run["steps_total"]) == (3, 4)
+    assert run["review"]["step"] == "extract_fields"
     values = run["values"]
     assert {v["field"]: v["value"] for v in values} == CONTRACT.expected
     for v in values:

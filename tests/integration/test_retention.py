@@ -182,6 +182,42 @@ def test_old_documents_go_once_no_run_uses_them(db: Database) -> None:
     assert prune(db)["document"] == 0
 
 
+def test_a_run_awaiting_review_is_kept_with_its_calls_and_document_however_old(
+    db: Database,
+) -> None:
+    """A pause for a person is not an end: the run, its steps, its calls, its earlier
+    decisions, its document and its batch stay until it is decided and then ages."""
+    batch_id = aged_batch(db, "done")
+    aged_document(db, "waits")
+    waiting = aged_run(db, "waits", status="needs_review", batch_id=batch_id)
+    execute(db, "UPDATE pipeline_run SET document_id = 'waits', review_step = 'extract_fields',"
+                " review_reason = 'rule', review_since = now() - interval '100 days'"
+                " WHERE id = %s", waiting)  # fmt: skip
+    execute(db, "INSERT INTO review_decision (run_id, tenant_id, step, revision, action,"
+                " reviewer_name, retry_from, pipeline_hash, decided_at) VALUES (%s, 'acme',"
+                " 'extract_fields', 0, 'retry', 'ann', 'extract_fields', 'h',"
+                " now() - interval '101 days')", waiting)  # fmt: skip
+    aged_document(db, "done")
+    done = aged_run(db, "done", batch_id=batch_id)
+    execute(db, "UPDATE pipeline_run SET document_id = 'done' WHERE id = %s", done)
+
+    deleted = prune(db)
+
+    assert runs_left(db) == {waiting}
+    assert (deleted["pipeline_run"], deleted["llm_call_log"], deleted["batch"]) == (1, 1, 0)
+    assert scalar(db, "SELECT count(*) FROM llm_call_log WHERE run_id = %s", waiting) == 1
+    assert scalar(db, "SELECT count(*) FROM pipeline_step_result WHERE run_id = %s", waiting) == 4
+    assert scalar(db, "SELECT count(*) FROM review_decision WHERE run_id = %s", waiting) == 1
+    assert "waits" in documents_left(db) and "done" not in documents_left(db)
+    assert scalar(db, "SELECT id::text FROM batch") == batch_id
+
+    # Decided (rejected) long ago, it is finished business like any other.
+    execute(db, "UPDATE pipeline_run SET status = 'failed', review_step = NULL,"
+                " review_reason = NULL, review_since = NULL WHERE id = %s", waiting)  # fmt: skip
+    assert prune(db)["pipeline_run"] == 1
+    assert runs_left(db) == set() and "waits" not in documents_left(db)
+
+
 def test_zero_days_keeps_everything(db: Database) -> None:
     aged_run(db, "ancient", days_ago=10_000)
     deleted = prune(db, retention_call_log_days=0, retention_outbox_days=0, retention_runs_days=0,

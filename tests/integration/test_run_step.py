@@ -109,7 +109,7 @@ def wait_is_over(db: Database) -> None:
         s.conn.execute(b"UPDATE pipeline_step_result SET not_before = now()")
 
 
-def test_a_value_with_an_invented_quote_is_kept_flagged_and_sends_the_run_to_review(
+def test_a_value_with_an_invented_quote_is_kept_flagged_and_pauses_the_run_after_its_step(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
 ) -> None:
     contract = CONTRACTS[0]
@@ -118,13 +118,18 @@ def test_a_value_with_an_invented_quote_is_kept_flagged_and_sends_the_run_to_rev
     executor = StepExecutor(db, llm, one_by_one, owner="test-worker")
     fake_llm.add_fault("invented_quote", count=1, step=STEP2)
     run = new_run(db, contract.text, extracted=True)
-    assert run_to_the_end(executor, run.run_id) == ["completed"] * 3
+    # It pauses after extract_fields: summarize waits for a person's decision.
+    assert run_to_the_end(executor, run.run_id) == ["completed", "completed", "stopped"]
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
     assert progress.status == "needs_review"
     assert progress.error == (
         "unsupported_evidence: 3 value(s) whose quote is not in the document "
         "(parties, contract_type, effective_date)"
     )
+    assert progress.review is not None
+    assert (progress.review["step"], progress.review["reason"]) == (STEP2, "rule")
+    assert [r["kind"] for r in progress.review["reasons"]] == ["unsupported_evidence"]
+    assert {s.step: s.status for s in progress.steps}["summarize"] == "pending"
     output = next(s.output for s in progress.steps if s.step == STEP2)
     assert output is not None and output["fields"] == contract.expected  # kept, not dropped
     flagged = {e["field"]: e for e in output["evidence"] if not e["supported"]}

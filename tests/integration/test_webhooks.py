@@ -16,6 +16,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from pydantic import SecretStr
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
@@ -30,12 +31,14 @@ from docpipe.state.webhook_secrets import rotate_secret
 from docpipe.statuses import DeliveryStatus
 from docpipe.worker.webhook_delivery import deliver_webhook
 from docpipe_dev.processes import ManagedProcess
+from docpipe_dev.samples import sample_contracts
 from tests.factories import new_run, scalar
 from tests.fakellm import FakeLLM
 from tests.processes import wait_until
 from tests.receivers import raw_receiver, recording_receiver, stub_resolver
 
 SECRETS_KEY = Fernet.generate_key().decode()
+CONTRACT = sample_contracts(1)[0]
 WEBHOOK_ENV = {
     "DOCPIPE_WEBHOOKS_ENABLED": "true",
     "DOCPIPE_SECRETS_KEY": SECRETS_KEY,
@@ -411,3 +414,44 @@ def test_a_tenant_has_at_most_its_share_of_attempts_in_flight_and_everyone_the_t
     in_flight = next(i for i in ids["acme"] if claims[i].attempt is not None)
     claim(in_flight)
     assert claims[in_flight].refusal == "in_flight"
+
+
+# --- reviews ---------------------------------------------------------------------------------
+
+
+def test_a_run_paused_for_review_sends_run_needs_review_then_run_ended_after_the_decision(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    fake_llm: FakeLLM,
+    start_worker: Callable[..., ManagedProcess],
+    start_beat: Callable[..., ManagedProcess],
+) -> None:
+    client = make_api_client(**API_WEBHOOKS, webhook_allowed_destinations="127.0.0.1/32")
+    secret = client.post("/webhook-secret").json()["secret"]
+    fake_llm.add_fault("invented_quote", count=100, step="extract_fields")
+    decisions = ("docpipe_review_decisions_total",
+                 {"pipeline": "document_extract:v1", "action": "approve"})  # fmt: skip
+    decided_before = REGISTRY.get_sample_value(*decisions) or 0.0
+    with recording_receiver() as (url, handler):
+        client.put("/documents/c1", content=CONTRACT.text.encode(),
+                   headers={"Content-Type": "text/plain"})  # fmt: skip
+        run_id = client.post("/documents/c1/extract", json={"callback_url": url}).json()["run_id"]
+        start_worker(**WEBHOOK_ENV, **LOCAL_RECEIVERS)
+        start_beat(**WEBHOOK_ENV, **LOCAL_RECEIVERS)
+        wait_until(lambda: len(handler.received) == 1, timeout_s=90)
+        paused = verify(secret, handler.received[0])
+        assert (paused["event"], paused["run_id"], paused["status"]) == (
+            "run.needs_review", run_id, "needs_review",
+        )  # fmt: skip
+        assert (paused["review"]["step"], paused["review"]["reason"]) == ("extract_fields", "rule")
+        assert paused["review"]["reasons"][0]["kind"] == "unsupported_evidence"
+        fake_llm.reset()
+        decision = {"revision": paused["review"]["revision"], "action": "approve"}
+        assert client.post(f"/runs/{run_id}/review", json=decision).status_code == 200
+        wait_until(lambda: len(handler.received) == 2, timeout_s=90)
+    ended = verify(secret, handler.received[1])
+    assert (ended["event"], ended["status"], ended["review"]) == ("run.ended", "done", None)
+    assert ended["steps_done"] == ended["steps_total"] == 4
+    ids = [r.headers["webhook-id"] for r in handler.received]
+    assert ids[0] != ids[1], "two events, two messages"
+    assert REGISTRY.get_sample_value(*decisions) == decided_before + 1, "the decision counted"

@@ -63,4 +63,5 @@ def test_the_alerts_the_issue_asks_for_exist() -> None:
         "DocpipeProvider429Spike",
         "DocpipeOutboxStuck",
         "DocpipeRunsNeedReview",
+        "DocpipeReviewWaitTooLong",
     } <= alert_names(RULES)

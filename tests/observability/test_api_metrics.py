@@ -29,6 +29,21 @@ def test_the_api_serves_metrics_on_its_metrics_port_only(
     assert not_found() == before + 1
 
 
+def test_the_web_pages_are_counted_by_their_own_route(
+    make_api_client: Callable[..., TestClient],
+) -> None:
+    port = free_port()
+    client = make_api_client(metrics_port=port, metrics_host="127.0.0.1")
+
+    def count(route: str) -> float:
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        return total(samples, "docpipe_http_request_duration_seconds_count", route=route)
+
+    pages, api = count("/ui/runs/{run_id}"), count("/runs/{run_id}")
+    assert client.get("/ui/runs/00000000-0000-0000-0000-000000000000").status_code == 404
+    assert (count("/ui/runs/{run_id}"), count("/runs/{run_id}")) == (pages + 1, api)
+
+
 def test_the_metrics_server_stops_with_the_api(make_api_client: Callable[..., TestClient]) -> None:
     port = free_port()
     client = make_api_client(metrics_port=port, metrics_host="127.0.0.1")

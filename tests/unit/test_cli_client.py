@@ -3,7 +3,11 @@ bounded waits; it retries 503 only for reads (a write may have been done)."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -81,3 +85,87 @@ def test_many_runs_are_read_a_hundred_ids_per_request() -> None:
     found = client.runs(ids)
     assert [len(chunk) for chunk in requested] == [100, 100, 50]
     assert len(found) == 247, "ids the API does not know are left out"
+
+
+# --- results downloads --------------------------------------------------------------------
+
+LINES = [f'{{"run_id": "r{i}", "custom_id": "d{i}"}}\n'.encode() for i in range(5)]
+CSV = [b"document_id,position,run_id,summary\r\n",
+       b'd0,0,r0,"two\nlines, and a ""quote"""\r\n', b"d1,1,r1,plain\r\n",
+       b'd2,2,r2,"a\r\nb"\r\n']  # fmt: skip
+
+
+class _Dropped(httpx.SyncByteStream):
+    """An answer whose connection drops after ``cut`` bytes."""
+
+    def __init__(self, body: bytes, cut: int) -> None:
+        self._body, self._cut = body, cut
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self._body[: self._cut]
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete body")
+
+
+def run_id_of(record: bytes) -> str:
+    if record.startswith(b"{"):
+        return str(json.loads(record)["run_id"])
+    return next(csv.reader(io.StringIO(record.decode(), newline="")))[2]
+
+
+def resuming(
+    body: list[bytes], cut: int, csv_header: bool = False
+) -> tuple[DocpipeClient, list[Any]]:
+    """A client whose first download drops after ``cut`` bytes; each later one answers the
+    records after the ``after`` it asks for (after the header, for a CSV)."""
+    header, records = (body[:1], body[1:]) if csv_header else ([], body)
+    asked: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(after := request.url.params.get("after"))
+        ids = [run_id_of(r) for r in records]
+        answer = b"".join(header + records[ids.index(after) + 1 if after else 0 :])
+        stream = _Dropped(answer, cut) if len(asked) == 1 else httpx.ByteStream(answer)
+        return httpx.Response(200, stream=stream)
+
+    client = DocpipeClient(
+        "http://api.test", transport=httpx.MockTransport(handler), sleep=lambda _: None
+    )
+    return client, asked
+
+
+@pytest.mark.parametrize("cut", [1, len(LINES[0]) + 5, len(LINES[0]) * 2, len(LINES[0]) * 4 + 1])
+def test_a_dropped_download_resumes_after_the_last_whole_line(cut: int) -> None:
+    client, asked = resuming(LINES, cut)
+    out = io.BytesIO()
+    assert client.save_batch_results("b1", out) == 5
+    assert out.getvalue() == b"".join(LINES)
+    whole = cut // len(LINES[0])
+    assert asked == [None, f"r{whole - 1}" if whole else None]
+
+
+@pytest.mark.parametrize("cut", [10, len(CSV[0]) + 8, len(CSV[0]) + len(CSV[1]) - 3,
+                                 len(CSV[0]) + len(CSV[1]) + 2])  # fmt: skip
+def test_a_dropped_csv_download_keeps_quoted_line_ends_and_one_header(cut: int) -> None:
+    client, asked = resuming(CSV, cut, csv_header=True)
+    out = io.BytesIO()
+    assert client.save_batch_results("b1", out, format="csv") == 3
+    assert out.getvalue() == b"".join(CSV)
+    assert len(asked) == 2
+
+
+def test_a_download_that_keeps_dropping_gives_up() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=_Dropped(LINES[0] + LINES[1], 3))
+
+    client = DocpipeClient("http://api.test", transport=httpx.MockTransport(handler),
+                           sleep=lambda _: None)  # fmt: skip
+    with pytest.raises(httpx.RemoteProtocolError):
+        client.save_batch_results("b1", io.BytesIO())
+
+
+def test_a_refused_download_is_an_api_error_and_writes_nothing() -> None:
+    client, _, _ = scripted([httpx.Response(404, json={"detail": "batch b1 does not exist"})])
+    out = io.BytesIO()
+    with pytest.raises(ApiError, match="batch b1 does not exist"):
+        client.save_batch_results("b1", out)
+    assert out.getvalue() == b""

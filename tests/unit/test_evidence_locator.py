@@ -2,9 +2,11 @@
 
 import re
 
+import jsonschema
 import pytest
 
 from docpipe.pipelines.evidence import (
+    EVIDENCE_SCHEMA,
     MAX_QUOTE_CHARS,
     evidence_for,
     evidence_records,
@@ -165,6 +167,31 @@ def test_unsupported_values_are_read_from_every_step_that_records_evidence() -> 
     }
     assert [r["field"] for r in evidence_records(outputs)] == ["term_months", "cap"]
     assert unsupported_values(outputs) == ["cap"]
+
+
+RECORD = {
+    "field": "term_months", "value": 24, "quote": "twenty-four (24) months", "start": 5,
+    "end": 28, "page": 1, "section": "1", "section_title": "TERM", "supported": True,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{}, {"start": None, "end": None, "page": None, "section": None, "supported": False},
+     {"section_title": None}, {"start": 5.0}, {"extra": "kept"}, {"value": None},
+     {"start": -1}, {"page": 0}, {"start": True}, {"end": "28"}, {"start": 5.5},
+     {"quote": "q" * (MAX_QUOTE_CHARS + 1)}, {"field": 3}, {"supported": "yes"},
+     {"section": 1}, {"section_title": 2}, {"supported": None}],
+)  # fmt: skip
+def test_the_records_kept_are_exactly_those_the_evidence_schema_allows(
+    change: dict[str, object],
+) -> None:
+    record = RECORD | change
+    expected = jsonschema.Draft202012Validator(EVIDENCE_SCHEMA).is_valid(record)
+    assert bool(evidence_records({"s": {"evidence": [record]}})) == expected
+    for name in EVIDENCE_SCHEMA["required"]:
+        missing = {k: v for k, v in record.items() if k != name}
+        assert evidence_records({"s": {"evidence": [missing]}}) == []
 
 
 def test_a_spaced_dash_and_a_hyphen_copied_without_its_line_break_are_found() -> None:

@@ -149,19 +149,18 @@ def _evidence_step(name: str = "read") -> Step:
     return Step(name=name, execute=lambda ctx: {"evidence": []}, output_schema=schema)
 
 
-def test_document_extract_sends_runs_with_unsupported_evidence_to_review() -> None:
+def test_document_extract_pauses_after_the_step_whose_evidence_is_unsupported() -> None:
     def record(field: str, supported: bool) -> dict[str, object]:
         return {"field": field, "value": 1, "quote": "q", "start": None, "end": None,
                 "page": None, "section": None, "supported": supported}  # fmt: skip
 
     assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence",)
-    supported = {"extract_fields": {"evidence": [record("term_months", True)]}}
-    assert DOCUMENT_EXTRACT.review_reasons(supported) == []
-    invented = {"extract_fields": {"evidence": [record("term_months", True),
-                                                record("liability_cap", False)]}}  # fmt: skip
-    assert DOCUMENT_EXTRACT.review_reasons(invented) == [
-        "unsupported_evidence: 1 value(s) whose quote is not in the document (liability_cap)"
-    ]
+    supported = {"evidence": [record("term_months", True)]}
+    assert DOCUMENT_EXTRACT.review_reasons("extract_fields", supported, sample_at=0.5) == []
+    invented = {"evidence": [record("term_months", True), record("liability_cap", False)]}
+    [reason] = DOCUMENT_EXTRACT.review_reasons("extract_fields", invented, sample_at=0.5)
+    assert reason.kind == "unsupported_evidence"
+    assert reason.message == ("1 value(s) whose quote is not in the document (liability_cap)")
 
 
 def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
@@ -173,4 +172,10 @@ def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
     ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("unsupported_evidence",))
     unruled = Pipeline("p", 1, (_evidence_step(),))
     assert ruled.definition_hash != unruled.definition_hash
-    assert unruled.review_reasons({"read": {"evidence": [{"supported": False}]}}) == []
+    unsupported = {"evidence": [{"field": "x", "value": 1, "quote": "q", "start": None,
+                                 "end": None, "page": None, "section": None,
+                                 "supported": False}]}  # fmt: skip
+    assert unruled.review_reasons("read", unsupported, sample_at=0.5) == []
+    assert [r.kind for r in ruled.review_reasons("read", unsupported, sample_at=0.5)] == [
+        "unsupported_evidence"
+    ]

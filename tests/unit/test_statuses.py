@@ -14,9 +14,11 @@ from docpipe.statuses import (
     ENDED_RUN_STATUSES,
     BatchStatus,
     CallStatus,
+    DecisionAction,
     DeliveryStatus,
     Lane,
     Priority,
+    ReviewReason,
     RunStatus,
     StepStatus,
 )
@@ -45,6 +47,8 @@ def check_constraint(table: str, column: str) -> set[str]:
         (DeliveryStatus, "webhook_delivery", "status"),
         (Priority, "pipeline_run", "priority"),
         (OutputMode, "llm_call_log", "output_mode"),
+        (ReviewReason, "pipeline_run", "review_reason"),
+        (DecisionAction, "review_decision", "action"),
     ],
 )
 def test_an_enum_allows_what_its_check_constraint_allows(

@@ -103,7 +103,7 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- range $i, $inner := initial $chain }}
 {{- $outer := index $chain (add1 $i) }}
 {{- if not (lt (float64 (index $inner 1)) (float64 (index $outer 1))) }}
-{{- fail (printf "incoherent time limits: %s=%v must be below %s=%v (rule: llm timeout < task soft limit < task hard limit < broker visibility timeout; see the README, \"The time-limit rule\")" (index $inner 0) (index $inner 1) (index $outer 0) (index $outer 1)) }}
+{{- fail (printf "incoherent time limits: %s=%v must be below %s=%v (rule: llm timeout < task soft limit < task hard limit < broker visibility timeout; see docs/reference/settings.md, \"The time-limit rule\")" (index $inner 0) (index $inner 1) (index $outer 0) (index $outer 1)) }}
 {{- end }}
 {{- end }}
 {{- if not (lt (addf .soft $c.llmTimeoutSeconds) (float64 .hard)) }}
@@ -192,6 +192,7 @@ docxMaxExpansionRatio: DOCPIPE_DOCX_MAX_EXPANSION_RATIO
 defaultRunBudgetUsd: DOCPIPE_DEFAULT_RUN_BUDGET_USD
 eventStreamMaxSeconds: DOCPIPE_EVENT_STREAM_MAX_S
 eventStreamsPerKey: DOCPIPE_EVENT_STREAMS_PER_KEY
+uiSessionMaxAgeSeconds: DOCPIPE_UI_SESSION_MAX_AGE_S
 heartbeatIntervalSeconds: DOCPIPE_HEARTBEAT_INTERVAL_S
 leaseTtlSeconds: DOCPIPE_LEASE_TTL_S
 limiterDecreaseFactor: DOCPIPE_LIMITER_DECREASE_FACTOR
@@ -204,8 +205,12 @@ llmTimeoutSeconds: DOCPIPE_LLM_TIMEOUT_S
 maxBatchBodiesInFlight: DOCPIPE_MAX_BATCH_BODIES_IN_FLIGHT
 maxBatchBytes: DOCPIPE_MAX_BATCH_BYTES
 maxBatchDocuments: DOCPIPE_MAX_BATCH_DOCUMENTS
+maxResultExports: DOCPIPE_MAX_RESULT_EXPORTS
+reviewMaxWaitSeconds: DOCPIPE_REVIEW_MAX_WAIT_S
 maxDeadlineSeconds: DOCPIPE_MAX_DEADLINE_S
 maxDocumentBytes: DOCPIPE_MAX_DOCUMENT_BYTES
+maxPdfBytes: DOCPIPE_MAX_PDF_BYTES
+maxDocxBytes: DOCPIPE_MAX_DOCX_BYTES
 maxDocumentPages: DOCPIPE_MAX_DOCUMENT_PAGES
 maxPagePixels: DOCPIPE_MAX_PAGE_PIXELS
 maxFanoutCalls: DOCPIPE_MAX_FANOUT_CALLS

@@ -17,3 +17,9 @@ import-linter, see ``.importlinter``):
 The API (``docpipe_api``) uses the state machine, the broker, pipelines and observability;
 the development tooling (``docpipe_dev``) is a separate package that no image installs.
 """
+
+from importlib.metadata import version as _version
+
+# The one source of the version is libs/common/pyproject.toml; the CLI, /healthz, the
+# images' labels and the chart's appVersion name the same (tests/unit/test_version.py).
+__version__ = _version("docpipe")

@@ -17,6 +17,8 @@ boundary where they happen, so the executor decides on retries from the class al
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BudgetExceededError",
     "ConflictError",
@@ -94,7 +96,8 @@ class UnreadableDocumentError(DocpipeError):
     """A document's bytes cannot give text, and never will: the run fails at once.
 
     ``kind`` is one of docpipe.extraction.UNREADABLE_KINDS (``encrypted``, ``corrupt``,
-    ``format_mismatch``, ``too_many_pages``, ``decompression_bomb``, ``empty_text``).
+    ``format_mismatch``, ``too_many_pages``, ``decompression_bomb``, ``too_complex``,
+    ``empty_text``).
     """
 
     def __init__(self, message: str, *, kind: str) -> None:
@@ -121,9 +124,18 @@ class NotFoundError(DocpipeError):
     pass
 
 
-class ConflictError(DocpipeError):
+class _WithDetails(DocpipeError):
+    """``details``: what the caller needs to act on the error (JSON), shown beside its
+    one-line message (a stale review's current revision, an edit's per-field errors)."""
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}
+
+
+class ConflictError(_WithDetails):
     pass
 
 
-class InvalidRequestError(DocpipeError):
+class InvalidRequestError(_WithDetails):
     pass

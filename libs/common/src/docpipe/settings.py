@@ -55,216 +55,642 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="DOCPIPE_", extra="ignore", frozen=True)
 
-    database_url: str = "postgresql://postgres@127.0.0.1:5432/docpipe"
-    database_pool_size: int = Field(default=4, ge=1, le=100)
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    database_url: str = Field(
+        default="postgresql://postgres@127.0.0.1:5432/docpipe",
+        description="PostgreSQL (state, results)",
+    )
+    database_pool_size: int = Field(default=4, ge=1, le=100, description="connections per process")
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0", description="the broker (transport only)"
+    )
 
     # Providers as a list (see docpipe.provider_specs); when empty, one provider is made of
     # the one-provider settings below (llm_base_url ... provider_tpm).
-    providers: list[ProviderSpec] = Field(default_factory=list)
+    providers: list[ProviderSpec] = Field(
+        default_factory=list,
+        description=(
+            "providers as a JSON list ([Providers](../guides/providers.md)); replaces the "
+            "one-provider settings (`DOCPIPE_LLM_BASE_URL`, `DOCPIPE_MODEL_PRICES`, "
+            "`DOCPIPE_LLM_OUTPUT_MODE`, `DOCPIPE_PROVIDER_RPM`/`_BURST`/`_TPM`/`_MAX_CONCURRENCY`);"
+            " each key from `DOCPIPE_PROVIDER_<NAME>_API_KEY`"
+        ),
+    )
     # Every client gives up instead of hanging on a server that stops answering (a crashed
-    # node, packets dropped without a reset); see README "Outages and timeouts".
-    # PostgreSQL: connecting (libpq counts whole seconds, at least 2) ...
-    database_connect_timeout_s: int = Field(default=5, ge=2, le=600)
-    # ... data sent and not acknowledged, or a peer silent to keepalives, this long ...
-    database_socket_timeout_s: Seconds = 10.0
-    # ... one statement, and waiting for a lock inside it ...
-    database_statement_timeout_s: Seconds = 15.0
-    database_lock_timeout_s: Seconds = 5.0
-    # ... and waiting for a free connection of the process' pool.
-    database_pool_timeout_s: Seconds = 10.0
+    # node, packets dropped without a reset); see the docs, Security > "Outages and timeouts".
+    database_connect_timeout_s: int = Field(
+        default=5, ge=2, le=600, description="connecting to PostgreSQL (whole seconds, at least 2)"
+    )
+    database_socket_timeout_s: Seconds = Field(
+        default=10.0,
+        description=(
+            "a PostgreSQL connection whose sent data stays unacknowledged, or whose peer stops "
+            "answering keepalives, this long is closed (libpq `tcp_user_timeout` and keepalives: a "
+            "server that drops packets sends no reset)"
+        ),
+    )
+    database_statement_timeout_s: Seconds = Field(
+        default=15.0, description="PostgreSQL cancels a statement after this (`statement_timeout`)"
+    )
+    database_lock_timeout_s: Seconds = Field(
+        default=5.0,
+        description=(
+            "a statement gives up waiting for a lock after this (`lock_timeout`; at most the "
+            "statement timeout)"
+        ),
+    )
+    database_pool_timeout_s: Seconds = Field(
+        default=10.0, description="waiting for a free connection of the process' pool"
+    )
     # Redis (the broker, the provider limiter, the API's rate limit): connecting, and any
     # one command's answer.
-    redis_connect_timeout_s: Seconds = 2.0
-    redis_socket_timeout_s: Seconds = 5.0
+    redis_connect_timeout_s: Seconds = Field(
+        default=2.0, description="connecting to Redis (docpipe's clients and Celery's)"
+    )
+    redis_socket_timeout_s: Seconds = Field(
+        default=5.0,
+        description=(
+            "one Redis command's answer (docpipe's clients and Celery's); every client timeout must"
+            " be below `DOCPIPE_TASK_SOFT_TIME_LIMIT_S`"
+        ),
+    )
 
-    llm_base_url: str = "http://127.0.0.1:8100/v1"
-    llm_api_key: SecretStr = SecretStr("")
-    model_prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
-    llm_output_mode: OutputMode = OutputMode.JSON_SCHEMA
-    # A step's output budget (max_tokens) unless the step sets its own; sent with every call.
-    default_max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
+    llm_base_url: str = Field(
+        default="http://127.0.0.1:8100/v1",
+        description="any OpenAI-compatible endpoint (the one-provider shorthand)",
+    )
+    llm_api_key: SecretStr = Field(
+        default=SecretStr(""), description="its key (from a Secret; never logged)"
+    )
+    model_prices: dict[str, ModelPrice] = Field(
+        default_factory=lambda: dict(DEFAULT_PRICES),
+        description=(
+            'JSON `{"model": {"input_per_mtok": .., "output_per_mtok": ..}}`, USD per million '
+            "tokens; an unpriced model is an error"
+        ),
+    )
+    llm_output_mode: OutputMode = Field(
+        default=OutputMode.JSON_SCHEMA,
+        description=(
+            "how answers are constrained: `json_schema` (strict, the step's schema), `json_object`,"
+            " `none`"
+        ),
+    )
+    default_max_tokens: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "a step's output budget (`max_tokens`, sent with every call) unless the step sets its "
+            "own"
+        ),
+    )
 
     # The time-limit rule: every inner limit must fire before the one around it, or the outer
-    # one kills the work without a recorded error (see README, "Time limits").
-    llm_timeout_s: Seconds = 20.0
-    task_soft_time_limit_s: Seconds = 60.0
-    task_time_limit_s: Seconds = 90.0
-    broker_visibility_timeout_s: Seconds = 3600.0
+    # one kills the work without a recorded error (docs: reference/settings, "The time-limit rule").
+    llm_timeout_s: Seconds = Field(default=20.0, description="one provider call")
+    task_soft_time_limit_s: Seconds = Field(
+        default=60.0,
+        description="a step is interrupted and handed back (its finished calls stay memoised)",
+    )
+    task_time_limit_s: Seconds = Field(default=90.0, description="the worker child is killed")
+    broker_visibility_timeout_s: Seconds = Field(
+        default=3600.0, description="Redis re-delivers unacked messages after this"
+    )
 
     # A dead worker's step is handed on at its next claim or within reaper_interval_s (its
     # lease session ended); a worker cut off loses its steps within lease_ttl_s +
-    # reaper_interval_s (README, "Leases").
-    lease_ttl_s: Seconds = 8.0
-    heartbeat_interval_s: Seconds = 2.0
-    reaper_interval_s: Seconds = 1.0
-    # Tie each lease to the worker process' own PostgreSQL session (off: the TTL alone) ...
-    session_leases: bool = True
-    # ... opened on this URL (empty: database_url); behind PgBouncer in transaction mode,
-    # PostgreSQL itself or a session-mode pool.
-    lease_database_url: str = ""
-    # A pending step whose message left the queue this long ago without a claim is re-sent.
-    redrive_grace_s: Seconds = 5.0
-    outbox_sweep_interval_s: Seconds = 1.0
-    # Rows the publisher right after commit should have sent by now (else: it crashed).
-    outbox_grace_s: Seconds = 2.0
-    max_step_attempts: int = Field(default=5, ge=1, le=50)
-    retry_backoff_base_s: Seconds = 1.0
-    retry_backoff_cap_s: Seconds = 60.0
-    # Retries due later than this are parked in PostgreSQL instead of as a broker countdown.
-    park_delays_over_s: Seconds = 60.0
+    # reaper_interval_s (docs/concepts/leases.md).
+    lease_ttl_s: Seconds = Field(default=8.0, description="a step's lease; renewed every heartbeat")
+    heartbeat_interval_s: Seconds = Field(
+        default=2.0, description="lease renewal period (at most half the TTL)"
+    )
+    reaper_interval_s: Seconds = Field(
+        default=1.0,
+        description="beat's recovery pass: hands on the steps of dead and cut-off workers, "
+        "re-sends lost messages, ends runs past their deadline",
+    )
+    session_leases: bool = Field(
+        default=True,
+        description="tie each lease to the worker process' own PostgreSQL session, so a dead "
+        'worker\'s step is handed on at once (false: the TTL alone; see "Leases")',
+    )
+    lease_database_url: str = Field(
+        default="",
+        description="where that session connects (empty: `DOCPIPE_DATABASE_URL`); behind "
+        "PgBouncer in transaction mode, PostgreSQL itself or a session-mode pool (from a "
+        "Secret, like the database URL)",
+    )
+    redrive_grace_s: Seconds = Field(
+        default=5.0,
+        description="a pending step whose message left the queue this long ago is re-sent",
+    )
+    outbox_sweep_interval_s: Seconds = Field(default=1.0, description="beat's outbox sweep")
+    outbox_grace_s: Seconds = Field(
+        default=2.0, description="rows older than this that are unpublished are swept"
+    )
+    max_step_attempts: int = Field(
+        default=5, ge=1, le=50, description="then the run goes to `needs_review`"
+    )
+    retry_backoff_base_s: Seconds = Field(
+        default=1.0, description="full-jitter window of attempt n: `min(cap, base * 2^(n-1))`"
+    )
+    retry_backoff_cap_s: Seconds = Field(
+        default=60.0, description="the longest full-jitter window between a step's attempts"
+    )
+    park_delays_over_s: Seconds = Field(
+        default=60.0, description="longer retry delays wait in PostgreSQL, not as Redis countdowns"
+    )
 
-    # Pipelines besides the built-in ones (README, "Write your own pipeline"): a folder of
+    # Pipelines besides the built-in ones (docs: guides/pipelines): a folder of
     # pipeline files, and Python modules, comma-separated ("pkg.flows" for its PIPELINES,
     # "pkg.flows:INVOICE"), besides installed packages' docpipe.pipelines entry points.
-    pipelines_dir: Path | None = None
-    pipeline_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    pipelines_dir: Path | None = Field(
+        default=None,
+        description=(
+            "a folder of pipeline files (`*.yaml`), loaded at start-up "
+            "([Pipelines](../guides/pipelines.md))"
+        ),
+    )
+    pipeline_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Python pipelines, comma-separated: `pkg.flows` (its `PIPELINES`) or "
+            "`pkg.flows:INVOICE`; installed packages' `docpipe.pipelines` entry points are loaded "
+            "too"
+        ),
+    )
 
-    # Uploads (text, PDF or DOCX) larger than this are refused with 413; PDF and DOCX keep
-    # their original bytes in PostgreSQL, so this bounds a document row too.
-    max_document_bytes: int = Field(default=1_000_000, ge=1)
-    # Text extraction (README, "Documents: formats, limits, OCR"). A PDF or DOCX with more
-    # pages fails as too_many_pages before any page is read.
-    max_document_pages: int = Field(default=500, ge=1, le=100_000)
-    # Tesseract's language(s) for pages without a text layer ("eng", "eng+deu"): its
-    # traineddata must be installed in the worker image (Debian: tesseract-ocr-<lang>).
-    ocr_language: str = Field(default="eng", pattern=r"^[a-z][a-z_]{2,}(\+[a-z][a-z_]{2,})*$")
+    # Uploads larger than their format's limit are refused with 413 naming it: text (and
+    # each text of a batch), PDF and DOCX. A file is read and stored in bounded chunks (the
+    # API holds a few MiB of it, whatever its size); PostgreSQL keeps its bytes.
+    max_document_bytes: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="larger text uploads, and larger texts in a batch, get 413 naming it",
+    )
+    max_pdf_bytes: int = Field(
+        default=50_000_000,
+        ge=1,
+        le=1_000_000_000,
+        description=(
+            "larger PDF uploads get 413 naming it (a scan is about 50-150 kB a page); read and "
+            "stored in 1 MiB chunks, so the API's memory does not grow with it"
+        ),
+    )
+    max_docx_bytes: int = Field(
+        default=50_000_000,
+        ge=1,
+        le=1_000_000_000,
+        description="larger DOCX uploads get 413 naming it; stored like a PDF",
+    )
+    max_document_pages: int = Field(
+        default=500,
+        ge=1,
+        le=100_000,
+        description="a PDF or DOCX with more pages fails `too_many_pages` before any page is read",
+    )
+    ocr_language: str = Field(
+        default="eng",
+        pattern=r"^[a-z][a-z_]{2,}(\+[a-z][a-z_]{2,})*$",
+        description=(
+            "Tesseract's language(s) for pages without a text layer (`eng+deu`); each needs its "
+            "Debian `tesseract-ocr-<lang>` package in the worker image"
+        ),
+    )
     # One page's OCR; a page that takes longer is left without text, with a warning. Unset:
     # half the soft time limit, so that a page started in time ends before the step is
     # interrupted (when set: it must be below the soft time limit).
-    ocr_page_timeout_s: Seconds | None = None
-    # Pages are rendered at this resolution for OCR ...
-    ocr_render_dpi: int = Field(default=300, ge=72, le=600)
-    # ... but never into more pixels than this (larger pages are rendered at a lower dpi).
-    max_page_pixels: int = Field(default=25_000_000, ge=1_000_000, le=200_000_000)
-    # A PDF page whose text layer has fewer non-blank characters than this is OCRed.
-    ocr_min_text_chars: int = Field(default=16, ge=1)
-    # A page read with a lower mean word confidence (0-100) gets a warning.
-    ocr_low_confidence: float = Field(default=60.0, ge=0, le=100)
+    ocr_page_timeout_s: Seconds | None = Field(
+        default=None,
+        description=(
+            "one page's OCR; a page that takes longer is left without text, with a warning; must be"
+            " below `DOCPIPE_TASK_SOFT_TIME_LIMIT_S`"
+        ),
+    )
+    ocr_render_dpi: int = Field(
+        default=300, ge=72, le=600, description="resolution pages are rendered at for OCR"
+    )
+    max_page_pixels: int = Field(
+        default=25_000_000,
+        ge=1_000_000,
+        le=200_000_000,
+        description=(
+            "a page is never rendered into more pixels (a larger page is rendered at a lower dpi, "
+            "with a warning)"
+        ),
+    )
+    ocr_min_text_chars: int = Field(
+        default=16,
+        ge=1,
+        description="a PDF page whose text layer has fewer non-blank characters is OCRed",
+    )
+    ocr_low_confidence: float = Field(
+        default=60.0,
+        ge=0,
+        le=100,
+        description="a page OCRed with a lower mean word confidence (0-100) gets a warning",
+    )
     # A DOCX is a zip: refused when its members expand past this many bytes or this many
     # times its own size (declared in its directory, or found while inflating).
-    docx_max_expanded_bytes: int = Field(default=100_000_000, ge=1_000_000)
-    docx_max_expansion_ratio: float = Field(default=100.0, ge=2)
+    docx_max_expanded_bytes: int = Field(
+        default=100_000_000,
+        ge=1_000_000,
+        description=(
+            "a DOCX whose zip expands past this many bytes fails `decompression_bomb` (refused at "
+            "upload when its directory declares it)"
+        ),
+    )
+    docx_max_expansion_ratio: float = Field(
+        default=100.0, ge=2, description="... or past this many times its own size"
+    )
     # What a run may cost: a request that names no budget gets the default (0: none), one
     # that names more than the maximum is refused (422). Each run stops as budget_exceeded
     # once its calls cost more.
-    default_run_budget_usd: Decimal = Field(default=Decimal("1.00"), ge=0, decimal_places=6)
-    max_run_budget_usd: Decimal = Field(default=Decimal("100"), ge=1, decimal_places=6)
+    default_run_budget_usd: Decimal = Field(
+        default=Decimal("1.00"),
+        ge=0,
+        decimal_places=6,
+        description=(
+            "the budget of a run whose request names none (`budget_usd`, a batch's "
+            "`run_budget_usd`); 0: none"
+        ),
+    )
+    max_run_budget_usd: Decimal = Field(
+        default=Decimal("100"),
+        ge=1,
+        decimal_places=6,
+        description="the most a request may give one run (more: 422); at least 1",
+    )
     # How far ahead a request may place its run: deadline_s, and start_at (from now); more
     # is refused (422) instead of keeping rows and parked messages around for years.
-    max_deadline_s: float = Field(default=7 * 86_400.0, gt=0, le=30 * 86_400.0)
-    max_start_delay_s: float = Field(default=7 * 86_400.0, gt=0, le=365 * 86_400.0)
-    # Independent calls of one step (a section each) in flight at once, per step.
-    step_call_concurrency: int = Field(default=4, ge=1, le=64)
+    max_deadline_s: float = Field(
+        default=7 * 86_400.0,
+        gt=0,
+        le=30 * 86_400.0,
+        description="the longest `deadline_s` a request may ask (more: 422; at most 30 days)",
+    )
+    max_start_delay_s: float = Field(
+        default=7 * 86_400.0,
+        gt=0,
+        le=365 * 86_400.0,
+        description="how far ahead `start_at` may be (more: 422)",
+    )
+    step_call_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="independent calls of one step (one per section) in flight at once",
+    )
     # The most calls one fan-out (a step's ask_all over a list: sections, a map step's
     # items) may send; a longer list fails the step into review before any is sent. Every
     # pipeline's lists are bounded in their schemas too; this bounds Python pipelines' code.
-    max_fanout_calls: int = Field(default=100, ge=1, le=10_000)
+    max_fanout_calls: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description=(
+            "the most calls one fan-out (`ask_all` over a list: sections, a map step's items) may "
+            "send; a longer list sends none and the run goes to `needs_review`"
+        ),
+    )
 
     # The batch lane: how many batch runs may be in flight (admitted, not ended) at once;
     # the rest wait in PostgreSQL. Set it to the batch workers' total concurrency: more only
     # queues runs in Redis, where fair admission can no longer reorder them.
-    batch_admission_window: int = Field(default=8, ge=1)
-    # Beat tops the window up this often; workers also admit as soon as a batch run ends.
-    admission_interval_s: Seconds = 1.0
-    # Fair admission remembers how much each tenant was served for this long.
-    batch_fairness_memory_s: Seconds = 600.0
+    batch_admission_window: int = Field(
+        default=8,
+        ge=1,
+        description=(
+            "batch runs in flight at once: set it to the batch workers' total concurrency (more "
+            "only queues runs in Redis, where fairness cannot reorder them); the rest wait in "
+            "PostgreSQL"
+        ),
+    )
+    admission_interval_s: Seconds = Field(
+        default=1.0,
+        description=(
+            "beat tops the window up this often and finishes batches (the API also admits when it "
+            "stores new batch runs, workers when a batch run ends)"
+        ),
+    )
+    batch_fairness_memory_s: Seconds = Field(
+        default=600.0, description="admission favours the tenant served least over this period"
+    )
     # A batch body is read as it arrives and refused (413) once it passes max_batch_bytes;
     # an API process holds at most max_batch_bodies_in_flight bodies at once (more: 503 with
     # Retry-After). A body costs at most ~3.5 times its size while it is read, parsed and
-    # stored (bench/api_memory.py), so the API needs ~95 MiB + bytes x bodies x 3.5: with
-    # the defaults ~310 MiB, under the chart's 512Mi (values.yaml, api.resources).
-    max_batch_documents: int = Field(default=10_000, ge=1)
-    max_batch_bytes: int = Field(default=32_000_000, ge=1)
-    max_batch_bodies_in_flight: int = Field(default=2, ge=1, le=64)
+    # stored (bench/api_memory.py), so the API needs ~95 MiB + bytes x bodies x 3.5 (with
+    # the defaults ~310 MiB) + ~6 MiB per file upload in flight, whatever the file's size:
+    # under the chart's 512Mi (values.yaml, api.resources).
+    max_batch_documents: int = Field(
+        default=10_000, ge=1, description="documents per `POST /batches` (more: 422)"
+    )
+    max_batch_bytes: int = Field(
+        default=32_000_000,
+        ge=1,
+        description=(
+            "body of `POST /batches`, counted as it arrives (more: 413); each text in it is held to"
+            " `DOCPIPE_MAX_DOCUMENT_BYTES` too"
+        ),
+    )
+    max_batch_bodies_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description=(
+            "batch bodies one API process holds at once (more: 503 with `Retry-After`); with "
+            "`DOCPIPE_MAX_BATCH_BYTES` it bounds the API's memory "
+            "([Security](../operations/security.md#bounds))"
+        ),
+    )
 
     # The provider limit shared by every worker (in Redis). 0 requests/min: no rate limit.
-    provider_rpm: int = Field(default=0, ge=0)
-    provider_burst: int = Field(default=0, ge=0)  # 0: one second's worth of provider_rpm
-    provider_tpm: int = Field(default=0, ge=0)  # tokens per minute; 0: no limit
-    provider_max_concurrency: int = Field(default=64, ge=1)
-    # Share of the rate and concurrency that batch calls leave free for interactive ones.
-    limiter_interactive_reserve: float = Field(default=0.25, ge=0, lt=1)
-    # On a 429 the allowed rate is multiplied by this (at most once per second) ...
-    limiter_decrease_factor: float = Field(default=0.5, gt=0, lt=1)
-    # ... and, while calls succeed, this share of provider_rpm comes back per second.
-    limiter_recovery_per_s: float = Field(default=0.05, gt=0, le=1)
-    # A call waiting longer than this for the limiter hands its step back (transient), and
-    # that attempt does not count: waiting is not failing.
-    limiter_max_wait_s: Seconds = 20.0
-    # After this many calls in a row found the provider down, everyone waits for a probe
-    # sent every limiter_breaker_probe_s.
-    limiter_breaker_failures: int = Field(default=3, ge=1)
-    limiter_breaker_probe_s: Seconds = 2.0
+    provider_rpm: int = Field(
+        default=0,
+        ge=0,
+        description="the provider's requests/minute, shared by all workers (0: no rate limit)",
+    )
+    provider_burst: int = Field(
+        default=0, ge=0, description="token-bucket depth (0: one second's worth)"
+    )
+    provider_tpm: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "the provider's tokens/minute, shared by all workers (0: no limit; the provider's "
+            "headers still count)"
+        ),
+    )
+    provider_max_concurrency: int = Field(
+        default=64, ge=1, description="provider calls in flight across all workers"
+    )
+    limiter_interactive_reserve: float = Field(
+        default=0.25,
+        ge=0,
+        lt=1,
+        description="share of concurrency and bucket that batch calls leave to interactive ones",
+    )
+    limiter_decrease_factor: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="a 429 multiplies the allowed rate by this (at most once a second)",
+    )
+    limiter_recovery_per_s: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="while calls succeed, this share of the configured rate comes back per second",
+    )
+    limiter_max_wait_s: Seconds = Field(
+        default=20.0,
+        description=(
+            "a call waiting longer for the limiter hands its step back without using up an attempt "
+            "(must be below the soft limit)"
+        ),
+    )
+    limiter_breaker_failures: int = Field(
+        default=3,
+        ge=1,
+        description=(
+            "after this many calls in a row found the provider down (connection errors, timeouts, "
+            "5xx), everyone waits for one probe"
+        ),
+    )
+    limiter_breaker_probe_s: Seconds = Field(
+        default=2.0,
+        description=(
+            "while the provider is down, one probe call goes out this often; its failure does not "
+            "count against its step"
+        ),
+    )
 
-    # Completion webhooks (README, "Security" > "Webhooks"). Off unless turned on, and then
+    # Completion webhooks (docs: guides/webhooks). Off unless turned on, and then
     # only with DOCPIPE_SECRETS_KEY: each tenant signs with its own secret, stored encrypted.
-    webhooks_enabled: bool = False
-    # Fernet key (32 url-safe base64 bytes) encrypting the tenants' signing secrets at rest;
-    # from the environment (a Kubernetes Secret) only.
-    secrets_key: SecretStr = SecretStr("")
-    # The whole of one delivery attempt: resolving, connecting, sending and reading.
-    webhook_timeout_s: Seconds = 10.0
-    webhook_max_attempts: int = Field(default=8, ge=1, le=50)
-    webhook_retry_base_s: Seconds = 5.0
-    # At most this much of a receiver's answer is read; the rest is never downloaded.
-    webhook_max_response_bytes: int = Field(default=4096, ge=0, le=1_048_576)
-    # After a rotation the previous secret signs too, for this long (receivers switch over).
-    webhook_secret_rotation_window_s: float = Field(default=86_400.0, ge=0, le=30 * 86_400)
+    webhooks_enabled: bool = Field(
+        default=False,
+        description=(
+            "send completion webhooks (needs `DOCPIPE_SECRETS_KEY`); off: a `callback_url` is "
+            "refused with 409"
+        ),
+    )
+    secrets_key: SecretStr = Field(
+        default=SecretStr(""),
+        description=(
+            "Fernet key (32 bytes, url-safe base64) encrypting the tenants' webhook signing secrets"
+            " at rest; from a Secret only; a missing or placeholder key stops the process when "
+            "webhooks are on"
+        ),
+    )
+    webhook_timeout_s: Seconds = Field(
+        default=10.0,
+        description=(
+            "deadline of one whole delivery attempt (resolve, connect, send, read); below the soft "
+            "time limit"
+        ),
+    )
+    webhook_max_attempts: int = Field(
+        default=8, ge=1, le=50, description="then the delivery is `failed`"
+    )
+    webhook_retry_base_s: Seconds = Field(
+        default=5.0, description="backoff base between delivery attempts"
+    )
+    webhook_max_response_bytes: int = Field(
+        default=4096,
+        ge=0,
+        le=1_048_576,
+        description="bytes of a receiver's answer read at most (the rest is never downloaded)",
+    )
+    webhook_secret_rotation_window_s: float = Field(
+        default=86_400.0,
+        ge=0,
+        le=30 * 86_400,
+        description="after a rotation the previous secret keeps signing this long",
+    )
     # Deliveries in flight at once, across every worker: one tenant's, and everyone's. Keep
     # the total below the workers' total concurrency, so steps and recovery always find a
     # free process however slow the receivers are.
-    webhook_tenant_concurrency: int = Field(default=2, ge=1, le=100)
-    webhook_concurrency: int = Field(default=4, ge=1, le=1000)
+    webhook_tenant_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description="one tenant's delivery attempts in flight across all workers",
+    )
+    webhook_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description=(
+            "delivery attempts in flight across all workers and tenants; keep it below the workers'"
+            " total concurrency"
+        ),
+    )
     # Private destinations webhooks may reach anyway (local development, in-cluster
     # receivers): comma-separated CIDRs and host names (".example" allows names under it).
-    webhook_allowed_destinations: Annotated[tuple[str, ...], NoDecode] = ()
+    webhook_allowed_destinations: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description=(
+            "private destinations webhooks may reach anyway: comma-separated CIDRs and host names "
+            "(`.example` for every name under it); for local development and tests"
+        ),
+    )
 
     # The API: "keys" wants a tenant's API key (docpipe api-key create) on every request;
     # "none" serves every request as tenant "default" (local development only).
-    auth: Literal["keys", "none"] = "keys"
-    # Requests per minute allowed to one API key (a fixed window in Redis); 0: no limit.
-    api_key_rpm: int = Field(default=600, ge=0)
-    # An API process remembers a valid API key this long (0: looks it up on every request);
-    # a revoked key keeps working at most this long in a process that had just seen it.
-    api_key_cache_s: float = Field(default=2.0, ge=0, le=60)
+    auth: Literal["keys", "none"] = Field(
+        default="keys",
+        description=(
+            "`keys`: every route but the probes wants a tenant's API key (`Authorization: Bearer`);"
+            " `none`: every request is tenant `default` (local development)"
+        ),
+    )
+    api_key_rpm: int = Field(
+        default=600,
+        ge=0,
+        description="requests per minute per API key (more: 429 with Retry-After); 0: no limit",
+    )
+    api_key_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="an API process remembers a valid bearer key this long instead of asking "
+        "PostgreSQL on every request (0: always asks); a revoked key keeps working at most "
+        "this long against the API (the web pages check it every time)",
+    )
     # Requests per minute allowed to one client address, counted before the API key is
     # checked (key guessing, floods without a key); 0: no limit. Behind a proxy every client
     # shares the proxy's address unless uvicorn trusts it (--forwarded-allow-ips).
-    client_ip_rpm: int = Field(default=1200, ge=0)
+    client_ip_rpm: int = Field(
+        default=1200,
+        ge=0,
+        description=(
+            "requests per minute per client address, counted before the key is checked (more: 429 "
+            "with Retry-After); 0: no limit. Behind a proxy, see "
+            "[Security](../operations/security.md#bounds)"
+        ),
+    )
     # Event streams (GET /runs/{id}/events): each ends after this long with an event telling
     # the client to reconnect, and one API key (or, without keys, one tenant) may hold this
     # many open at once across every API process (more: 429).
-    event_stream_max_s: Seconds = 900.0
-    event_streams_per_key: int = Field(default=10, ge=1, le=10_000)
+    event_stream_max_s: Seconds = Field(
+        default=900.0, description="an event stream ends after this long with a `reconnect` event"
+    )
+    event_streams_per_key: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description=(
+            "event streams one API key (without keys: one tenant) may hold open across every API "
+            "process (more: 429)"
+        ),
+    )
+    max_result_exports: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description=(
+            "results exports (`GET /batches/{id}/results`) one API process streams at once, each "
+            "on a PostgreSQL connection of its own besides the pool (more: 503 with Retry-After)"
+        ),
+    )
+    ui_session_max_age_s: float = Field(
+        default=8 * 3600.0,
+        ge=60,
+        le=30 * 86_400,
+        description=(
+            "a sign-in to the web pages (`/ui`) lasts this long (60 s to 30 days); their session "
+            "cookie is encrypted under a key derived from `DOCPIPE_SECRETS_KEY`, which the pages "
+            "need under `DOCPIPE_AUTH=keys`"
+        ),
+    )
 
     # Retention: beat deletes what is older than this many days (0: keep forever), in
     # batches of retention_batch_size rows, each its own short transaction.
-    retention_call_log_days: int = Field(default=30, ge=0)  # calls of ended runs
-    retention_outbox_days: int = Field(default=7, ge=0)  # published messages
-    retention_runs_days: int = Field(default=90, ge=0)  # ended runs, their steps, batches
-    # Documents stored longer ago that no run uses any more (runs go by the line above).
-    retention_documents_days: int = Field(default=90, ge=0)
-    retention_batch_size: int = Field(default=500, ge=1, le=10_000)
-    retention_interval_s: Seconds = 300.0
+    retention_call_log_days: int = Field(
+        default=30,
+        ge=0,
+        description=(
+            "provider-call rows of ended runs older than this are deleted (0: kept forever)"
+        ),
+    )
+    retention_outbox_days: int = Field(
+        default=7,
+        ge=0,
+        description="outbox rows published longer ago are deleted (0: kept forever)",
+    )
+    retention_runs_days: int = Field(
+        default=90,
+        ge=0,
+        description=(
+            "runs that ended longer ago are deleted with their steps, calls, webhooks and ended "
+            "batches (0: kept forever)"
+        ),
+    )
+    retention_documents_days: int = Field(
+        default=90,
+        ge=0,
+        description=(
+            "documents stored longer ago that no run uses any more (their runs were pruned) are "
+            "deleted (0: kept forever)"
+        ),
+    )
+    retention_batch_size: int = Field(
+        default=500, ge=1, le=10_000, description="rows deleted per transaction"
+    )
+    retention_interval_s: Seconds = Field(default=300.0, description="beat's retention pass")
 
     # Worker processes: recycled to bound leaks; a liveness file touched while alive.
-    worker_max_tasks_per_child: int = Field(default=1000, ge=1)
-    worker_max_memory_per_child_mb: int = Field(default=512, ge=32)
-    # On SIGQUIT (cold shutdown) running steps get this long before they are requeued.
-    worker_soft_shutdown_s: Seconds = 10.0
-    liveness_file: Path | None = None
+    worker_max_tasks_per_child: int = Field(
+        default=1000, ge=1, description="pool children are recycled"
+    )
+    worker_max_memory_per_child_mb: int = Field(
+        default=512,
+        ge=32,
+        description="a pool child past this resident memory is recycled after its task",
+    )
+    worker_soft_shutdown_s: Seconds = Field(
+        default=10.0, description="cold shutdown grace before running steps are requeued"
+    )
+    liveness_file: Path | None = Field(
+        default=None,
+        description="touched by the worker's/beat's main loop; probes compare its mtime",
+    )
     # Celery's task events (task-sent, -received, -started, -succeeded) for Flower and
     # celery-exporter. Off by default: docpipe's own /metrics do not need them, and they cost
     # every step four more Redis messages, about 10 % of a worker's CPU at zero provider
     # latency and 1-2 points of the share of ideal at 0.2 s per call (bench/). Flower turns
     # them on at run time through Celery's remote control; only task-sent needs this setting.
-    celery_task_events: bool = False
+    celery_task_events: bool = Field(
+        default=False,
+        description=(
+            "send Celery's task events from the start (for Flower and celery-exporter; docpipe's "
+            "`/metrics` need none, and Flower turns them on at run time through Celery's remote "
+            "control, `celery -A docpipe.worker.app control enable_events`); each step costs four "
+            "more Redis messages with them: about 10 % of a worker's CPU at zero provider latency, "
+            "1-2 points of the share of ideal at 0.2 s per call"
+        ),
+    )
 
     # Workers and beat serve Prometheus metrics at http://<host>:<port>/metrics (0: off);
     # the API serves /metrics on its own port.
-    metrics_port: int = Field(default=9808, ge=0, le=65535)
-    metrics_host: str = "0.0.0.0"  # noqa: S104  (scraped from other pods)
+    metrics_port: int = Field(
+        default=9808,
+        ge=0,
+        le=65535,
+        description=(
+            "the API, workers and beat serve Prometheus metrics at `:<port>/metrics` (0: off), "
+            "never on the API's public port"
+        ),
+    )
+    metrics_host: str = Field(default="0.0.0.0", description="address that metrics server binds")  # noqa: S104  (scraped from other pods)
+    review_max_wait_s: Seconds = Field(
+        default=86_400.0,
+        description=(
+            "the longest a run should wait for a person: beat exports it as "
+            "`docpipe_review_max_wait_seconds` beside the review backlog, and the alert "
+            "`DocpipeReviewWaitTooLong` fires once the oldest review waits longer"
+        ),
+    )
 
     _provider_table: ProviderTable = PrivateAttr()
 

@@ -2,6 +2,7 @@
 ``state/sql/schema.sql`` (a test compares them).
 
 Run:   queued -> running -> done | failed | needs_review | cancelled | expired | budget_exceeded
+       needs_review -> (a reviewer) queued (approve, retry) | done | failed (reject)
 Step:  pending -> running (leased) -> done | failed | cancelled
 """
 
@@ -14,9 +15,11 @@ __all__ = [
     "ENDED_RUN_STATUSES",
     "BatchStatus",
     "CallStatus",
+    "DecisionAction",
     "DeliveryStatus",
     "Lane",
     "Priority",
+    "ReviewReason",
     "RunStatus",
     "StepStatus",
 ]
@@ -27,7 +30,8 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"  # a permanent error
-    NEEDS_REVIEW = "needs_review"  # retries exhausted, or output still invalid
+    # Paused for a person (ReviewReason says why) until a decision (DecisionAction).
+    NEEDS_REVIEW = "needs_review"
     CANCELLED = "cancelled"
     EXPIRED = "expired"  # its deadline passed
     BUDGET_EXCEEDED = "budget_exceeded"
@@ -79,6 +83,23 @@ class CallStatus(StrEnum):
     OK = "ok"
     INVALID_OUTPUT = "invalid_output"
     ERROR = "error"
+
+
+class ReviewReason(StrEnum):
+    """What kind of reason paused a run for a person."""
+
+    INVALID_OUTPUT = "invalid_output"  # the output stayed outside its schema
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"  # transient errors used up every attempt
+    RULE = "rule"  # a rule of the pipeline asked for a person (docpipe.pipelines.review)
+    DEFINITION_CHANGED = "definition_changed"  # the run's pipeline is not loaded as it began
+
+
+class DecisionAction(StrEnum):
+    """What a reviewer decided."""
+
+    APPROVE = "approve"  # the output (as is, or edited) stands; the run goes on
+    RETRY = "retry"  # run the step (or an earlier one) again
+    REJECT = "reject"  # the run ends failed
 
 
 class DeliveryStatus(StrEnum):

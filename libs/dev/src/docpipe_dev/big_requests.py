@@ -21,6 +21,7 @@ __all__ = [
     "Answer",
     "batch_body_chunks",
     "batch_body_length",
+    "file_chunks",
     "peak_rss_bytes",
     "post_in_chunks",
     "reset_peak_rss",
@@ -53,6 +54,12 @@ def batch_body_chunks(documents: int, text_bytes: int) -> Iterator[bytes]:
     yield b"]}"
 
 
+def file_chunks(data: bytes) -> Iterator[bytes]:
+    """A file's bytes as a client streams them, CHUNK_BYTES at a time."""
+    for start in range(0, len(data), CHUNK_BYTES):
+        yield data[start : start + CHUNK_BYTES]
+
+
 def batch_body_length(documents: int, text_bytes: int) -> int:
     """The length of what :func:`batch_body_chunks` yields."""
     framing = len(b'{"documents": [') + len(b"]}") + documents * len(b'{"text": ""}')
@@ -67,12 +74,14 @@ def post_in_chunks(
     headers: dict[str, str] | None = None,
     content_length: int | None = None,
     timeout_s: float = 60.0,
+    method: str = "POST",
+    content_type: str = "application/json",
 ) -> Answer:
-    """POST ``chunks`` to ``url`` + ``path``; chunked transfer encoding unless
-    ``content_length`` is given. Stops sending once the server answers or closes."""
+    """POST (or ``method``) ``chunks`` to ``url`` + ``path``; chunked transfer encoding
+    unless ``content_length`` is given. Stops sending once the server answers or closes."""
     parts = urlsplit(url)
-    head = [f"POST {path} HTTP/1.1", f"Host: {parts.netloc}", "Connection: close",
-            "Content-Type: application/json"]  # fmt: skip
+    head = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc}", "Connection: close",
+            f"Content-Type: {content_type}"]  # fmt: skip
     head += [f"{name}: {value}" for name, value in (headers or {}).items()]
     head.append(
         f"Content-Length: {content_length}"

@@ -316,6 +316,31 @@ def health() -> _Board:
             "{{status}}",
         ),
     )
+    b.row("The review queue")
+    # Beat exports a backlog series per tenant and pipeline while runs wait; none wait: 0.
+    b.graph(
+        "Runs awaiting a person, by pipeline",
+        "short",
+        Query(
+            f"sum by (pipeline) (max by (tenant, pipeline) ({m.REVIEW_BACKLOG})) or on() vector(0)",
+            "{{pipeline}}",
+        ),
+    )
+    b.graph(
+        "Oldest review's wait, and the limit",
+        "s",
+        Query(f"max by (pipeline) ({m.REVIEW_OLDEST_AGE}) or on() vector(0)", "{{pipeline}}"),
+        Query(f"max({m.REVIEW_MAX_WAIT})", "DOCPIPE_REVIEW_MAX_WAIT_S"),
+        description="DocpipeReviewWaitTooLong fires when a line passes the limit for 5 minutes.",
+    )
+    b.graph(
+        "Review decisions per hour, by action",
+        "short",
+        Query(
+            f"sum by (action) (increase({m.REVIEW_DECISIONS}[1h]))",
+            "{{action}}",
+        ),
+    )
     return b
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "SUFFIXES",
     "contract_docx",
     "contract_pdf",
+    "contract_pdf_with_photos",
     "contract_scan",
     "write_contract",
 ]
@@ -41,6 +42,41 @@ def _pdf_text(text: str) -> str:
 
 def contract_pdf(text: str) -> bytes:
     """The contract typeset on A4 pages, one paragraph after another, with a text layer."""
+    return bytes(_typeset(text).output())
+
+
+def contract_pdf_with_photos(text: str, total_bytes: int, seed: int = 0) -> bytes:
+    """The contract as :func:`contract_pdf` typesets it, then pages of photographs (JPEG
+    noise, which nothing compresses) until the file is just under ``total_bytes``: a big
+    PDF whose text is still the contract's, each photo captioned so no page needs OCR."""
+    rng = random.Random(f"docpipe-photos:{seed}")
+    left = total_bytes - len(contract_pdf(text)) - _PHOTO_PAGE_OVERHEAD
+    pdf = _typeset(text)
+    number = 0
+    while left > _PHOTO_PAGE_OVERHEAD:
+        side = int((min(left, _PHOTO_BYTES) / _NOISE_JPEG_BYTES_PER_PIXEL) ** 0.5)
+        photo = io.BytesIO()
+        noise = Image.frombytes("RGB", (side, side), rng.randbytes(side * side * 3))
+        noise.save(photo, format="JPEG", quality=90)
+        if photo.tell() + _PHOTO_PAGE_OVERHEAD > left:
+            break
+        number += 1
+        pdf.add_page()
+        pdf.set_font("Helvetica", "", 10)
+        pdf.multi_cell(0, 5, f"Annex, photograph {number}: the site as handed over.")
+        pdf.image(photo, x=20, y=40, w=170)
+        left -= photo.tell() + _PHOTO_PAGE_OVERHEAD
+    return bytes(pdf.output())
+
+
+# A photo page's bytes besides the photo (page, caption, image object); photos of at most
+# 5 MB; what a JPEG of noise at quality 90 costs a pixel.
+_PHOTO_PAGE_OVERHEAD = 2_000
+_PHOTO_BYTES = 5_000_000
+_NOISE_JPEG_BYTES_PER_PIXEL = 0.95
+
+
+def _typeset(text: str) -> FPDF:
     pdf = FPDF(format="A4")
     pdf.set_auto_page_break(auto=True, margin=18)
     pdf.set_margins(20, 18, 20)
@@ -51,7 +87,7 @@ def contract_pdf(text: str) -> bytes:
         pdf.set_font("Helvetica", "B" if heading else "", 11 if heading else 10)
         pdf.multi_cell(0, 5, paragraph)
         pdf.ln(3)
-    return bytes(pdf.output())
+    return pdf
 
 
 def contract_docx(text: str) -> bytes:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from cryptography.fernet import Fernet
 
 from docpipe.settings import get_settings
 from docpipe.state.db import Database
@@ -96,6 +97,8 @@ class LocalStack:
             self.postgres.start()
             database_url = self.postgres.create_database("docpipe")
         self.env["DOCPIPE_DATABASE_URL"] = database_url
+        if not os.environ.get("DOCPIPE_SECRETS_KEY"):
+            self.env["DOCPIPE_SECRETS_KEY"] = _local_secrets_key(state)
         applied = apply_migrations(database_url)
         log.info("database ready (%d migrations applied now)", len(applied))
         self._database_url = database_url
@@ -192,6 +195,18 @@ class LocalStack:
             self.redis.stop()
         if self.postgres is not None:
             self.postgres.stop()
+
+
+def _local_secrets_key(state: Path) -> str:
+    """This stack's DOCPIPE_SECRETS_KEY (the web pages' cookies and stored webhook secrets
+    are encrypted under it): made once and kept with the stack's data, so that a restart
+    still reads what the last run stored."""
+    path = state / "secrets-key"
+    if not path.exists():
+        state.mkdir(parents=True, exist_ok=True)
+        path.write_text(Fernet.generate_key().decode(), encoding="utf-8")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip()
 
 
 @contextlib.contextmanager

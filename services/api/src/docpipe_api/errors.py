@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import redis
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -73,9 +74,16 @@ def describe_validation_errors(errors: Sequence[Any], *, prefix: str = "") -> st
     return "; ".join(parts) or "invalid request"
 
 
-def _error(status_code: int, message: str, *, retry_after_s: int | None = None) -> JSONResponse:
+def _error(
+    status_code: int,
+    message: str,
+    *,
+    retry_after_s: int | None = None,
+    details: dict[str, Any] | None = None,
+) -> JSONResponse:
     headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
-    return JSONResponse(status_code=status_code, content={"detail": message}, headers=headers)
+    content = {"detail": message, **jsonable_encoder(details or {})}
+    return JSONResponse(status_code=status_code, content=content, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -85,11 +93,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ConflictError)
     async def conflict(_: Request, exc: ConflictError) -> JSONResponse:
-        return _error(409, str(exc))
+        return _error(409, str(exc), details=exc.details)
 
     @app.exception_handler(InvalidRequestError)
     async def invalid_request(_: Request, exc: InvalidRequestError) -> JSONResponse:
-        return _error(422, str(exc))
+        return _error(422, str(exc), details=exc.details)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_parameters(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -7,6 +7,7 @@ its lifespan, so ``uvicorn docpipe_api.main:app`` is configured by DOCPIPE_* var
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,6 +15,7 @@ import anyio
 import psycopg
 from fastapi import Depends, FastAPI
 
+from docpipe import __version__
 from docpipe.broker.transport import CeleryPublisher, redis_client
 from docpipe.observability import tracing
 from docpipe.pipelines.catalog import Catalog, load_catalog
@@ -21,12 +23,22 @@ from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
 from docpipe.state.tenants import VerifiedKeys
-from docpipe_api.deps import Resources, current_tenant, limit_client_address
+from docpipe_api.deps import Resources, client_address_limited, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
-from docpipe_api.routes import batches, documents, health, pipelines, runs, webhook_secrets
+from docpipe_api.routes import (
+    batches,
+    documents,
+    health,
+    pipelines,
+    results,
+    reviews,
+    runs,
+    webhook_secrets,
+)
 from docpipe_api.streams import StreamSlots
+from docpipe_api.ui import create_ui
 
 __all__ = ["app", "create_app"]
 
@@ -35,6 +47,9 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The API; ``settings`` default to the DOCPIPE_* environment, read at start-up."""
+    # The web pages, with their own middleware (session cookie, CSRF, CSP) and error pages;
+    # they share the resources the lifespan opens.
+    ui = create_ui()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,8 +68,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pipelines=catalog,
             batch_bodies=anyio.Semaphore(resolved.max_batch_bodies_in_flight),
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
+            export_slots=threading.Semaphore(resolved.max_result_exports),
             verified_keys=VerifiedKeys(resolved.api_key_cache_s),
         )
+        ui.state.docpipe = app.state.docpipe
         try:
             with serving_metrics(resolved):
                 yield
@@ -65,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="docpipe",
-        version="0.1.0",
+        version=__version__,
         summary="Durable LLM extraction pipelines for contracts",
         lifespan=lifespan,
         # Operation ids are the route functions' names: stable, and what links name.
@@ -79,16 +96,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (
         documents.router,
         runs.router,
+        reviews.router,
         batches.router,
+        results.router,
         pipelines.router,
         webhook_secrets.router,
     ):
         app.include_router(
             router,
-            dependencies=[Depends(limit_client_address), Depends(current_tenant)],
+            dependencies=[Depends(client_address_limited), Depends(current_tenant)],
             responses=error_responses(401, 429),
         )
     app.include_router(health.router)
+    app.mount("/ui", ui)
     return app
 
 

@@ -65,7 +65,11 @@ class RequestDuration:
             await self.app(scope, receive, send_recording_status)
         finally:
             route: Any = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = getattr(route, "path", None)
+            # A mounted app's route (the web pages') is relative to its mount: "/ui" + path,
+            # so that /ui/runs/{run_id} is not counted as the API's /runs/{run_id}.
+            mount = str(scope.get("root_path", ""))[len(str(scope.get("app_root_path", ""))) :]
+            template = f"{mount}{template}" if template else "unmatched"
             metrics.metrics().http_request_duration.labels(
                 scope["method"], template, str(status)
             ).observe(time.perf_counter() - started)

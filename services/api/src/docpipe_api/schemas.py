@@ -21,14 +21,17 @@ from pydantic import (
     model_validator,
 )
 
+from docpipe import __version__
 from docpipe.state.documents import DOCUMENT_ID
 from docpipe.statuses import DeliveryStatus, Lane, Priority
+from docpipe_api.review_schemas import Decision, ReviewState
 
 __all__ = [
     "DEFAULT_PIPELINE",
     "DOCUMENT_ID_ECMA",
     "MAX_DEADLINE_S",
     "NO_NUL",
+    "UUID_PATTERN",
     "BatchAccepted",
     "BatchDocumentIn",
     "BatchRequest",
@@ -47,6 +50,7 @@ __all__ = [
     "PipelineList",
     "PipelineSummary",
     "Readiness",
+    "ResultLine",
     "RunStatus",
     "RunStatusList",
     "StepDetail",
@@ -62,6 +66,7 @@ DEFAULT_PIPELINE = "document_extract:v1"
 REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
 # Answers are built from docpipe.state's rows (dataclasses) by attribute name.
 ANSWER_MODEL = ConfigDict(from_attributes=True)
+UUID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # PostgreSQL text cannot hold NUL characters, so documents must not contain them.
 NO_NUL = "^[^\\u0000]*$"
 # The most DOCPIPE_MAX_DEADLINE_S may allow; the setting (7 days by default) is what applies.
@@ -257,6 +262,11 @@ class StepStatus(BaseModel):
     error: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    reviewed: Literal["approved", "reused"] | None = Field(
+        default=None,
+        description="approved: the output is a person's decision; reused: an "
+        "earlier run's approval of the same input, so no one was asked again",
+    )
 
 
 class EvidencedValue(BaseModel):
@@ -265,6 +275,8 @@ class EvidencedValue(BaseModel):
     model_config = ANSWER_MODEL
 
     field: str = Field(description="the field the value is for, e.g. liability_cap")
+    path: str | None = Field(default=None, description="JSON Pointer of the value in its "
+                             "step's output, where known")  # fmt: skip
     value: Any = Field(description="the value as read (for a list such as parties: the items "
                        "this quote supports)")  # fmt: skip
     quote: str = Field(description="the passage the model says it read the value from")
@@ -278,7 +290,43 @@ class EvidencedValue(BaseModel):
     supported: bool = Field(description="false: the quote was not found in the document "
                             "(whitespace, hyphenation and quotation marks aside); the value "
                             "is kept, flagged, and a pipeline with review_if: "
-                            "[unsupported_evidence] ends needs_review")  # fmt: skip
+                            "[unsupported_evidence] pauses for review")  # fmt: skip
+    corrected: bool = Field(default=False, description="a reviewer corrected the value")
+
+
+class TypedResult(BaseModel):
+    """What a run gave, typed as provider batch APIs type a request's result."""
+
+    type: Literal["succeeded", "failed", "needs_review", "cancelled", "pending"] = Field(
+        description="succeeded: done; failed: failed, budget_exceeded or expired (error says "
+        "why); needs_review: waits for a person; cancelled: the run or its batch was "
+        "cancelled; pending: queued or running still"
+    )
+    outputs: dict[str, dict[str, Any] | None] = Field(
+        description="every step's output in pipeline order; null for a step not done"
+    )
+    values: list[EvidencedValue] = Field(description="each extracted value with its evidence")
+
+
+class ResultLine(BaseModel):
+    """One line of a batch's results export: one run."""
+
+    custom_id: str = Field(description="the document id the batch request named (or docpipe "
+                           "generated, for a document sent without one)")  # fmt: skip
+    run_id: str = Field(description="the run; pass the last one you got as ?after= to resume")
+    document_id: str
+    position: int | None = Field(description="the document's place in the batch request, "
+                                 "0-based")  # fmt: skip
+    status: str = Field(description="the run's status")
+    result: TypedResult
+    review: ReviewState | None = Field(
+        description="while the run awaits a person: the step, why, and the revision"
+    )
+    decisions: list[Decision] = Field(description="the audit trail of its reviews, oldest first")
+    cost_usd: float
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
 
 
 class RunStatus(BaseModel):
@@ -299,6 +347,14 @@ class RunStatus(BaseModel):
     created_at: datetime
     finished_at: datetime | None
     steps: list[StepStatus]
+    review: ReviewState | None = Field(
+        default=None,
+        description="while the run awaits a person (status needs_review): the "
+        "step, why, and the revision a decision names (POST /runs/{run_id}/review)",
+    )
+    decisions: list[Decision] = Field(
+        default_factory=list, description="the audit trail of its reviews, oldest first"
+    )
     webhook: WebhookStatus | None = None
     result: dict[str, Any] | None = Field(
         default=None, description="each step's output by step name, once the run is done"
@@ -499,6 +555,7 @@ class PipelineDetail(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
+    version: str = Field(default=__version__, description="docpipe's version (docpipe --version)")
 
 
 class Readiness(BaseModel):

@@ -1,8 +1,10 @@
-"""``docpipe batch submit | watch | cancel``: many documents through the batch lane."""
+"""``docpipe batch submit | watch | cancel | results``: many documents through the batch
+lane, and their results out in bulk."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,28 +13,94 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn
 
 from docpipe.cli.client import DEFAULT_PIPELINE, DocpipeClient
-from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.common import add_api_flags, api_client, console, errors
+from docpipe.cli.failures import ExitCode
+from docpipe.cli.uploads import FILE_SUFFIXES, print_summary, upload_files
 
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    batch = sub.add_parser("batch", help="batches: submit, watch, cancel")
-    batch_sub = batch.add_subparsers(dest="batch_command", required=True)
-    submit = batch_sub.add_parser("submit", help="submit a folder of .txt files or files")
-    submit.add_argument("paths", nargs="+", metavar="DIR|FILE")
-    submit.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a key of docpipe pipelines")
-    submit.add_argument("--budget-usd", help="stop the batch once it cost this much")
-    submit.add_argument("--callback-url", help="POSTed (signed) when the batch ends")
-    submit.add_argument("--watch", action="store_true")
+    batch = sub.add_parser(
+        "batch",
+        help="many documents at once, through the batch lane: submit, watch, cancel, results",
+        description="A batch is many documents sent in one request. Its runs wait in the "
+        "database and are admitted a few at a time, each tenant getting its fair share of "
+        "the batch workers.",
+    )
+    batch_sub = batch.add_subparsers(dest="batch_command", required=True, metavar="COMMAND")
+    submit = batch_sub.add_parser(
+        "submit",
+        help="send files, or folders of .txt, .pdf and .docx files, as one batch",
+        description="Stores every file named, and every .txt, .pdf and .docx file of each "
+        "folder, as a document, then sends them as one batch; prints the batch's id and how "
+        "many documents it holds. A file the API refuses is named on stderr with the reason "
+        "and the others go on; the exit code is 1 if any was refused.",
+    )
+    submit.add_argument("paths", nargs="+", metavar="DIR|FILE",
+                        help="files, or folders (their .txt, .pdf and .docx files)")  # fmt: skip
+    submit.add_argument(
+        "--pipeline",
+        default=DEFAULT_PIPELINE,
+        help="the pipeline every document runs, as name:vN (default: %(default)s)",
+    )
+    submit.add_argument(
+        "--budget-usd",
+        metavar="DOLLARS",
+        help="stop the batch once its runs have cost this much, e.g. 5.00 (default: no "
+        "budget for the batch; each run still has the deployment's default budget)",
+    )
+    submit.add_argument(
+        "--callback-url",
+        metavar="URL",
+        help="the API POSTs a signed webhook here when the batch ends (needs webhooks turned "
+        "on and your tenant's signing secret: docpipe webhook-secret rotate)",
+    )
+    submit.add_argument(
+        "--watch",
+        action="store_true",
+        help="stay and show progress bars until the batch ends; the exit code is 1 unless "
+        "it ended done",
+    )
     submit.set_defaults(handler=cmd_batch_submit)
-    watch = batch_sub.add_parser("watch", help="progress bars per run status, cost, ETA")
-    watch.add_argument("batch_id")
+    watch = batch_sub.add_parser(
+        "watch",
+        help="progress bars per run status, the cost so far and an ETA, until it ends",
+        description="Shows the batch's runs by status, its steps done, its cost so far and "
+        "an ETA until the batch ends. Exit code 1 unless it ended done.",
+    )
+    watch.add_argument("batch_id", metavar="BATCH_ID",
+                       help="the id docpipe batch submit printed")  # fmt: skip
     watch.set_defaults(handler=cmd_batch_watch)
-    cancel = batch_sub.add_parser("cancel", help="stop every step that has not started")
-    cancel.add_argument("batch_id")
+    cancel = batch_sub.add_parser(
+        "cancel",
+        help="stop a batch: no step that has not started will run",
+        description="Cancels the batch: steps running now finish, no other step starts, and "
+        "what finished stays readable. A batch that has ended already is a conflict (409).",
+    )
+    cancel.add_argument("batch_id", metavar="BATCH_ID",
+                        help="the id docpipe batch submit printed")  # fmt: skip
     cancel.set_defaults(handler=cmd_batch_cancel)
-    for parser in (submit, watch, cancel):
+    results = batch_sub.add_parser(
+        "results",
+        help="every run's results as JSON lines or CSV (resumes if cut off)",
+        description="Downloads the batch's results: one JSON line per run (its outputs, "
+        "values with evidence, review decisions, cost and error), or a CSV with one row per "
+        "document and the pipeline's fields as columns. A download cut off part-way goes on "
+        "where it stopped, so each run is written once.",
+    )
+    results.add_argument("batch_id", metavar="BATCH_ID",
+                         help="the id docpipe batch submit printed")  # fmt: skip
+    results.add_argument("--format", choices=("jsonl", "csv"), default="jsonl",
+                         help="JSON lines (default) or CSV")  # fmt: skip
+    results.add_argument("-o", "--output", metavar="FILE",
+                         help="write to FILE (default: standard output)")  # fmt: skip
+    results.add_argument(
+        "--status", help="only these (comma-separated): succeeded, failed, needs_review, "
+        "cancelled, pending, or run statuses",
+    )  # fmt: skip
+    results.set_defaults(handler=cmd_batch_results)
+    for parser in (submit, watch, cancel, results):
         add_api_flags(parser)
 
 
@@ -40,27 +108,38 @@ def _batch_files(paths: Sequence[str]) -> list[Path]:
     files: list[Path] = []
     for name in paths:
         path = Path(name)
-        files += sorted(path.glob("*.txt")) if path.is_dir() else [path]
+        files += sorted(p for p in path.iterdir() if p.suffix.lower() in _FOLDER_SUFFIXES
+                        ) if path.is_dir() else [path]  # fmt: skip
     return files
 
 
+# What a folder contributes: text, PDF and Word files.
+_FOLDER_SUFFIXES = (".txt", *FILE_SUFFIXES)
+
+
 def cmd_batch_submit(args: argparse.Namespace) -> int:
+    """Each file stored as a document first (a refused one is named, the others go on),
+    then one batch of the stored ones."""
     files = _batch_files(args.paths)
     if not files:
-        console.print("[red]no .txt files to submit[/red]")
-        return 2
-    documents = [{"id": f.stem, "text": f.read_text(encoding="utf-8")} for f in files]
+        errors.print(f"no .txt, .pdf or .docx files in {' '.join(args.paths)}", highlight=False)
+        return ExitCode.USAGE
     options: dict[str, Any] = {"pipeline": args.pipeline}
     if args.budget_usd:
         options["budget_usd"] = args.budget_usd
     if args.callback_url:
         options["callback_url"] = args.callback_url
     with api_client(args, timeout_s=300) as client:
+        uploads = upload_files(client, files)
+        if not uploads.stored:
+            print_summary(len(files), 0, uploads.refused)
+            return ExitCode.NOT_DONE
+        documents = [{"id": doc_id} for _, doc_id in uploads.stored]
         accepted = client.submit_batch(documents, **options)
         console.print(f"batch {accepted['batch_id']}: {accepted['runs_total']} documents")
-        if args.watch:
-            return _watch_batch(client, accepted["batch_id"])
-    return 0
+        done = _watch_batch(client, accepted["batch_id"]) == 0 if args.watch else True
+    print_summary(len(files), len(uploads.stored), uploads.refused)
+    return ExitCode.OK if done and not uploads.refused else ExitCode.NOT_DONE
 
 
 def cmd_batch_watch(args: argparse.Namespace) -> int:
@@ -72,6 +151,22 @@ def cmd_batch_cancel(args: argparse.Namespace) -> int:
     with api_client(args) as client:
         status = client.cancel_batch(args.batch_id)
     console.print(f"batch {args.batch_id}: {status['status']} {status['runs_by_status']}")
+    return 0
+
+
+def cmd_batch_results(args: argparse.Namespace) -> int:
+    # A download takes as long as the batch is big; each read still has the usual timeout.
+    with api_client(args) as client:
+        if args.output is None:
+            runs = client.save_batch_results(args.batch_id, sys.stdout.buffer,
+                                             format=args.format, status=args.status)  # fmt: skip
+        else:
+            with Path(args.output).open("wb") as out:
+                runs = client.save_batch_results(args.batch_id, out, format=args.format,
+                                                 status=args.status)  # fmt: skip
+    # The results alone on stdout (for pipes); the note on stderr.
+    where = f" written to {args.output}" if args.output else ""
+    print(f"batch {args.batch_id}: {runs} runs{where}", file=sys.stderr)
     return 0
 
 
@@ -110,4 +205,4 @@ def _watch_batch(client: DocpipeClient, batch_id: str) -> int:
             time.sleep(0.5)
     console.print(f"batch {batch_id} {status['status']}: {status['runs_by_status']}, "
                   f"${status['cost_so_far_usd']:.6f}")  # fmt: skip
-    return 0 if status["status"] == "done" else 1
+    return ExitCode.OK if status["status"] == "done" else ExitCode.NOT_DONE

@@ -4,20 +4,28 @@ A 429 (this key's requests per minute) is waited out, as its Retry-After says, a
 503 of a read (the database or Redis briefly away); a few times at most, each wait capped,
 then the error is the caller's. Nothing else is retried: a write that failed otherwise may
 have been done.
+
+Errors are two, and httpx's never pass this module: :class:`ApiError` is the API's answer
+(status and its ``detail``), :class:`ApiUnreachable` no answer at all (refused, unknown
+host, timed out), naming the URL tried.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
 
 import httpx
 
 from docpipe.backoff import retry_delay
 
-__all__ = ["DEFAULT_PIPELINE", "MAX_RUN_IDS", "ApiError", "DocpipeClient"]
+__all__ = ["DEFAULT_PIPELINE", "MAX_RUN_IDS", "ApiError", "ApiUnreachable", "DocpipeClient"]
 
 DEFAULT_PIPELINE = "document_extract:v1"
 MAX_RUN_IDS = 100  # per GET /runs?ids=...
@@ -30,10 +38,24 @@ _BACKOFF_BASE_S = 0.5
 
 
 class ApiError(RuntimeError):
-    def __init__(self, status: int, detail: str) -> None:
+    """The API answered with an error: its status, its ``detail`` as one line of text, and
+    how many times the request was sent (more than once only for a 429 or a read's 503)."""
+
+    def __init__(self, status: int, detail: str, attempts: int = 1) -> None:
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        self.attempts = attempts
+
+
+class ApiUnreachable(RuntimeError):
+    """No answer from the API at ``url``: ``reason`` says why (refused, unknown host,
+    timed out)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach {url}: {reason}")
+        self.url = url
+        self.reason = reason
 
 
 class DocpipeClient:
@@ -51,6 +73,7 @@ class DocpipeClient:
             base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
         )
         self._sleep = sleep
+        self.base_url = base_url
 
     def close(self) -> None:
         self._http.close()
@@ -62,21 +85,39 @@ class DocpipeClient:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        with self._answer(method, path, stream=False, **kwargs) as response:
+            return response.json() if response.content else None
+
+    @contextmanager
+    def _answer(
+        self, method: str, path: str, *, stream: bool, **kwargs: Any
+    ) -> Iterator[httpx.Response]:
+        """The first answer that is not throttled (see the module docstring); ApiError for an
+        error status. With ``stream``, the body is read by the caller as it arrives."""
         for attempt in range(1, MAX_RETRIES + 2):
-            response = self._http.request(method, path, **kwargs)
+            response = self._send(method, path, stream=stream, **kwargs)
             retriable = response.status_code == 429 or (
                 response.status_code == 503 and method == "GET"
             )
             if not retriable or attempt > MAX_RETRIES:
                 break
+            response.close()
             self._sleep(_wait_s(response, attempt))
-        if response.status_code >= 400:
-            try:
-                detail = str(response.json().get("detail"))
-            except ValueError:
-                detail = response.text[:500]
-            raise ApiError(response.status_code, detail)
-        return response.json()
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise ApiError(response.status_code, _detail(response), attempt)
+            yield response
+        finally:
+            response.close()
+
+    def _send(self, method: str, path: str, *, stream: bool, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.send(self._http.build_request(method, path, **kwargs), stream=stream)
+        except httpx.TimeoutException as exc:
+            raise ApiUnreachable(self.base_url, "no answer in time") from exc
+        except httpx.TransportError as exc:
+            raise ApiUnreachable(self.base_url, _reason(exc)) from exc
 
     def put_document(self, document_id: str, text: str) -> dict[str, Any]:
         return dict(
@@ -98,6 +139,16 @@ class DocpipeClient:
                 headers={"Content-Type": "application/octet-stream"},
             )
         )
+
+    def delete_document(self, document_id: str) -> bool:
+        """Delete a document and the ended runs on it; False when there was none."""
+        try:
+            self._call("DELETE", f"/documents/{document_id}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def extract(
         self, document_id: str, *, idempotency_key: str | None = None, **options: Any
@@ -133,6 +184,18 @@ class DocpipeClient:
         params = {"from_step": from_step} if from_step else {}
         return dict(self._call("POST", f"/runs/{run_id}/retry", params=params))
 
+    def reviews(self, **filters: str | None) -> dict[str, Any]:
+        """A page of the runs awaiting review, oldest first (``cursor`` for the next)."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        return dict(self._call("GET", "/reviews", params=params))
+
+    def review(self, run_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/reviews/{run_id}"))
+
+    def decide(self, run_id: str, decision: dict[str, Any]) -> dict[str, Any]:
+        """Post a review decision (it names the revision it was made on)."""
+        return dict(self._call("POST", f"/runs/{run_id}/review", json=decision))
+
     def submit_batch(
         self,
         documents: list[dict[str, str]],
@@ -157,6 +220,30 @@ class DocpipeClient:
     def cancel_batch(self, batch_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/batches/{batch_id}/cancel"))
 
+    def save_batch_results(
+        self, batch_id: str, out: IO[bytes], *, format: str = "jsonl", status: str | None = None
+    ) -> int:
+        """Write the batch's results export to ``out`` as the API streams it; returns the
+        runs written. When the connection drops mid-way, the download goes on after the last
+        run written whole (``after=``), a few times at most: each run is in ``out`` once."""
+        saved = _SavedResults(out, csv_format=format == "csv")
+        params = {"format": format} | ({"status": status} if status else {})
+        for attempt in range(1, MAX_RETRIES + 2):
+            resume = {"after": saved.after} if saved.after else {}
+            try:
+                with self._answer("GET", f"/batches/{batch_id}/results", stream=True,
+                                  params=params | resume) as answer:  # fmt: skip
+                    saved.start_answer()
+                    for block in answer.iter_bytes():
+                        saved.receive(block)
+                    saved.receive(b"", ended=True)
+                return saved.runs
+            except httpx.TransportError:
+                if attempt > MAX_RETRIES:
+                    raise
+                self._sleep(retry_delay(attempt, base_s=_BACKOFF_BASE_S, cap_s=MAX_WAIT_S))
+        raise AssertionError("unreachable")
+
     def pipelines(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/pipelines")["pipelines"])
 
@@ -173,6 +260,95 @@ class DocpipeClient:
 
     def webhook_secret(self) -> dict[str, Any]:
         return dict(self._call("GET", "/webhook-secret"))
+
+
+class _SavedResults:
+    """A results download written record by record: only whole records reach the file, and
+    the run id of the last one is where a resumed download starts."""
+
+    def __init__(self, out: IO[bytes], *, csv_format: bool) -> None:
+        self._out = out
+        self._csv = csv_format
+        self._rest = b""
+        self._run_id_column: int | None = None  # CSV: from the header
+        self._header_due = csv_format  # the first record of every CSV answer is its header
+        self.runs = 0
+        self.after: str | None = None
+
+    def start_answer(self) -> None:
+        self._rest = b""  # a record cut off by a dropped connection comes again whole
+        self._header_due = self._csv
+
+    def receive(self, block: bytes, *, ended: bool = False) -> None:
+        records, self._rest = _whole_records(self._rest + block, csv_quoting=self._csv)
+        if ended and self._rest:
+            records, self._rest = [*records, self._rest], b""
+        for record in records:
+            if self._header_due:
+                self._header_due = False
+                if self._run_id_column is None:
+                    self._run_id_column = _csv_fields(record).index("run_id")
+                    self._out.write(record)
+                continue
+            self._out.write(record)
+            self.runs += 1
+            if self._run_id_column is not None:
+                self.after = _csv_fields(record)[self._run_id_column]
+            else:
+                self.after = str(json.loads(record)["run_id"])
+
+
+def _whole_records(data: bytes, *, csv_quoting: bool) -> tuple[list[bytes], bytes]:
+    """The whole records at the start of ``data`` (each with its line end) and the rest. A
+    JSON line has no raw newline inside; a CSV record may, inside quotes (RFC 4180: a quote
+    inside a quoted field is doubled, so quotes before a record's end come in pairs)."""
+    records: list[bytes] = []
+    start = at = 0
+    while (end := data.find(b"\n", at)) >= 0:
+        quote = data.find(b'"', at, end) if csv_quoting else -1
+        if quote >= 0:
+            closing = data.find(b'"', quote + 1)
+            if closing < 0:
+                break  # the quoted field goes on past what arrived
+            at = closing + 1
+            continue
+        records.append(data[start : end + 1])
+        start = at = end + 1
+    return records, data[start:]
+
+
+def _csv_fields(record: bytes) -> list[str]:
+    return next(csv.reader(io.StringIO(record.decode(), newline="")))
+
+
+def _detail(response: httpx.Response) -> str:
+    """The API's ``detail`` as one line: a string as it is, a validation error's list as
+    ``where: what`` pairs; a body that is not docpipe's JSON, its first 300 characters."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        parts = []
+        for error in detail:
+            if isinstance(error, dict):
+                where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+                parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+            else:
+                parts.append(str(error))
+        detail = "; ".join(parts)
+    text = str(detail) if detail is not None else (response.text[:300] or response.reason_phrase)
+    return " ".join(text.split())
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    """Why a connection failed, in a few words (httpx's message without the errno)."""
+    text = str(exc) or type(exc).__name__
+    if "refused" in text.lower():
+        return "connection refused"
+    if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():
+        return "unknown host"
+    return " ".join(text.split())[:200]
 
 
 def _wait_s(response: httpx.Response, attempt: int) -> float:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from docpipe.cli.common import console
+from docpipe.cli.failures import ExitCode
 
 if TYPE_CHECKING:
     from docpipe.state.db import Database
@@ -21,25 +22,64 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    migrate = sub.add_parser("migrate", help="apply database migrations (idempotent)")
+    migrate = sub.add_parser(
+        "migrate",
+        help="create or update the database schema (safe to run again, and concurrently)",
+        description="Applies the migrations the database at DOCPIPE_DATABASE_URL lacks, then "
+        "checks the pipelines this deployment loads: exit code 1 when one is broken, or "
+        "changes a definition that active runs started with (the chart's migration Job "
+        "runs this, so such a release fails before any process starts).",
+    )
     migrate.add_argument("--lock-timeout", type=float, default=5.0, metavar="SECONDS",
                          help="longest wait for one lock before a migration rolls back and "
-                         "tries again (default: 5)")  # fmt: skip
-    migrate.add_argument("--attempts", type=int, default=5,
-                         help="tries per migration before giving up (default: 5)")  # fmt: skip
+                         "tries again, so that it never blocks the tables for long "
+                         "(default: %(default)s)")  # fmt: skip
+    migrate.add_argument(
+        "--attempts",
+        type=int,
+        default=5,
+        metavar="N",
+        help="tries per migration before giving up (default: %(default)s)",
+    )
     migrate.set_defaults(handler=cmd_migrate)
 
-    api_key = sub.add_parser("api-key", help="tenants' API keys: create, list, revoke")
-    api_key_sub = api_key.add_subparsers(dest="api_key_command", required=True)
-    create = api_key_sub.add_parser("create", help="a new key for a tenant (shown once)")
-    create.add_argument("tenant")
-    create.add_argument("--name", default="", help="what the key is for")
+    api_key = sub.add_parser(
+        "api-key",
+        help="tenants' API keys: create, list, revoke (in the database directly)",
+        description="API keys are managed in the database at DOCPIPE_DATABASE_URL, not "
+        "through the API: run these where the database is reachable.",
+    )
+    api_key_sub = api_key.add_subparsers(dest="api_key_command", required=True,
+                                         metavar="COMMAND")  # fmt: skip
+    create = api_key_sub.add_parser(
+        "create",
+        help="make an API key for a tenant; it is printed once",
+        description="Makes a new API key for TENANT and prints it once, alone on stdout "
+        "(export DOCPIPE_API_KEY=$(docpipe api-key create acme)); only its hash is kept.",
+    )
+    create.add_argument(
+        "tenant",
+        metavar="TENANT",
+        help="the tenant the key acts for, e.g. acme (letters, digits, '._-')",
+    )
+    create.add_argument("--name", default="", help="what the key is for, shown by list")
     create.set_defaults(handler=cmd_api_key_create)
-    listing = api_key_sub.add_parser("list", help="every key (never the secrets)")
-    listing.add_argument("--tenant", help="only this tenant's keys")
+    listing = api_key_sub.add_parser(
+        "list", help="every API key with its tenant, name and dates (never the secrets)"
+    )
+    listing.add_argument("--tenant", metavar="TENANT", help="only this tenant's keys")
     listing.set_defaults(handler=cmd_api_key_list)
-    revoke = api_key_sub.add_parser("revoke", help="revoke a key at once")
-    revoke.add_argument("key_id", help="the <id> of dp_<id>_<secret>")
+    revoke = api_key_sub.add_parser(
+        "revoke",
+        help="revoke an API key: its next request is refused",
+        description="Revokes the key at once: its next request gets 401 and its open event "
+        "streams end. Exit code 1 when no active key has this id.",
+    )
+    revoke.add_argument(
+        "key_id",
+        metavar="KEY_ID",
+        help="the key's id: the <id> of dp_<id>_<secret>, as list shows it",
+    )
     revoke.set_defaults(handler=cmd_api_key_revoke)
 
 
@@ -95,7 +135,7 @@ def cmd_api_key_create(args: argparse.Namespace) -> int:
             created = create_api_key(db, args.tenant, args.name)
     except InvalidRequestError as exc:
         console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return ExitCode.USAGE
     # The key alone on stdout (for $(docpipe api-key create ...)); the note on stderr.
     Console(stderr=True).print(
         f"API key {created.key.id} for tenant {created.key.tenant_id!r}; it is shown only "

@@ -17,17 +17,31 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    group = sub.add_parser("pipelines", help="pipelines: list, show, validate files")
-    group_sub = group.add_subparsers(dest="pipelines_command", required=True)
-    listing = group_sub.add_parser("list", help="the pipelines the API runs")
+    group = sub.add_parser(
+        "pipelines",
+        help="the pipelines the API runs, and a check of pipeline files you write",
+        description="What a deployment runs (list, show), and the checks the workers make "
+        "of a pipeline file, for its author (validate).",
+    )
+    group_sub = group.add_subparsers(dest="pipelines_command", required=True, metavar="COMMAND")
+    listing = group_sub.add_parser("list", help="the pipelines this deployment runs, with "
+                                   "their steps")  # fmt: skip
     listing.set_defaults(handler=cmd_list)
-    show = group_sub.add_parser("show", help="one pipeline's steps, models and schemas (JSON)")
-    show.add_argument("key", help="name:vN")
+    show = group_sub.add_parser(
+        "show", help="one pipeline's steps, models, prompt versions and schemas, as JSON"
+    )
+    show.add_argument("key", metavar="KEY", help="the pipeline as name:vN, e.g. nda_review:v1")
     show.set_defaults(handler=cmd_show)
     for parser in (listing, show):
         add_api_flags(parser)
-    validate = group_sub.add_parser("validate", help="check pipeline files (exit 1 on errors)")
-    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate = group_sub.add_parser(
+        "validate",
+        help="check pipeline files as the workers would load them (exit 1 if one is wrong)",
+        description="Loads each file as a worker would and prints 'ok' with its steps, or "
+        "file:line: what is wrong. Needs no API and no database; prices are not checked "
+        "(they are the deployment's settings).",
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE", help="pipeline files (.yaml)")
     validate.set_defaults(handler=cmd_validate)
 
 

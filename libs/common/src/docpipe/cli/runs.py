@@ -6,71 +6,115 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from docpipe.cli.client import DEFAULT_PIPELINE, ApiError, DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.failures import ExitCode
+from docpipe.cli.results import results_table
+from docpipe.cli.uploads import Refusal, attempt, print_summary, upload_files
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
-__all__ = ["evidence_count", "register", "results_table", "submit_files", "watch_runs"]
+__all__ = ["Submitted", "register", "submit_files", "watch_runs"]
 
 POLL_INTERVAL_S = 1.0  # one request per poll for every run watched
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    submit = sub.add_parser("submit", help="upload files and start a run for each")
-    submit.add_argument("files", nargs="+")
-    submit.add_argument("--lane", choices=list(Lane), default=Lane.INTERACTIVE)
-    submit.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="a key of docpipe pipelines")
-    submit.add_argument("--watch", action="store_true")
+    submit = sub.add_parser(
+        "submit",
+        help="upload documents and start a run of a pipeline on each",
+        description="Uploads each FILE as a document named after it (a .pdf or .docx as a "
+        "file, anything else as UTF-8 text) and starts a run of the pipeline on it. Prints "
+        "one line per run on stdout: its id and the document. Submitting the same file "
+        "again gives the same run. A file the API refuses (too large, not a PDF or DOCX, "
+        "unreadable) is named on stderr with the reason and the others go on; a summary "
+        "ends the command, and the exit code is 1 if any file was refused.",
+    )
+    submit.add_argument("files", nargs="+", metavar="FILE",
+                        help="documents: PDF, Word (.docx) or text files")  # fmt: skip
+    submit.add_argument(
+        "--lane",
+        choices=list(Lane),
+        default=Lane.INTERACTIVE,
+        help="interactive: start at once, on the interactive workers (default); batch: wait "
+        "for room in the batch lane, which shares its workers fairly between tenants (for "
+        "many documents that need not be fast)",
+    )
+    submit.add_argument(
+        "--pipeline",
+        default=DEFAULT_PIPELINE,
+        help="the pipeline to run, as name:vN (default: %(default)s; 'docpipe pipelines "
+        "list' shows the others)",
+    )
+    submit.add_argument(
+        "--watch",
+        action="store_true",
+        help="stay, show each run's progress until all have ended, then the results table; "
+        "the exit code is 1 unless every run ended done",
+    )
     submit.set_defaults(handler=cmd_submit)
-    watch = sub.add_parser("watch", help="live progress bars of runs")
-    watch.add_argument("run_ids", nargs="+")
+    watch = sub.add_parser(
+        "watch",
+        help="live progress of runs until they end, then the results table",
+        description="Shows a progress bar per run (steps done, status, cost) until every run "
+        "has ended, then the results table. Exit code 1 unless every run ended done.",
+    )
+    watch.add_argument("run_ids", nargs="+", metavar="RUN_ID",
+                       help="run ids, as docpipe submit prints them")  # fmt: skip
     watch.set_defaults(handler=cmd_watch)
-    status = sub.add_parser("status", help="a run's status as JSON")
-    status.add_argument("run_id")
+    status = sub.add_parser(
+        "status",
+        help="a run's whole status as JSON: steps, attempts, tokens, cost, result",
+        description="Prints what GET /runs/{id} answers: the run's status, each step's "
+        "attempts, tokens, cost and model, and its result once done.",
+    )
+    status.add_argument("run_id", metavar="RUN_ID", help="a run id, as docpipe submit prints it")
     status.set_defaults(handler=cmd_status)
     for parser in (submit, watch, status):
         add_api_flags(parser)
 
 
-# Sent as files (the API reads their format from their bytes); anything else as UTF-8 text.
-_FILE_SUFFIXES = (".pdf", ".docx")
+@dataclass
+class Submitted:
+    """The runs started, (document, run id), and the files refused on the way."""
+
+    started: list[tuple[str, str]] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
 
 
 def submit_files(
     client: DocpipeClient, files: Sequence[Path], lane: str, pipeline: str = DEFAULT_PIPELINE
-) -> list[tuple[str, str]]:
-    """Upload each file as a document named after it and start a run of ``pipeline``;
-    (document, run_id)."""
-    started = []
-    for path in files:
-        # A text file is named by its stem ("contract.txt": "contract"); a PDF or Word file
-        # keeps its suffix, so the same contract as text, PDF and DOCX makes three documents.
-        if path.suffix.lower() in _FILE_SUFFIXES:
-            doc_id = path.name
-            client.put_file(doc_id, path.read_bytes())
-        else:
-            doc_id = path.stem
-            client.put_document(doc_id, path.read_text(encoding="utf-8"))
-        key = f"cli:{doc_id}:{lane}:{pipeline}"
-        run = client.extract(doc_id, idempotency_key=key, lane=lane, pipeline=pipeline)
-        started.append((doc_id, run["run_id"]))
-    return started
+) -> Submitted:
+    """Upload each file as a document (docpipe.cli.uploads names them) and start a run of
+    ``pipeline``; a file refused at either request is named and the others go on."""
+    uploads = upload_files(client, files)
+    submitted = Submitted(refused=uploads.refused)
+    for path, doc_id in uploads.stored:
+        start = partial(client.extract, doc_id, idempotency_key=f"cli:{doc_id}:{lane}:{pipeline}",
+                        lane=lane, pipeline=pipeline)  # fmt: skip
+        run = attempt(uploads, path, start)
+        if run is not None:
+            submitted.started.append((doc_id, run["run_id"]))
+    return submitted
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    files = [Path(f) for f in args.files]
     with api_client(args) as client:
-        started = submit_files(client, [Path(f) for f in args.files], args.lane, args.pipeline)
-        for doc_id, run_id in started:
+        submitted = submit_files(client, files, args.lane, args.pipeline)
+        for doc_id, run_id in submitted.started:
             console.print(f"{run_id}  {doc_id}")
-        if args.watch:
-            return _all_done(watch_runs(client, started))
-    return 0
+        all_done = True
+        if args.watch and submitted.started:
+            all_done = _all_done(watch_runs(client, submitted.started)) == 0
+    print_summary(len(files), len(submitted.started), submitted.refused)
+    return ExitCode.OK if all_done and not submitted.refused else ExitCode.NOT_DONE
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -85,7 +129,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _all_done(final: dict[str, dict[str, Any]]) -> int:
-    return 0 if all(s["status"] == "done" for s in final.values()) else 1
+    return ExitCode.OK if all(s["status"] == "done" for s in final.values()) else ExitCode.NOT_DONE
 
 
 def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[str, dict[str, Any]]:
@@ -112,7 +156,7 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
             going = [run_id for _, run_id in runs if run_id not in final]
             found = client.runs(going)
             if missing := [run_id for run_id in going if run_id not in found]:
-                raise ApiError(404, f"no such runs: {', '.join(missing[:5])}")
+                raise ApiError(404, f"no run {', '.join(missing[:5])}")
             for run_id in going:
                 status = found[run_id]
                 progress.update(
@@ -128,58 +172,3 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
             time.sleep(POLL_INTERVAL_S)
     console.print(results_table([(doc, final[run_id]) for doc, run_id in runs]))
     return final
-
-
-def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
-    table = Table(title="docpipe results")
-    columns = ("document", "format", "pipeline", "status", "found", "evidence", "tokens",
-               "cost USD", "attempts", "note")  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("tokens", "cost USD") else "left")
-    total_cost = 0.0
-    for doc, status in rows:
-        tokens = sum((s["input_tokens"] or 0) + (s["output_tokens"] or 0) for s in status["steps"])
-        attempts = sum(s["attempt"] for s in status["steps"])
-        total_cost += status["cost_so_far_usd"]
-        table.add_row(
-            doc,
-            _format(status.get("result") or {}),
-            status["pipeline"],
-            status["status"],
-            _found(status.get("result") or {}),
-            evidence_count(status.get("values")),
-            f"{tokens:,}",
-            f"{status['cost_so_far_usd']:.6f}",
-            str(attempts),
-            (status.get("error") or "")[:60],
-        )
-    table.add_section()
-    table.add_row("total", "", "", "", "", "", "", f"{total_cost:.6f}", "", "")
-    return table
-
-
-def _format(result: dict[str, Any]) -> str:
-    """What the document was, from its extract_text output: "pdf", "pdf+ocr" (some pages
-    read by OCR)."""
-    extracted = result.get("extract_text") or {}
-    if not extracted:
-        return ""
-    return f"{extracted['format']}{'+ocr' if extracted.get('ocr_pages') else ''}"
-
-
-def evidence_count(values: list[dict[str, Any]] | None) -> str:
-    """``supported/total``: of the run's values, how many quotes were found in the document
-    (empty for a pipeline that records no evidence)."""
-    if not values:
-        return ""
-    return f"{sum(1 for v in values if v['supported'])}/{len(values)}"
-
-
-def _found(result: dict[str, Any]) -> str:
-    """What a finished run found, in a few words: the contract's fields counted, else the
-    first plain value of the last step's output."""
-    if "extract_fields" in result:
-        return f"{len(result['extract_fields'].get('fields') or {})} fields"
-    last = list(result.values())[-1] if result else {}
-    plain = next(((k, v) for k, v in last.items() if isinstance(v, str | int | float)), None)
-    return f"{plain[0]}: {plain[1]}"[:40] if plain else ""

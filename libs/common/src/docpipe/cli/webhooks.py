@@ -14,8 +14,14 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    secret = sub.add_parser("webhook-secret", help="the tenant's webhook signing secret")
-    secret_sub = secret.add_subparsers(dest="webhook_secret_command", required=True)
+    secret = sub.add_parser(
+        "webhook-secret",
+        help="your tenant's webhook signing secret: rotate, show",
+        description="Webhooks (a run's or batch's callback_url) are signed with your "
+        "tenant's own secret; your receivers verify them with it.",
+    )
+    secret_sub = secret.add_subparsers(dest="webhook_secret_command", required=True,
+                                       metavar="COMMAND")  # fmt: skip
     rotate = secret_sub.add_parser(
         "rotate", help="create the signing secret, or rotate it (the new one is shown once)"
     )
@@ -27,7 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "0: it stops now)",
     )
     rotate.set_defaults(handler=cmd_rotate)
-    show = secret_sub.add_parser("show", help="ids and dates of the secrets that sign now")
+    show = secret_sub.add_parser(
+        "show", help="the ids and dates of the secrets that sign now (never the secrets)"
+    )
     show.set_defaults(handler=cmd_show)
     for parser in (rotate, show):
         add_api_flags(parser)

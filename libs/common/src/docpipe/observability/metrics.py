@@ -32,29 +32,35 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _start_http_server
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from docpipe.observability import multiprocess
 from docpipe.pipelines.catalog import pipelines
-from docpipe.statuses import ENDED_RUN_STATUSES, Lane
+from docpipe.statuses import ENDED_RUN_STATUSES, DecisionAction, Lane
 
 __all__ = [
+    "SCRAPED_GAUGES",
     "Metrics",
+    "ScrapedGauge",
     "count_model_choice",
     "count_recoveries",
+    "count_review_decision",
     "exposition_registry",
     "mark_beat_tick",
     "metrics",
     "observe_limiter_wait",
     "observe_provider_call",
     "observe_step",
+    "scraped_gauge",
     "serve_metrics",
     "use_multiprocess_dir",
 ]
@@ -86,6 +92,7 @@ REAPER_RECOVERIES = "docpipe_reaper_recoveries_total"
 OUTBOX_SWEPT = "docpipe_outbox_swept_total"
 HTTP_REQUEST_DURATION = "docpipe_http_request_duration_seconds"
 BEAT_LAST_TICK = "docpipe_beat_last_tick_timestamp_seconds"
+REVIEW_DECISIONS = "docpipe_review_decisions_total"
 # Served by beat from Redis and PostgreSQL (docpipe.worker.state_collector).
 QUEUE_LENGTH = "celery_queue_length"
 QUEUE_LAG = "docpipe_queue_lag_seconds"
@@ -101,7 +108,62 @@ LIMITER_WAITING = "docpipe_limiter_waiting_calls"
 LIMITER_ALLOWED_TPM = "docpipe_limiter_allowed_tpm"
 LIMITER_CONFIGURED_TPM = "docpipe_limiter_configured_tpm"
 PERIODIC_LAST_FINISHED = "docpipe_periodic_job_last_finished_timestamp_seconds"
+REVIEW_BACKLOG = "docpipe_review_backlog_runs"
+REVIEW_OLDEST_AGE = "docpipe_review_oldest_age_seconds"
+REVIEW_MAX_WAIT = "docpipe_review_max_wait_seconds"
 STATE_COLLECTOR_UP = "docpipe_state_collector_up"
+
+
+@dataclass(frozen=True)
+class ScrapedGauge:
+    """A gauge beat reads from Redis or PostgreSQL at scrape time: its help and labels are
+    declared here, beside the metrics recorded where things happen, so that every figure
+    docpipe serves is described in one module (and in the docs' metrics reference)."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...] = ()
+
+
+SCRAPED_GAUGES = {
+    gauge.name: gauge
+    for gauge in (
+        ScrapedGauge(QUEUE_LENGTH, "Messages waiting, incl. priority sub-lists", ("queue_name",)),
+        ScrapedGauge(QUEUE_LAG, "Age of the oldest waiting message, seconds", ("queue_name",)),
+        ScrapedGauge(RUNS, "Runs by status and lane", ("status", "lane")),
+        ScrapedGauge(BATCH_BACKLOG, "Batch runs awaiting admission"),
+        ScrapedGauge(OUTBOX_BACKLOG, "Outbox rows due, unpublished"),
+        ScrapedGauge(OUTBOX_PARKED, "Outbox rows parked for later"),
+        ScrapedGauge(OUTBOX_OLDEST_AGE, "Oldest due outbox row, seconds"),
+        ScrapedGauge(LIMITER_ALLOWED_RPM, "Requests/minute allowed now", ("provider", "model")),
+        ScrapedGauge(LIMITER_CONFIGURED_RPM,
+                     "Requests/minute configured, or stated by the provider",
+                     ("provider", "model")),
+        ScrapedGauge(LIMITER_ALLOWED_TPM, "Tokens/minute allowed now", ("provider", "model")),
+        ScrapedGauge(LIMITER_CONFIGURED_TPM, "Tokens/minute configured, or stated by the provider",
+                     ("provider", "model")),
+        ScrapedGauge(LIMITER_IN_FLIGHT, "Calls holding a limiter slot", ("provider",)),
+        ScrapedGauge(LIMITER_WAITING, "Calls waiting for the provider limiter",
+                     ("provider", "lane")),
+        ScrapedGauge(PERIODIC_LAST_FINISHED, "Unix time a periodic job last finished", ("job",)),
+        ScrapedGauge(STATE_COLLECTOR_UP, "1 if the source answered this scrape", ("source",)),
+        ScrapedGauge(REVIEW_BACKLOG, "Runs awaiting a person", ("tenant", "pipeline")),
+        ScrapedGauge(REVIEW_OLDEST_AGE, "How long the oldest run awaiting a person has waited, "
+                     "seconds", ("tenant", "pipeline")),
+        ScrapedGauge(REVIEW_MAX_WAIT, "DOCPIPE_REVIEW_MAX_WAIT_S: the longest a run should await "
+                     "a person"),
+    )
+}  # fmt: skip
+
+
+def scraped_gauge(name: str, value: float | None = None) -> GaugeMetricFamily:
+    """An empty family of the scraped gauge ``name`` (labelled), or one without labels
+    holding ``value``."""
+    gauge = SCRAPED_GAUGES[name]
+    if value is not None:
+        return GaugeMetricFamily(name, gauge.documentation, value=value)
+    return GaugeMetricFamily(name, gauge.documentation, labels=list(gauge.labels))
+
 
 RECOVERY_KINDS = (
     "expired_leases",
@@ -184,6 +246,8 @@ class Metrics:
         )  # fmt: skip
         self.beat_last_tick = Gauge(BEAT_LAST_TICK, "Unix time of beat's last scheduler tick",
                                     multiprocess_mode="livemax", registry=registry)  # fmt: skip
+        self.review_decisions = _counter(REVIEW_DECISIONS, "Reviewers' decisions recorded",
+                                         ("pipeline", "action"))  # fmt: skip
         self._initialise_known_series()
 
     def _initialise_known_series(self) -> None:
@@ -198,6 +262,9 @@ class Metrics:
             self.provider_rate_limited.labels(lane)
         for kind in RECOVERY_KINDS:
             self.reaper_recoveries.labels(kind)
+        for pipeline in pipelines():
+            for action in DecisionAction:
+                self.review_decisions.labels(pipeline, action)
 
 
 _created: Metrics | None = None
@@ -263,6 +330,11 @@ def count_recoveries(recovered: Mapping[str, int]) -> None:
     for kind, count in recovered.items():
         if count:
             counter.labels(kind).inc(count)
+
+
+def count_review_decision(pipeline: str, action: str) -> None:
+    """A reviewer's decision was recorded (committed) for a run of ``pipeline``."""
+    metrics().review_decisions.labels(pipeline, action).inc()
 
 
 def mark_beat_tick() -> None:

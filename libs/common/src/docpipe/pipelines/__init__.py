@@ -1,6 +1,6 @@
 """Pipelines: ordered steps with their prompts, models and output schemas.
 
-This module is all a pipeline author needs (README, "Write your own pipeline")::
+This module is all a pipeline author needs (docs: guides/pipelines.md)::
 
     from docpipe.pipelines import Pipeline, Step, StepInput
 

@@ -222,7 +222,7 @@ def extract_fields(ctx: StepInput) -> dict[str, Any]:
                 sections=sections,
                 near=(section["start"], section["end"]),
             )
-            evidence.append({"field": name, "value": value, **where})
+            evidence.append({"field": name, "path": f"/fields/{name}", "value": value, **where})
     return {"fields": fields, "found_in": found_in, "evidence": evidence}
 
 

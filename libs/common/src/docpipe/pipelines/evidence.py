@@ -18,8 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-import jsonschema
-
 __all__ = [
     "EVIDENCE_SCHEMA",
     "MAX_QUOTE_CHARS",
@@ -28,6 +26,7 @@ __all__ = [
     "locate_quote",
     "normalised",
     "page_of",
+    "quoted_values",
     "section_of",
     "unsupported_values",
 ]
@@ -55,11 +54,14 @@ _WORD = re.compile(r"\w")
 # One value with its evidence, as a step records it in the ``evidence`` list of its output
 # and GET /runs/{id} shows it: offsets into the document text (``end`` exclusive), the
 # 1-based page and the section holding ``start``; all null when the quote is not found.
+# ``path``, where known, is the JSON Pointer of the value in the step's output (a reviewer's
+# correction of that value is carried into the record).
 EVIDENCE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["field", "value", "quote", "start", "end", "page", "section", "supported"],
     "properties": {
         "field": {"type": "string"},
+        "path": {"type": "string"},
         "value": {},
         "quote": {"type": "string", "maxLength": MAX_QUOTE_CHARS},
         "start": {"type": ["integer", "null"], "minimum": 0},
@@ -203,8 +205,40 @@ def evidence_records(outputs: Mapping[str, Any]) -> list[dict[str, Any]]:
         for output in outputs.values()
         if isinstance(output, Mapping) and isinstance(output.get("evidence"), list)
         for item in output["evidence"]
-        if _RECORD.is_valid(item)
+        if _is_record(item)
     ]
+
+
+def quoted_values(
+    answer: Mapping[str, Any],
+    prop: str,
+    *,
+    document: str,
+    page_starts: Sequence[int],
+    sections: Sequence[Mapping[str, Any]] = (),
+    prefix: str = "",
+) -> list[dict[str, Any]]:
+    """Evidence records of the ``{"value", "quote"}`` objects an answer holds under
+    ``prop``: a mapping of names to such objects, or a list of them. ``prefix`` is the
+    answer's own place in the step's output (a map step's ``items/3``)."""
+    held = answer.get(prop)
+    if isinstance(held, Mapping):
+        entries = [(str(k), v) for k, v in held.items()]
+    elif isinstance(held, list):
+        entries = [(str(i), v) for i, v in enumerate(held)]
+    else:
+        return []
+    at = f"{prefix}/{prop}" if prefix else f"/{prop}"
+    records = []
+    for key, quoted in entries:
+        if not isinstance(quoted, Mapping) or not isinstance(quoted.get("quote"), str):
+            continue
+        where = evidence_for(document, quoted["quote"], page_starts=page_starts,
+                             sections=sections)  # fmt: skip
+        name = ".".join(p for p in (*at.strip("/").split("/"), key) if p)
+        records.append({"field": name, "path": f"{at}/{key}/value",
+                        "value": quoted.get("value"), **where})  # fmt: skip
+    return records
 
 
 def unsupported_values(outputs: Mapping[str, Any]) -> list[str]:
@@ -212,4 +246,32 @@ def unsupported_values(outputs: Mapping[str, Any]) -> list[str]:
     return [r["field"] for r in evidence_records(outputs) if not r["supported"]]
 
 
-_RECORD = jsonschema.Draft202012Validator(EVIDENCE_SCHEMA)
+def _is_record(item: Any) -> bool:
+    """Whether ``item`` satisfies :data:`EVIDENCE_SCHEMA`, checked by hand: a results export
+    checks every value of thousands of runs, and a schema validator takes 50 us a record
+    where this takes 1 (tests/unit/test_evidence_locator.py holds the two to agree)."""
+    return (
+        isinstance(item, Mapping)
+        and item.keys() >= _REQUIRED
+        and isinstance(item["field"], str)
+        and isinstance(item["quote"], str)
+        and len(item["quote"]) <= MAX_QUOTE_CHARS
+        and _is_count(item["start"], 0)
+        and _is_count(item["end"], 0)
+        and _is_count(item["page"], 1)
+        and (item["section"] is None or isinstance(item["section"], str))
+        and (item.get("section_title") is None or isinstance(item["section_title"], str))
+        and isinstance(item["supported"], bool)
+    )
+
+
+_REQUIRED = frozenset(EVIDENCE_SCHEMA["required"])
+
+
+def _is_count(value: Any, minimum: int) -> bool:
+    """null, or a JSON Schema integer (1.0 is one; true is not) of at least ``minimum``."""
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (isinstance(value, int) or value.is_integer()) and value >= minimum

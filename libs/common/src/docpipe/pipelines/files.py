@@ -9,10 +9,17 @@ beside this module is the published JSON Schema of the format. Three kinds of st
   the list's schema must bound it (``maxItems``, at most the step's ``max_items``);
 - ``reduce``: one call over earlier outputs (a summary).
 
+A step may say which of its answer's values carry quotes (``evidence: <property>``, a
+mapping of names to ``{value, quote}`` objects or a list of them): docpipe then locates each
+quote in the document as ``document_extract`` does and adds the records to the step's output
+as its ``evidence`` list, so ``review: [unsupported_evidence]`` works on it. A step may ask
+for a person with ``review:`` (docpipe.pipelines.review).
+
 Loading checks the file against the published schema, every output schema against the
 JSON Schema meta-schema, every template variable and ``over`` against the earlier steps and
-their output schemas, and refuses duplicate keys and YAML anchors. Every error names the file
-and line: ``pipelines/nda.yaml:14: step 'risks': ...``.
+their output schemas, every review rule against the step's output, and refuses duplicate
+keys and YAML anchors. Every error names the file and line:
+``pipelines/nda.yaml:14: step 'risks': ...``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,15 @@ import jsonschema
 import yaml
 
 from docpipe.errors import InvalidOutputError
-from docpipe.pipelines.model import JSONSchema, Pipeline, PipelineError, Step, StepInput
+from docpipe.pipelines.evidence import EVIDENCE_SCHEMA, quoted_values
+from docpipe.pipelines.model import (
+    JSONSchema,
+    Pipeline,
+    PipelineError,
+    ReviewRuleError,
+    Step,
+    StepInput,
+)
 from docpipe.pipelines.templates import Template, TemplateError, lookup, parse_path, schema_at
 
 __all__ = ["MAX_FILE_BYTES", "file_schema", "load_pipeline_file"]
@@ -39,7 +54,7 @@ DEFAULT_MAX_ITEMS = 100
 
 _Lines = dict[tuple[str | int, ...], int]
 # What defines a step of a file besides what every Step has (for its definition hash).
-_SPEC_KEYS = ("kind", "prompt", "over", "concurrency", "max_items")
+_SPEC_KEYS = ("kind", "prompt", "over", "concurrency", "max_items", "evidence")
 
 
 @cache
@@ -123,15 +138,21 @@ def _step(
     if kind == "reduce" and not any(p[0] == "outputs" for p in template.paths):
         raise _AtPath((*path, "prompt"), "a reduce step's prompt reads earlier outputs")
     answer_schema: JSONSchema = spec["output_schema"]
+    quoted = spec.get("evidence")
+    if quoted is not None:
+        _check_quoted(answer_schema, quoted, (*path, "evidence"))
     mapped = kind == "map"
+    output_schema = _gathered(answer_schema) if mapped else answer_schema
+    if quoted is not None:
+        output_schema = _with_evidence(output_schema)
     budget = spec.get("budget_usd", defaults.get("budget_usd"))
     try:
         return Step(
             name=spec["name"],
             execute=_map(spec, template, answer_schema)
             if mapped
-            else _ask(template, answer_schema),
-            output_schema=_gathered(answer_schema) if mapped else answer_schema,
+            else _ask(template, answer_schema, quoted),
+            output_schema=output_schema,
             instructions=spec.get("instructions", ""),
             prompt_version=spec.get("prompt_version", f"{spec['name']}@v{version}"),
             model=model,
@@ -140,9 +161,55 @@ def _step(
             budget_usd=None if budget is None else Decimal(str(budget)),
             answer_schemas=(answer_schema,),
             spec={k: v for k, v in spec.items() if k in _SPEC_KEYS},
+            review=spec.get("review"),
         )
+    except ReviewRuleError as exc:
+        at = (*path, "review") if exc.index is None else (*path, "review", exc.index)
+        raise _AtPath(at, str(exc).removeprefix(f"step {spec['name']!r}: ")) from None
     except PipelineError as exc:
         raise _AtPath((*path, "output_schema"), str(exc)) from None
+
+
+def _check_quoted(schema: JSONSchema, prop: str, at: tuple[str | int, ...]) -> None:
+    """``prop`` must hold ``{value, quote}`` objects: a mapping of them or a list."""
+    held = schema.get("properties", {}).get(prop)
+    if held is None:
+        raise _AtPath(at, f"evidence: the output schema has no property {prop!r}")
+    if held.get("type") == "array":
+        items = [held.get("items", {})]
+    else:
+        items = [*held.get("properties", {}).values()]
+        if isinstance(extra := held.get("additionalProperties"), Mapping):
+            items.append(extra)
+    shapes = [i.get("properties", {}) for i in items]
+    if not items or any("value" not in s or s.get("quote", {}).get("type") != "string"
+                        for s in shapes):  # fmt: skip
+        raise _AtPath(at, f"evidence: {prop} must hold objects {{value, quote}} (a mapping of "
+                      "them or a list) whose quote is a string")  # fmt: skip
+
+
+def _with_evidence(output_schema: JSONSchema) -> JSONSchema:
+    """The step's output: its answer with the evidence docpipe located for it (not
+    required: an output a reviewer wrote whole has values no quote was read for)."""
+    properties = dict(output_schema.get("properties", {}))
+    properties["evidence"] = {"type": "array", "items": EVIDENCE_SCHEMA}
+    return {**output_schema, "properties": properties}
+
+
+def _sections(outputs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The sections an earlier step located (``document_extract``'s shape), if any."""
+    for output in outputs.values():
+        found = output.get("sections") if isinstance(output, Mapping) else None
+        if isinstance(found, list) and all(
+            isinstance(s, Mapping) and isinstance(s.get("start"), int) for s in found
+        ):
+            return found
+    return []
+
+
+def _locate(step: StepInput, answer: Mapping[str, Any], prop: str, prefix: str = "") -> list[Any]:
+    return quoted_values(answer, prop, document=step.document, page_starts=step.page_starts,
+                         sections=_sections(step.outputs), prefix=prefix)  # fmt: skip
 
 
 def _check_fan_out_bound(
@@ -181,10 +248,13 @@ def _gathered(answer_schema: JSONSchema) -> JSONSchema:
     }
 
 
-def _ask(template: Template, schema: JSONSchema) -> Any:
+def _ask(template: Template, schema: JSONSchema, quoted: str | None) -> Any:
     def execute(step: StepInput) -> dict[str, Any]:
         user = template.render({"document": step.document, "outputs": step.outputs})
-        return step.ask("prompt", user, schema)
+        answer = step.ask("prompt", user, schema)
+        if quoted is None:
+            return answer
+        return {**answer, "evidence": _locate(step, answer, quoted)}
 
     return execute
 
@@ -193,6 +263,7 @@ def _map(spec: Mapping[str, Any], template: Template, schema: JSONSchema) -> Any
     over = parse_path(spec["over"])
     concurrency = int(spec.get("concurrency", DEFAULT_CONCURRENCY))
     max_items = int(spec.get("max_items", DEFAULT_MAX_ITEMS))
+    quoted: str | None = spec.get("evidence")
 
     def execute(step: StepInput) -> dict[str, Any]:
         items = lookup({"outputs": step.outputs}, over)
@@ -207,7 +278,13 @@ def _map(spec: Mapping[str, Any], template: Template, schema: JSONSchema) -> Any
             (f"item:{i}", template.render({**values, "item": item, "index": i}), schema)
             for i, item in enumerate(items)
         ]
-        return {"items": step.ask_all(requests, concurrency=concurrency)}
+        answers = step.ask_all(requests, concurrency=concurrency)
+        if quoted is None:
+            return {"items": answers}
+        evidence = [
+            r for i, a in enumerate(answers) for r in _locate(step, a, quoted, f"/items/{i}")
+        ]
+        return {"items": answers, "evidence": evidence}
 
     return execute
 

@@ -20,7 +20,14 @@ from typing import Any, Protocol
 import jsonschema
 
 from docpipe.errors import DocpipeError, InvalidRequestError
-from docpipe.pipelines.evidence import unsupported_values
+from docpipe.pipelines.review import (
+    PIPELINE_RULES,
+    Reason,
+    ReviewRule,
+    RuleError,
+    parse_rules,
+    rule_reasons,
+)
 
 __all__ = [
     "NAME_PATTERN",
@@ -28,6 +35,7 @@ __all__ = [
     "JSONSchema",
     "Pipeline",
     "PipelineError",
+    "ReviewRuleError",
     "Step",
     "StepInput",
 ]
@@ -39,14 +47,22 @@ JSONSchema = Mapping[str, Any]
 NAME_PATTERN = "^[a-z][a-z0-9_]{0,62}$"
 _NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 MAX_STEP_ATTEMPTS = 50
-# Pipeline-level rules that send a run that reached its end to review instead of done.
-# unsupported_evidence: a value's quote was not found in the document (the evidence a step
-# records with docpipe.pipelines.evidence says "supported": false).
-REVIEW_RULES = frozenset({"unsupported_evidence"})
+# Pipeline-level rules (``review_if``): each is checked after every step, on that step's
+# output. unsupported_evidence: a value's quote was not found in the document (the
+# evidence a step records with docpipe.pipelines.evidence says "supported": false).
+REVIEW_RULES = PIPELINE_RULES
 
 
 class PipelineError(DocpipeError):
     """A pipeline definition is wrong; the message says where and what."""
+
+
+class ReviewRuleError(PipelineError):
+    """A step's review rule is wrong; ``index`` is its place in the step's list."""
+
+    def __init__(self, message: str, index: int | None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class StepInput(Protocol):
@@ -89,6 +105,8 @@ class Step:
     ``output_schema``. A step that asks a model names it (``model``, and a ``fallback_model``
     tried when the answer stays outside its schema); ``instructions`` are its system prompt.
     ``max_attempts`` and ``budget_usd`` bound what the step may retry and spend.
+    ``review`` asks for a person after the step: ``"always"`` or rules on its output
+    (docpipe.pipelines.review); the run then pauses in ``needs_review`` after this step.
     """
 
     name: str
@@ -112,6 +130,9 @@ class Step:
     # step from a pipeline file: its kind, prompt template, ...). None: the execute
     # function's source code stands for it.
     spec: Mapping[str, Any] | None = field(default=None, compare=False)
+    # "always", or a list of rules (docpipe.pipelines.review); parsed into ``review_rules``.
+    review: str | Sequence[str | Mapping[str, Any]] | None = None
+    review_rules: tuple[ReviewRule, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"step {self.name!r}"
@@ -126,6 +147,11 @@ class Step:
         if self.budget_usd is not None and self.budget_usd <= 0:
             raise PipelineError(f"{where}: budget_usd must be positive")
         check_json_schema(self.output_schema, where=f"{where}: output_schema")
+        try:
+            rules = parse_rules(self.review, self.output_schema)
+        except RuleError as exc:
+            raise ReviewRuleError(f"{where}: {exc}", exc.index) from None
+        object.__setattr__(self, "review_rules", rules)
 
     @property
     def system_prompt(self) -> str:
@@ -142,8 +168,10 @@ class Step:
         return tuple(m for m in (self.model, self.fallback_model) if m is not None)
 
     def definition(self) -> dict[str, Any]:
-        """Everything that defines the step, as JSON."""
-        return {
+        """Everything that defines the step, as JSON (its review rules only when it has
+        some: steps without keep the hash they had before rules existed)."""
+        rules = {"review": [r.as_data() for r in self.review_rules]} if self.review_rules else {}
+        return rules | {
             "name": self.name,
             "prompt_version": self.prompt_version,
             "instructions": self.instructions,
@@ -183,8 +211,8 @@ def check_json_schema(schema: JSONSchema, *, where: str) -> None:
 class Pipeline:
     """Named, versioned, ordered steps; ``source`` says where the definition came from.
 
-    ``review_if`` names rules (:data:`REVIEW_RULES`) that, when one holds for a run's outputs
-    at its last step, end the run ``needs_review`` with the reason instead of ``done``.
+    ``review_if`` names rules (:data:`REVIEW_RULES`) checked after every step on its output,
+    as if each step listed them: when one holds, the run pauses ``needs_review`` after it.
     """
 
     name: str
@@ -241,16 +269,15 @@ class Pipeline:
         canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
-    def review_reasons(self, outputs: Mapping[str, Any]) -> list[str]:
-        """Why a run with these step outputs goes to review by this pipeline's rules (empty:
-        it does not)."""
-        reasons = []
-        if "unsupported_evidence" in self.review_if and (fields := unsupported_values(outputs)):
-            reasons.append(
-                f"unsupported_evidence: {len(fields)} value(s) whose quote is not in the "
-                f"document ({', '.join(fields)})"
-            )
-        return reasons
+    def review_reasons(
+        self, step: str, output: Mapping[str, Any], *, sample_at: float
+    ) -> list[Reason]:
+        """Why the run pauses for a person after ``step`` gave ``output``: the step's own
+        rules, then the pipeline's (empty: it goes on). ``sample_at`` is the document's
+        :func:`~docpipe.pipelines.review.sample_point` for this step."""
+        rules = self.step(step).review_rules
+        shared = tuple(ReviewRule(r) for r in self.review_if if ReviewRule(r) not in rules)
+        return rule_reasons((*rules, *shared), output, sample_at)
 
     def step(self, name: str) -> Step:
         try:

@@ -170,6 +170,15 @@ class Session:
         with self.conn.cursor(row_factory=class_row(cls)) as cur:
             return cur.execute(load_queries()[query], params).fetchall()
 
+    def chunks_as(self, cls: type[T], query: str, *, rows: int, **params: Any) -> Iterator[list[T]]:
+        """``query``'s rows, ``rows`` at a time, from a server-side cursor: the server keeps
+        the result and sends each chunk as it is asked for, so no more than one chunk is
+        ever in this process. Only inside a transaction (the cursor lives in it)."""
+        with self.conn.cursor(name=f"docpipe_{query}", row_factory=class_row(cls)) as cur:
+            cur.execute(load_queries()[query], params)
+            while chunk := cur.fetchmany(rows):
+                yield chunk
+
 
 class Database:
     """A small pool of autocommit connections to one database, every wait bounded."""
@@ -215,6 +224,28 @@ class Database:
     def transaction(self) -> Iterator[Session]:
         """A pooled connection inside one transaction, committed when the block ends."""
         with self._pool.connection() as conn, conn.transaction():
+            yield Session(conn)
+
+    @contextmanager
+    def detached_transaction(self, *, application_name: str, idle_s: float) -> Iterator[Session]:
+        """A read-only transaction on a connection of its own, outside the pool: for a long
+        read (a server-side cursor streamed to a client) that must not hold one of the pool's
+        few connections. The server ends it once it waits ``idle_s`` between two statements
+        (a client that stopped reading), so it never holds back vacuum for long."""
+        with (
+            psycopg.connect(
+                self.url,
+                row_factory=dict_row,
+                application_name=application_name,
+                **self.timeouts.connection_kwargs(self.url),
+            ) as conn,
+            conn.transaction(),
+        ):
+            conn.execute("SET TRANSACTION READ ONLY")
+            conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                (f"{_ms(idle_s)}ms",),
+            )
             yield Session(conn)
 
     def one(self, query: str, **params: Any) -> Row | None:

@@ -3,6 +3,9 @@ it was started on; deleted on request or by retention, never while a run uses th
 or DOCX keeps its uploaded bytes; its text and page map are written once, by the first
 run's ``extract_text`` step.
 
+A file's bytes are stored in chunks (``document_original_chunk``) as the upload is read from
+disk, so storing a 50 MB scan costs a process one chunk of memory, not 50 MB.
+
 That step's memo is kept per document and page, like the call log is for provider calls: a
 page is put on record before it is read and completed after, so a retried extraction reads
 only the pages that had not finished (``attempts`` shows what was read twice), and the text
@@ -14,7 +17,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 
 from psycopg.types.json import Jsonb
 
@@ -23,11 +26,14 @@ from docpipe.state.db import Database, Session
 
 __all__ = [
     "DOCUMENT_ID",
+    "ORIGINAL_CHUNK_BYTES",
     "DocumentSource",
+    "DocumentText",
     "FinishedPage",
     "StoredDocument",
     "delete_document",
     "document_for_extraction",
+    "document_text",
     "finish_page",
     "finished_pages",
     "get_document",
@@ -36,6 +42,9 @@ __all__ = [
     "record_extraction",
     "start_page",
 ]
+
+# A file is stored (and read back) in chunks of this size: what a process holds of it at once.
+ORIGINAL_CHUNK_BYTES = 1 << 20
 
 # \Z, not $: "$" also matches before a final newline, and an id ending in one would be
 # stored and then break the Location header that names it.
@@ -69,42 +78,55 @@ def put_document(
     if "\x00" in content:
         raise InvalidRequestError("document text must not contain NUL characters")
     data = content.encode("utf-8")
-    return _put(session, tenant_id, document_id, data, content=content, fmt="text")
+    return _put(session, tenant_id, document_id, hashlib.sha256(data).hexdigest(), len(data),
+                content=content, fmt="text")  # fmt: skip
 
 
 def put_file(
-    session: Session, tenant_id: str, document_id: str, data: bytes, fmt: str
+    session: Session, tenant_id: str, document_id: str, file: IO[bytes], fmt: str
 ) -> StoredDocument:
-    """Store a PDF or DOCX (``fmt``, as its bytes say) with its bytes; its text comes later.
-    The same bytes again are a no-op, other bytes a conflict."""
-    return _put(session, tenant_id, document_id, data, content="", fmt=fmt, original=data)
+    """Store a PDF or DOCX (``fmt``, as its bytes say) read from ``file`` (from its start),
+    ORIGINAL_CHUNK_BYTES at a time: its hash first, then its bytes, one chunk per
+    statement, in the caller's transaction. The same bytes again are a no-op (nothing
+    written), other bytes a conflict. Its text comes later."""
+    file.seek(0)
+    digest, size = hashlib.sha256(), 0
+    for chunk in iter(lambda: file.read(ORIGINAL_CHUNK_BYTES), b""):
+        digest.update(chunk)
+        size += len(chunk)
+    stored = _put(session, tenant_id, document_id, digest.hexdigest(), size, content="",
+                  fmt=fmt)  # fmt: skip
+    if stored.created:
+        file.seek(0)
+        for seq, chunk in enumerate(iter(lambda: file.read(ORIGINAL_CHUNK_BYTES), b"")):
+            session.execute("put_original_chunk", tenant_id=tenant_id, document_id=document_id,
+                            seq=seq, data=chunk)  # fmt: skip
+    return stored
 
 
 def _put(
     session: Session,
     tenant_id: str,
     document_id: str,
-    data: bytes,
+    sha256: str,
+    size_bytes: int,
     *,
     content: str,
     fmt: str,
-    original: bytes | None = None,
 ) -> StoredDocument:
     if not DOCUMENT_ID.match(document_id):
         raise InvalidRequestError(
             f"document id {document_id[:140]!r} must be 1-128 characters of letters, digits and "
             "'._:-', starting with a letter or digit"
         )
-    sha256 = hashlib.sha256(data).hexdigest()
     row = session.insert_or_existing(
         "put_document",
         tenant_id=tenant_id,
         id=document_id,
         content=content,
         sha256=sha256,
-        size_bytes=len(data),
+        size_bytes=size_bytes,
         format=fmt,
-        original=original,
     )
     if row["sha256"] != sha256:
         raise ConflictError(
@@ -179,11 +201,19 @@ class FinishedPage:
 
 
 def document_for_extraction(db: Database, tenant_id: str, document_id: str) -> DocumentSource:
+    """What the extract_text step reads; a file's bytes are gathered chunk by chunk (one
+    chunk per query, so no result holds more than one besides the bytes themselves)."""
     found = db.one_as(DocumentSource, "document_for_extraction", tenant_id=tenant_id,
                       id=document_id)  # fmt: skip
     if found is None:
         raise NotFoundError(f"document {document_id!r} does not exist")
-    return found
+    if found.format == "text" or found.original is not None or found.extracted:
+        return found  # text, a file stored before migration 0020, or read already
+    chunks: list[bytes] = []
+    while (row := db.one("original_chunk", tenant_id=tenant_id, document_id=document_id,
+                         seq=len(chunks))) is not None:  # fmt: skip
+        chunks.append(row["data"])
+    return replace(found, original=b"".join(chunks))
 
 
 def start_page(db: Database, tenant_id: str, document_id: str, page: int) -> int | None:
@@ -230,3 +260,39 @@ def record_extraction(
     db.execute("record_extraction", tenant_id=tenant_id, id=document_id, content=content,
                page_starts=list(page_starts), ocr_pages=ocr_pages,
                warnings=Jsonb(warnings))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DocumentText:
+    """The text that evidence offsets refer to, with the offset where each page starts."""
+
+    format: str
+    text: str
+    page_starts: list[int]
+
+    def page(self, number: int) -> tuple[int, str]:
+        """(start offset, text) of the 1-based page ``number``."""
+        if not 1 <= number <= len(self.page_starts):
+            raise NotFoundError(
+                f"page {number} does not exist: the document has {len(self.page_starts)} "
+                f"page{'s' if len(self.page_starts) != 1 else ''}"
+            )
+        start = self.page_starts[number - 1]
+        end = self.page_starts[number] if number < len(self.page_starts) else len(self.text)
+        return start, self.text[start:end]
+
+
+def document_text(db: Database, tenant_id: str, document_id: str) -> DocumentText:
+    """The document's text; NotFoundError for ids this tenant never stored, ConflictError
+    while a PDF's or DOCX's text is not yet extracted (its first run's first step does it)."""
+    row = None
+    if DOCUMENT_ID.match(document_id):
+        row = db.one("document_text", tenant_id=tenant_id, id=document_id)
+    if row is None:
+        raise NotFoundError(f"document {document_id[:140]!r} does not exist")
+    if not row["extracted"]:
+        raise ConflictError(
+            f"document {document_id!r} is a {row['format'].upper()} whose text is not extracted "
+            "yet: its first run's extract_text step reads it"
+        )
+    return DocumentText(row["format"], row["content"], list(row["page_starts"]))

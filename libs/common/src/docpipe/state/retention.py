@@ -2,9 +2,10 @@
 old documents.
 
 Only finished business goes: calls of ended runs, outbox rows already published, runs that
-ended (with their steps, calls and webhook deliveries) once no webhook is owed, ended
-batches whose runs are gone, and documents no run refers to any more. Active runs (and
-their documents), unpublished or parked messages and pending webhooks are never touched.
+ended (with their steps, calls, decisions and webhook deliveries) once no webhook is owed,
+ended batches whose runs are gone, and documents no run refers to any more. Active runs,
+runs that await a person (``needs_review``: a pause, not an end), their calls and their
+documents, unpublished or parked messages and pending webhooks are never touched.
 
 Hot tables stay unblocked: each batch of at most ``retention_batch_size`` rows is its own
 short transaction that skips rows another transaction holds (``SKIP LOCKED``), gives up

@@ -2,7 +2,8 @@
 call these (and those of docpipe.state.batches, .admission and .recovery).
 
 Run:   queued -> running -> done | failed | needs_review | cancelled | expired | budget_exceeded
-                         (an ended run can be reopened at any step by ``restart_run``)
+                         (an ended run can be reopened at any step by ``restart_run``; a
+                          run paused in needs_review goes on by docpipe.state.reviews)
 Step:  pending -> running (leased) -> done | failed | cancelled
                <- released (transient error) / lease expired (dead worker)
 
@@ -29,6 +30,7 @@ from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.pipelines.catalog import Catalog
 from docpipe.pipelines.evidence import evidence_records
 from docpipe.pipelines.model import Pipeline
+from docpipe.pipelines.review import Reason
 from docpipe.state.db import Database, Session
 from docpipe.state.outbox import LANE_QUEUES_PARAM
 from docpipe.statuses import (
@@ -47,6 +49,7 @@ __all__ = [
     "StepRow",
     "StepState",
     "cancel_run",
+    "check_batch_goes_on",
     "claim_step",
     "create_run",
     "enqueue_step",
@@ -55,6 +58,7 @@ __all__ = [
     "record_step_result",
     "release_step",
     "renew_lease",
+    "reopen_run",
     "request_hash",
     "restart_run",
     "run_progress",
@@ -161,6 +165,13 @@ class Claim:
     document: str | None = field(default=None, repr=False)
     page_starts: list[int] = field(default_factory=lambda: [0], repr=False)
     outputs: dict[str, Any] = field(default_factory=dict, repr=False)
+    document_sha256: str | None = None
+    # The hash of all the step reads (definition, document, earlier outputs), and a person's
+    # approved output for the same input in another run: the step then asks no one again.
+    input_hash: str | None = None
+    reusable_decision_id: int | None = None
+    reusable_output: dict[str, Any] | None = field(default=None, repr=False)
+    model_override: str | None = None  # a reviewer's retry chose this model for the step
 
 
 def claim_step(
@@ -241,14 +252,15 @@ def record_step_result(
     model: str | None,
     prompt_version: str,
     next_step: str | None,
-    review_reason: str | None = None,
+    review: Sequence[Reason] = (),
+    decision_id: int | None = None,
 ) -> RecordedStep | None:
     """Mark the step done with its output, tokens and cost, advance the run and enqueue its
     next step, all in one statement. None if the lease was lost or the run has ended.
 
-    After the last step the run is done, or needs_review when ``review_reason`` says why."""
-    if review_reason is not None and next_step is not None:
-        raise ValueError("only a run's last step can send it to review")
+    After the last step the run is done. With ``review`` reasons the run pauses in
+    needs_review after this step instead (nothing is enqueued). ``decision_id``: the output
+    is a person's approval reused from another run."""
     return db.one_as(
         RecordedStep,
         "record_step_result",
@@ -260,22 +272,41 @@ def record_step_result(
         model=model,
         prompt_version=prompt_version,
         next_step=next_step,
-        end_status=RunStatus.DONE if review_reason is None else RunStatus.NEEDS_REVIEW,
-        end_error=None if review_reason is None else review_reason[:2000],
+        review=Jsonb([r.as_json() for r in review]) if review else None,
+        review_error="; ".join(f"{r.kind}: {r.message}" for r in review)[:2000] or None,
+        input_hash=claim.input_hash,
+        decision_id=decision_id,
         queues=LANE_QUEUES_PARAM,
     )
 
 
 def fail_run(
-    db: Database, run_id: str, step: str, *, owner: str | None, status: str, error: str
+    db: Database,
+    run_id: str,
+    step: str,
+    *,
+    owner: str | None,
+    status: str,
+    error: str,
+    review_reason: str | None = None,
+    output: dict[str, Any] | None = None,
+    input_hash: str | None = None,
 ) -> bool:
-    """End the run at ``step`` as 'failed' (permanent error) or 'needs_review' (retries
-    exhausted, output still invalid)."""
+    """End the run at ``step`` as 'failed' (permanent error) or 'budget_exceeded', or pause
+    it in 'needs_review' for a person, saying what kind of ``review_reason`` (retries
+    exhausted, output still invalid) and keeping the step's last ``output``, if any."""
     if status not in (RunStatus.FAILED, RunStatus.NEEDS_REVIEW, RunStatus.BUDGET_EXCEEDED):
         raise ValueError(f"not a failure status: {status}")
+    if (status == RunStatus.NEEDS_REVIEW) != (review_reason is not None):
+        raise ValueError("a review_reason is given exactly when the run goes to review")
+    reasons = None
+    if review_reason is not None:
+        reasons = Jsonb([{"kind": review_reason, "field": None, "message": error[:2000]}])
     row = db.one(
-        "fail_run", run_id=run_id, step=step, owner=owner, status=status, error=error[:2000]
-    )
+        "fail_run", run_id=run_id, step=step, owner=owner, status=status, error=error[:2000],
+        review_reason=review_reason, review_reasons=reasons,
+        output=None if output is None else Jsonb(output), input_hash=input_hash,
+    )  # fmt: skip
     return row is not None
 
 
@@ -302,6 +333,23 @@ def restart_run(
     (ConflictError once that has passed). A batch-lane run goes through admission again,
     like a new one: no message is returned for it (the caller admits after commit)."""
     status = run_progress(db, tenant_id, run_id)
+    with db.transaction() as tx:
+        outbox_ids = reopen_run(tx, status, from_step, pipelines=pipelines)
+    return CreatedRun(run_id, created=False, outbox_ids=outbox_ids)
+
+
+def reopen_run(
+    tx: Session,
+    status: Progress,
+    from_step: str | None,
+    *,
+    pipelines: Catalog,
+    model: str | None = None,
+) -> tuple[int, ...]:
+    """``restart_run`` inside the caller's transaction, for the run ``status`` describes;
+    ``model``: the model ``from_step`` asks instead of its own. The messages to publish
+    after commit (none for a batch-lane run, which waits for admission)."""
+    tenant_id, run_id = status.tenant_id, status.run_id
     pipeline = pipelines.get(status.pipeline)
     if [s.step for s in status.steps] != pipeline.step_names:
         raise ConflictError(
@@ -318,35 +366,40 @@ def restart_run(
             f"(steps: {', '.join(pipeline.step_names)})"
         )
     index = pipeline.index_of(from_step)
-    with db.transaction() as tx:
-        reopened = tx.all(
-            "restart_run",
-            tenant_id=tenant_id,
-            run_id=run_id,
-            step=from_step,
-            step_index=index,
-            pipeline_hash=pipeline.definition_hash,
-        )
-        if not reopened:
-            if status.status not in ENDED_RUN_STATUSES:
-                raise ConflictError(f"run {run_id} is {status.status}; only ended runs restart")
-            deadline = tx.one("run_deadline", run_id=run_id)
-            if deadline and deadline["passed"]:
-                raise ConflictError(
-                    f"run {run_id}'s deadline passed at {deadline['deadline_at'].isoformat()}; "
-                    "work after it is worth nothing to the caller: start a new run instead"
-                )
-            batch = status.batch_id and tx.one("batch_status", batch_id=status.batch_id)
-            if batch and batch["status"] in (BatchStatus.CANCELLED, BatchStatus.BUDGET_EXCEEDED):
-                raise ConflictError(
-                    f"run {run_id} belongs to batch {status.batch_id}, which is "
-                    f"{batch['status']}; its runs stay stopped"
-                )
+    reopened = tx.all(
+        "restart_run",
+        tenant_id=tenant_id,
+        run_id=run_id,
+        step=from_step,
+        step_index=index,
+        pipeline_hash=pipeline.definition_hash,
+        model=model,
+    )
+    if not reopened:
+        if status.status not in ENDED_RUN_STATUSES:
+            raise ConflictError(f"run {run_id} is {status.status}; only ended runs restart")
+        deadline = tx.one("run_deadline", run_id=run_id)
+        if deadline and deadline["passed"]:
             raise ConflictError(
-                f"run {run_id} cannot restart at {from_step!r}: an earlier step is not done"
+                f"run {run_id}'s deadline passed at {deadline['deadline_at'].isoformat()}; "
+                "work after it is worth nothing to the caller: start a new run instead"
             )
-        outbox_ids = () if status.lane == Lane.BATCH else enqueue_step(tx, run_id, from_step)
-    return CreatedRun(run_id, created=False, outbox_ids=outbox_ids)
+        check_batch_goes_on(tx, run_id, status.batch_id)
+        raise ConflictError(
+            f"run {run_id} cannot restart at {from_step!r}: an earlier step is not done"
+        )
+    return () if status.lane == Lane.BATCH else enqueue_step(tx, run_id, from_step)
+
+
+def check_batch_goes_on(session: Session, run_id: str, batch_id: str | None) -> None:
+    """ConflictError when the run's batch was stopped (cancelled, over budget): its runs
+    stay stopped."""
+    batch = batch_id and session.one("batch_status", batch_id=batch_id)
+    if batch and batch["status"] in (BatchStatus.CANCELLED, BatchStatus.BUDGET_EXCEEDED):
+        raise ConflictError(
+            f"run {run_id} belongs to batch {batch_id}, which is {batch['status']}; "
+            "its runs stay stopped"
+        )
 
 
 @dataclass(frozen=True)
@@ -366,6 +419,7 @@ class StepRow:
     error: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    reviewed: str | None  # "approved" by a person, or "reused" from an earlier approval
     output: dict[str, Any] | None  # only when asked for
 
 
@@ -374,6 +428,7 @@ class Progress:
     """A run as its owner sees it: status, current step, steps done/total, cost so far."""
 
     run_id: str
+    tenant_id: str
     pipeline: str
     document_id: str
     lane: str
@@ -387,6 +442,8 @@ class Progress:
     error: str | None
     created_at: datetime
     finished_at: datetime | None
+    review: dict[str, Any] | None  # while it awaits a person: step, reason(s), revision
+    decisions: list[dict[str, Any]]  # the audit trail of its reviews, oldest first
     webhook: dict[str, Any] | None  # its latest webhook delivery
     steps: list[StepRow] = field(default_factory=list)
 

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal
@@ -34,7 +34,8 @@ from docpipe.errors import (
 )
 from docpipe.observability import metrics
 from docpipe.pipelines.catalog import Catalog, load_catalog
-from docpipe.pipelines.model import Step
+from docpipe.pipelines.model import Pipeline, Step
+from docpipe.pipelines.review import Reason, sample_point
 from docpipe.pipelines.text_extraction import EXTRACT_TEXT
 from docpipe.providers.calls import StepCalls
 from docpipe.providers.client import ChatClient, validate_json
@@ -45,7 +46,13 @@ from docpipe.state import runs
 from docpipe.state.batches import stop_batch
 from docpipe.state.db import Database
 from docpipe.state.leases import LeaseSession
-from docpipe.statuses import ACTIVE_RUN_STATUSES, BatchStatus, RunStatus, StepStatus
+from docpipe.statuses import (
+    ACTIVE_RUN_STATUSES,
+    BatchStatus,
+    ReviewReason,
+    RunStatus,
+    StepStatus,
+)
 from docpipe.worker.text_extraction import ExtractionContinues, extract_document_text
 
 __all__ = ["StepExecutor", "StepOutcome", "worker_identity"]
@@ -131,14 +138,20 @@ class StepExecutor:
             # Refused at start-up while runs use it; a worker of another deploy may still
             # have taken the run. A human decides: retry it on this definition, or not.
             why = "is not loaded here" if pipeline is None else "changed since the run started"
-            return self._fail(claim, RunStatus.NEEDS_REVIEW, f"pipeline {claim.pipeline} {why}")
+            return self._review(claim, ReviewReason.DEFINITION_CHANGED,
+                                f"pipeline {claim.pipeline} {why}")  # fmt: skip
         spec = pipeline.step(step)
+        if claim.model_override is not None:  # a reviewer's retry named the model to ask
+            spec = replace(spec, model=claim.model_override, fallback_model=None, candidates=())
         if claim.attempt > (max_attempts := spec.max_attempts or self.settings.max_step_attempts):
-            return self._fail(
-                claim, RunStatus.NEEDS_REVIEW, f"gave up after {claim.attempt - 1} attempts"
-            )
+            return self._review(claim, ReviewReason.ATTEMPTS_EXHAUSTED,
+                                f"gave up after {claim.attempt - 1} attempts")  # fmt: skip
         if claim.document is None:
             raise NotFoundError(f"run {run_id} or its document does not exist")
+        if claim.reusable_output is not None and step != EXTRACT_TEXT:
+            # A person approved this output for the same input in an earlier run.
+            return self._record(claim, pipeline, claim.reusable_output, (), 0,
+                                decision_id=claim.reusable_decision_id)  # fmt: skip
         ctx = StepCalls(
             db=self.db,
             llm=self.llm,
@@ -153,6 +166,7 @@ class StepExecutor:
             pipeline=claim.pipeline,
             owner=self.owner,
         )
+        output: dict[str, Any] | None = None  # kept for the reviewer when it breaks its schema
         try:
             with _LeaseKeeper(self, claim, ctx):
                 output = self._execute(claim, spec, ctx)
@@ -177,7 +191,8 @@ class StepExecutor:
         except BudgetExceededError as exc:
             return self._stop_for_budget(claim, exc, ctx.calls_sent)
         except InvalidOutputError as exc:
-            return self._fail(claim, RunStatus.NEEDS_REVIEW, str(exc), ctx.calls_sent)
+            return self._review(claim, ReviewReason.INVALID_OUTPUT, str(exc), ctx.calls_sent,
+                                output=output)  # fmt: skip
         except PermanentLLMError as exc:
             return self._fail(claim, RunStatus.FAILED, str(exc), ctx.calls_sent)
         except psycopg.Error:
@@ -188,9 +203,23 @@ class StepExecutor:
             log.exception("step %s/%s raised", run_id, step)
             error = f"step {step} raised {type(exc).__name__}: {exc}"
             return self._fail(claim, RunStatus.FAILED, error, ctx.calls_sent)
-        next_step = pipeline.next_step(step)
-        # At its end, the pipeline's own rules may send the run to review (kept, not failed).
-        reasons = [] if next_step else pipeline.review_reasons({**claim.outputs, step: output})
+        # The pipeline's rules may ask for a person: the run then pauses after this step.
+        sample_at = sample_point(claim.document_sha256 or "", claim.pipeline, step)
+        reasons = pipeline.review_reasons(step, output, sample_at=sample_at)
+        return self._record(claim, pipeline, output, reasons, ctx.calls_sent)
+
+    def _record(
+        self,
+        claim: runs.Claim,
+        pipeline: Pipeline,
+        output: dict[str, Any],
+        reasons: Sequence[Reason],
+        calls_sent: int,
+        *,
+        decision_id: int | None = None,
+    ) -> StepOutcome:
+        spec = pipeline.step(claim.step)
+        next_step = pipeline.next_step(claim.step)
         recorded = runs.record_step_result(
             self.db,
             claim,
@@ -199,22 +228,24 @@ class StepExecutor:
             model=spec.model,
             prompt_version=spec.prompt_version,
             next_step=next_step,
-            review_reason="; ".join(reasons) or None,
+            review=reasons,
+            decision_id=decision_id,
         )
         if recorded is None:
             # The run ended while we worked (cancel, deadline) or our lease was taken over.
             log.warning("result of %s/%s refused: the run ended or the lease was lost",
-                        run_id, step)  # fmt: skip
-            runs.abandon_step(self.db, run_id, step, owner=self.owner)
-            return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="lease or run lost")
+                        claim.run_id, claim.step)  # fmt: skip
+            runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
+            return StepOutcome("stopped", calls_sent=calls_sent, error="lease or run lost")
         if reasons:
-            log.warning("run %s needs_review by its pipeline's rules: %s", run_id, reasons)
+            log.warning("run %s needs_review after %s: %s", claim.run_id, claim.step,
+                        "; ".join(r.message for r in reasons))  # fmt: skip
         return StepOutcome(
             "completed",
             run_status=recorded.run_status,
-            next_step=next_step,
+            next_step=None if reasons else next_step,
             outbox_ids=tuple(recorded.outbox_ids),
-            calls_sent=ctx.calls_sent,
+            calls_sent=calls_sent,
         )
 
     def _execute(self, claim: runs.Claim, spec: Step, ctx: StepCalls) -> dict[str, Any]:
@@ -285,7 +316,7 @@ class StepExecutor:
     ) -> StepOutcome:
         if claim.attempt >= max_attempts:
             error = f"gave up after {claim.attempt} attempts: {error}"
-            return self._fail(claim, RunStatus.NEEDS_REVIEW, error, calls_sent)
+            return self._review(claim, ReviewReason.ATTEMPTS_EXHAUSTED, error, calls_sent)
         delay = retry_delay(
             claim.attempt,
             base_s=self.settings.retry_backoff_base_s,
@@ -331,6 +362,24 @@ class StepExecutor:
         )
         log.warning("run %s %s at %s: %s", claim.run_id, status, claim.step, error)
         return StepOutcome("failed", run_status=status, calls_sent=calls_sent, error=error)
+
+    def _review(
+        self,
+        claim: runs.Claim,
+        reason: ReviewReason,
+        error: str,
+        calls_sent: int = 0,
+        *,
+        output: dict[str, Any] | None = None,
+    ) -> StepOutcome:
+        """The step cannot succeed by itself: the run pauses for a person at this step,
+        with the step's last output (if any) and what it read."""
+        runs.fail_run(self.db, claim.run_id, claim.step, owner=self.owner,
+                      status=RunStatus.NEEDS_REVIEW, error=error, review_reason=reason,
+                      output=output, input_hash=claim.input_hash)  # fmt: skip
+        log.warning("run %s needs_review at %s (%s): %s", claim.run_id, claim.step, reason, error)
+        return StepOutcome("failed", run_status=RunStatus.NEEDS_REVIEW, calls_sent=calls_sent,
+                           error=error)  # fmt: skip
 
 
 def _check_output(output: dict[str, Any], schema: Mapping[str, Any]) -> None:

@@ -3,7 +3,9 @@
 What waits in the broker (length per queue, counting kombu's priority sub-lists, and the
 lag: age of the oldest waiting message), what the shared provider limiter allows and who
 waits for it, runs by status, batch runs still waiting in PostgreSQL for admission, the
-outbox backlog and its oldest row's age, and when each periodic job last finished.
+outbox backlog and its oldest row's age, the review backlog per tenant and pipeline (runs
+awaiting a person, and how long the oldest has waited, beside DOCPIPE_REVIEW_MAX_WAIT_S for
+the alert to compare with), and when each periodic job last finished.
 
 Beat is a singleton, so each series exists once however many workers run (computed in every
 worker, the same figure would appear once per worker and Redis/PostgreSQL would be asked as
@@ -21,7 +23,6 @@ from collections.abc import Iterator
 
 import psycopg
 import redis
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from psycopg.rows import dict_row
@@ -71,8 +72,7 @@ class StateCollector(Collector):
                 self._redis.close()
 
     def _read(self) -> list[Metric]:
-        up = GaugeMetricFamily(m.STATE_COLLECTOR_UP, "1 if the source answered this scrape",
-                               labels=["source"])  # fmt: skip
+        up = m.scraped_gauge(m.STATE_COLLECTOR_UP)
         families: list[Metric] = [up]
         for source, read in (("redis", self._read_redis), ("postgres", self._read_postgres)):
             try:
@@ -99,36 +99,27 @@ class StateCollector(Collector):
             )
             self._limiter = ProviderLimiter(self._redis, self._settings)
         assert self._limiter is not None
-        length = GaugeMetricFamily(m.QUEUE_LENGTH, "Messages waiting, incl. priority sub-lists",
-                                   labels=["queue_name"])  # fmt: skip
-        lag = GaugeMetricFamily(m.QUEUE_LAG, "Age of the oldest waiting message, seconds",
-                                labels=["queue_name"])  # fmt: skip
+        length = m.scraped_gauge(m.QUEUE_LENGTH)
+        lag = m.scraped_gauge(m.QUEUE_LAG)
         now = time.time()
         for queue in QUEUES:
             state = queue_state(self._redis, queue)
             length.add_metric([queue], state.length)
             lag.add_metric([queue], state.lag_s(now))
         limiter = self._limiter
-        waiting = GaugeMetricFamily(m.LIMITER_WAITING, "Calls waiting for the provider limiter",
-                                    labels=["provider", "lane"])  # fmt: skip
-        in_flight = GaugeMetricFamily(m.LIMITER_IN_FLIGHT, "Calls holding a limiter slot",
-                                      labels=["provider"])  # fmt: skip
+        waiting = m.scraped_gauge(m.LIMITER_WAITING)
+        in_flight = m.scraped_gauge(m.LIMITER_IN_FLIGHT)
         for provider in limiter.providers():
             held = limiter.state(provider)
             waiting.add_metric([provider, Lane.INTERACTIVE], held.waiting_interactive)
             waiting.add_metric([provider, Lane.BATCH], held.waiting_batch)
             in_flight.add_metric([provider], held.in_flight)
         families = {
-            (kind, what): GaugeMetricFamily(name, doc, labels=["provider", "model"])
-            for kind, what, name, doc in (
-                ("requests", "allowed", m.LIMITER_ALLOWED_RPM, "Requests/minute allowed now"),
-                ("requests", "limit", m.LIMITER_CONFIGURED_RPM,
-                 "Requests/minute configured, or stated by the provider"),
-                ("tokens", "allowed", m.LIMITER_ALLOWED_TPM, "Tokens/minute allowed now"),
-                ("tokens", "limit", m.LIMITER_CONFIGURED_TPM,
-                 "Tokens/minute configured, or stated by the provider"),
-            )
-        }  # fmt: skip
+            ("requests", "allowed"): m.scraped_gauge(m.LIMITER_ALLOWED_RPM),
+            ("requests", "limit"): m.scraped_gauge(m.LIMITER_CONFIGURED_RPM),
+            ("tokens", "allowed"): m.scraped_gauge(m.LIMITER_ALLOWED_TPM),
+            ("tokens", "limit"): m.scraped_gauge(m.LIMITER_CONFIGURED_TPM),
+        }
         for bucket in limiter.bucket_states():
             labels = [bucket.provider, bucket.model]
             families[bucket.kind, "allowed"].add_metric(labels, bucket.allowed_per_min)
@@ -147,29 +138,29 @@ class StateCollector(Collector):
             )
         s = Session(self._conn)
         counts = {(r["status"], r["lane"]): r["runs"] for r in s.all("metrics_runs_by_status")}
-        runs = GaugeMetricFamily(m.RUNS, "Runs by status and lane", labels=["status", "lane"])
+        runs = m.scraped_gauge(m.RUNS)
         for status in RunStatus:
             for lane in Lane:
                 runs.add_metric([status, lane], counts.get((status, lane), 0))
         backlog = s.one("metrics_backlogs")
         assert backlog is not None
-        jobs = GaugeMetricFamily(m.PERIODIC_LAST_FINISHED, "Unix time a periodic job last "
-                                 "finished", labels=["job"])  # fmt: skip
+        jobs = m.scraped_gauge(m.PERIODIC_LAST_FINISHED)
         for row in s.all("metrics_periodic_jobs"):
             jobs.add_metric([row["name"]], row["last_finished"])
         return [
+            *self._review_backlog(s),
             runs,
-            _gauge(m.BATCH_BACKLOG, "Batch runs awaiting admission", backlog["batch_backlog"]),
-            _gauge(m.OUTBOX_BACKLOG, "Outbox rows due, unpublished", backlog["outbox_due"]),
-            _gauge(m.OUTBOX_PARKED, "Outbox rows parked for later", backlog["outbox_parked"]),
-            _gauge(
-                m.OUTBOX_OLDEST_AGE,
-                "Oldest due outbox row, seconds",
-                backlog["outbox_oldest_age_s"],
-            ),
+            m.scraped_gauge(m.BATCH_BACKLOG, backlog["batch_backlog"]),
+            m.scraped_gauge(m.OUTBOX_BACKLOG, backlog["outbox_due"]),
+            m.scraped_gauge(m.OUTBOX_PARKED, backlog["outbox_parked"]),
+            m.scraped_gauge(m.OUTBOX_OLDEST_AGE, backlog["outbox_oldest_age_s"]),
             jobs,
         ]
 
-
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, value=value)
+    def _review_backlog(self, s: Session) -> list[Metric]:
+        runs = m.scraped_gauge(m.REVIEW_BACKLOG)
+        oldest = m.scraped_gauge(m.REVIEW_OLDEST_AGE)
+        for row in s.all("metrics_review_backlog"):
+            runs.add_metric([row["tenant_id"], row["pipeline"]], row["runs"])
+            oldest.add_metric([row["tenant_id"], row["pipeline"]], row["oldest_age_s"])
+        return [runs, oldest, m.scraped_gauge(m.REVIEW_MAX_WAIT, self._settings.review_max_wait_s)]

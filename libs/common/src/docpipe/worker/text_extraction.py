@@ -27,7 +27,7 @@ from docpipe.state import documents
 from docpipe.state.db import Database
 from docpipe.state.documents import FinishedPage
 
-__all__ = ["ExtractionContinues", "extract_document_text"]
+__all__ = ["ExtractionContinues", "extract_document_text", "open_reader"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def extract_document_text(
     assert source.original is not None, "a PDF or DOCX keeps its bytes"
     require_format(source.original, fmt)
     doc = _Document(tenant_id, document_id)
-    reader = _open(fmt, source.original, settings)
+    reader = open_reader(fmt, source.original, settings)
     try:
         pages = _read_pages(db, settings, doc, reader, started)
     finally:
@@ -76,7 +76,9 @@ def extract_document_text(
     return _record(db, doc, fmt, pages)
 
 
-def _open(fmt: DocumentFormat, data: bytes, settings: Settings) -> _Reader:
+def open_reader(fmt: DocumentFormat, data: bytes, settings: Settings) -> _Reader:
+    """The reader of a PDF or DOCX, with the bounds the settings give (what the step uses;
+    tests and benchmarks read files through it too)."""
     limits = PageLimits.of(settings)
     if fmt is DocumentFormat.PDF:
         return PdfReader(data, limits)

@@ -61,7 +61,14 @@ _BUSY_RETRY_AFTER_S = 2
     response_model=BatchAccepted,
     summary="Submit many documents (inline texts or stored ids) for the batch lane",
     responses={
-        202: follow("batch_id", "batch_id", "read_batch", "list_batch_runs", "cancel_batch"),
+        202: follow(
+            "batch_id",
+            "batch_id",
+            "read_batch",
+            "list_batch_runs",
+            "cancel_batch",
+            "export_batch_results",
+        ),
         **error_responses(403, 404, 409, 413, 415, 422, 503),
     },
     openapi_extra={

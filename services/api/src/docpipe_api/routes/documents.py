@@ -10,10 +10,9 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Query, Response
 
 from docpipe.errors import InvalidRequestError
-from docpipe.extraction import DocumentFormat
 from docpipe.observability import metrics, tracing
 from docpipe.state import runs
 from docpipe.state.admission import admit_after_commit
@@ -21,6 +20,7 @@ from docpipe.state.db import Session
 from docpipe.state.documents import (
     StoredDocument,
     delete_document,
+    document_text,
     get_document,
     put_document,
     put_file,
@@ -41,6 +41,7 @@ from docpipe_api.deps import (
 )
 from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
+from docpipe_api.review_schemas import DocumentTextOut
 from docpipe_api.schemas import (
     DOCUMENT_ID_ECMA,
     NO_NUL,
@@ -69,7 +70,9 @@ _DOCUMENT_BODY: dict[str, Any] = {
         "required": True,
         "description": (
             "The contract: a PDF or DOCX file (recognised from its bytes, whatever the "
-            'Content-Type), or its text as UTF-8 text/plain or JSON {"text": "..."}'
+            'Content-Type), or its text as UTF-8 text/plain or JSON {"text": "..."}. Each '
+            "format has its size limit (DOCPIPE_MAX_PDF_BYTES, DOCPIPE_MAX_DOCX_BYTES, "
+            "DOCPIPE_MAX_DOCUMENT_BYTES for text): more is 413, naming it"
         ),
         "content": {
             "text/plain": {"schema": {"type": "string", "pattern": NO_NUL}},
@@ -94,9 +97,9 @@ _DOCUMENT_LINKS = follow("document_id", "id", "read_document", "start_extraction
 
 
 def _store(tx: Session, tenant: str, document_id: str, upload: Upload) -> StoredDocument:
-    if upload.format is DocumentFormat.TEXT:
+    if upload.file is None:
         return put_document(tx, tenant, document_id, upload.text)
-    return put_file(tx, tenant, document_id, upload.data, upload.format)
+    return put_file(tx, tenant, document_id, upload.file, upload.format)
 
 
 def _stored_out(stored: StoredDocument, response: Response) -> DocumentOut:
@@ -249,3 +252,23 @@ def _crash_at() -> str | None:
     # Read once: the tests set it before they start the process, and every extract request
     # passes here.
     return os.environ.get("DOCPIPE_CRASH_AT")
+
+
+@router.get(
+    "/documents/{document_id}/text",
+    response_model=DocumentTextOut,
+    summary="A document's text (or one page of it), which evidence offsets refer to",
+    responses=error_responses(404, 409, 422, 503),
+)
+def read_document_text(
+    document_id: DocumentIdPath,
+    db: DatabaseDep,
+    tenant: TenantDep,
+    page: Annotated[int | None, Query(ge=1, le=100_000, description="1-based page")] = None,
+) -> DocumentTextOut:
+    """409 while a PDF's or DOCX's text is not extracted yet; 404 for a page past the end."""
+    found = document_text(db, tenant, document_id)
+    start, text = (0, found.text) if page is None else found.page(page)
+    return DocumentTextOut(document_id=document_id, format=found.format,
+                           pages=len(found.page_starts), page_starts=found.page_starts,
+                           page=page, start=start, text=text)  # fmt: skip

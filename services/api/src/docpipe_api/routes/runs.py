@@ -17,12 +17,12 @@ from fastapi.responses import StreamingResponse
 from docpipe import statuses
 from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.pipelines.model import NAME_PATTERN
-from docpipe.state import runs
+from docpipe.state import reviews, runs
 from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox
 from docpipe.state.tenants import api_key_is_active
-from docpipe.statuses import Lane
+from docpipe.statuses import DecisionAction, Lane
 from docpipe_api.deps import (
     ApiKeyIdDep,
     BrokerDep,
@@ -34,7 +34,7 @@ from docpipe_api.deps import (
 )
 from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
-from docpipe_api.schemas import RunStatus, RunStatusList
+from docpipe_api.schemas import UUID_PATTERN, RunStatus, RunStatusList
 from docpipe_api.streams import StreamSlot, StreamSlots
 
 __all__ = ["router"]
@@ -76,8 +76,7 @@ def run_status(db: Database, tenant: str, run_id: str) -> RunStatus:
 
 
 MAX_RUN_IDS = 100
-_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_RUN_IDS = re.compile(f"^{_UUID}(,{_UUID}){{0,{MAX_RUN_IDS - 1}}}$")
+_RUN_IDS = re.compile(f"^{UUID_PATTERN}(,{UUID_PATTERN}){{0,{MAX_RUN_IDS - 1}}}$")
 
 
 @router.get(
@@ -155,6 +154,7 @@ def retry_run(
     pipelines: PipelinesDep,
     settings: SettingsDep,
     tenant: TenantDep,
+    key_id: ApiKeyIdDep,
     from_step: Annotated[
         str | None,
         Query(
@@ -164,8 +164,21 @@ def retry_run(
         ),
     ] = None,
 ) -> RunStatus:
-    restarted = runs.restart_run(db, tenant, run_id, from_step, pipelines=pipelines)
-    publish_outbox(db, broker, restarted.outbox_ids)
+    """A run awaiting review is retried as a reviewer's decision would retry it (and the
+    decision is recorded in its audit trail)."""
+    review = runs.run_progress(db, tenant, run_id).review
+    if review is not None:
+        retry = reviews.DecisionRequest(
+            revision=review["revision"], action=DecisionAction.RETRY, from_step=from_step
+        )
+        models = settings.provider_table.models
+        decided = reviews.decide(db, tenant, run_id, retry, reviewer=reviews.Reviewer(key_id),
+                                 pipelines=pipelines, models=models)  # fmt: skip
+        outbox_ids = decided.outbox_ids
+    else:
+        restart = runs.restart_run(db, tenant, run_id, from_step, pipelines=pipelines)
+        outbox_ids = restart.outbox_ids
+    publish_outbox(db, broker, outbox_ids)
     status = run_status(db, tenant, run_id)
     if status.lane == Lane.BATCH:
         # It waits in PostgreSQL like a new batch run: admitted now if the window has room.

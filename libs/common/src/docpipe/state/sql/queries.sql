@@ -3,11 +3,10 @@
 
 -- name: put_document
 -- Store a document once; an existing id keeps its content (the caller compares hashes). A PDF
--- or DOCX keeps its bytes in original; its content is written by extraction.
+-- or DOCX keeps its bytes in document_original_chunk; its content is written by extraction.
 WITH inserted AS (
-    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes, format, original)
-    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s, %(format)s,
-            %(original)s)
+    INSERT INTO document (tenant_id, id, content, content_sha256, size_bytes, format)
+    VALUES (%(tenant_id)s, %(id)s, %(content)s, %(sha256)s, %(size_bytes)s, %(format)s)
     ON CONFLICT (tenant_id, id) DO NOTHING
     RETURNING id, content_sha256 AS sha256, true AS created
 )
@@ -24,6 +23,13 @@ SELECT id, content_sha256 AS sha256, size_bytes, created_at, false AS created, f
        CASE WHEN format = 'text' THEN 1 ELSE cardinality(page_starts) END AS pages,
        CASE WHEN format = 'text' THEN 0 ELSE ocr_pages END AS ocr_pages,
        CASE WHEN format = 'text' THEN '[]'::jsonb ELSE extraction_warnings END AS warnings
+FROM document
+WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+
+-- name: document_text
+-- A document's text and page map, once known.
+SELECT format, content, (format = 'text' OR extracted_at IS NOT NULL) AS extracted,
+       coalesce(page_starts, '{0}') AS page_starts
 FROM document
 WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
 
@@ -48,6 +54,16 @@ WHERE tenant_id = %(tenant_id)s AND document_id = %(id)s
 -- name: delete_document
 -- Delete a document (after delete_document_runs).
 DELETE FROM document WHERE tenant_id = %(tenant_id)s AND id = %(id)s;
+-- name: put_original_chunk
+-- One chunk of a file's bytes, in the transaction that stored its document.
+INSERT INTO document_original_chunk (tenant_id, document_id, seq, data)
+VALUES (%(tenant_id)s, %(document_id)s, %(seq)s, %(data)s);
+
+-- name: original_chunk
+-- One chunk of a file's bytes (none past the last).
+SELECT data FROM document_original_chunk
+WHERE tenant_id = %(tenant_id)s AND document_id = %(document_id)s AND seq = %(seq)s;
+
 -- name: document_for_extraction
 -- What the extract_text step reads: the format and bytes, or the text once extracted.
 SELECT format, original, content,
@@ -163,13 +179,34 @@ WITH claimed AS (
 )
 SELECT c.run_id::text, c.step, c.attempt, c.generation, r.tenant_id, r.pipeline,
        r.pipeline_hash, r.document_id, r.lane, r.batch_id::text, d.content AS document,
-       coalesce(d.page_starts, '{0}') AS page_starts,
-       coalesce((SELECT jsonb_object_agg(s.step, s.output)
-                 FROM pipeline_step_result s
-                 WHERE s.run_id = c.run_id AND s.status = 'done'), '{}'::jsonb) AS outputs
+       coalesce(d.page_starts, '{0}') AS page_starts, d.content_sha256 AS document_sha256,
+       o.outputs, h.input_hash, s.model_override,
+       reuse.id AS reusable_decision_id, reuse.output_after AS reusable_output
 FROM claimed c
 JOIN pipeline_run r ON r.id = c.run_id
-LEFT JOIN document d ON d.tenant_id = r.tenant_id AND d.id = r.document_id;
+JOIN pipeline_step_result s ON s.run_id = c.run_id AND s.step = c.step
+LEFT JOIN document d ON d.tenant_id = r.tenant_id AND d.id = r.document_id
+CROSS JOIN LATERAL (
+    SELECT coalesce(jsonb_object_agg(e.step, e.output), '{}'::jsonb) AS outputs
+    FROM pipeline_step_result e
+    WHERE e.run_id = c.run_id AND e.status = 'done'
+) o
+-- What the step reads, hashed: its definition, the document and the earlier outputs (jsonb
+-- prints equal values alike). Another run whose same step read the same and was approved
+-- by a person gives its reviewed output instead of asking anyone again.
+CROSS JOIN LATERAL (
+    SELECT encode(sha256(convert_to(concat_ws(E'\n', r.pipeline_hash, c.step, d.content_sha256,
+                                              o.outputs::text), 'UTF8')), 'hex') AS input_hash
+) h
+LEFT JOIN LATERAL (
+    SELECT rd.id, rd.output_after
+    FROM review_decision rd
+    WHERE rd.tenant_id = r.tenant_id AND rd.pipeline_hash = r.pipeline_hash
+      AND rd.step = c.step AND rd.input_hash = h.input_hash AND rd.action = 'approve'
+      AND rd.run_id <> c.run_id
+    ORDER BY rd.id DESC
+    LIMIT 1
+) reuse ON true;
 
 -- name: step_state
 -- Why a step could not be claimed: its own state and its run's.
@@ -207,8 +244,9 @@ RETURNING s.attempt;
 -- name: record_step_result
 -- Save a step's output with its tokens and cost, move the run on to its next step and put
 -- that step's message in the outbox (as enqueue_step does): one statement, so one commit.
--- After its last step the run ends as %(end_status)s: 'done', or 'needs_review' with the
--- reason in %(end_error)s when a rule of its pipeline sends it to review.
+-- After its last step the run is 'done'. When %(review)s holds reasons (a rule asked for a
+-- person), the run pauses in 'needs_review' at this step instead, with no message sent.
+-- %(decision_id)s: the output is an approval reused from an earlier run.
 WITH calls AS (
     SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
            coalesce(sum(output_tokens), 0) AS output_tokens,
@@ -221,17 +259,27 @@ WITH calls AS (
     SET status = 'done', output = %(output)s, input_tokens = calls.input_tokens,
         output_tokens = calls.output_tokens, cost_usd = calls.cost_usd,
         model = coalesce(calls.models, %(model)s), prompt_version = %(prompt_version)s,
-        lease_owner = NULL, lease_expires_at = NULL, error = NULL, finished_at = now()
+        lease_owner = NULL, lease_expires_at = NULL, error = NULL, finished_at = now(),
+        input_hash = %(input_hash)s, review_decision_id = %(decision_id)s,
+        review_reused = %(decision_id)s::bigint IS NOT NULL
     FROM calls, pipeline_run r
     WHERE s.run_id = %(run_id)s AND s.step = %(step)s AND s.status = 'running'
       AND s.lease_owner = %(owner)s AND r.id = s.run_id AND r.status = 'running'
     RETURNING s.run_id
 ), advanced AS (
     UPDATE pipeline_run r
-    SET steps_done = r.steps_done + 1, current_step = %(next_step)s, updated_at = now(),
-        status = CASE WHEN %(next_step)s::text IS NULL THEN %(end_status)s ELSE r.status END,
-        error = coalesce(%(end_error)s::text, r.error),
-        finished_at = CASE WHEN %(next_step)s::text IS NULL THEN now() END
+    SET steps_done = r.steps_done + 1, updated_at = now(),
+        current_step = CASE WHEN %(review)s::jsonb IS NULL THEN %(next_step)s ELSE %(step)s END,
+        status = CASE WHEN %(review)s::jsonb IS NOT NULL THEN 'needs_review'
+                      WHEN %(next_step)s::text IS NULL THEN 'done' ELSE r.status END,
+        error = coalesce(%(review_error)s::text, r.error),
+        finished_at = CASE WHEN %(review)s::jsonb IS NOT NULL OR %(next_step)s::text IS NULL
+                           THEN now() END,
+        review_step = CASE WHEN %(review)s::jsonb IS NOT NULL THEN %(step)s END,
+        review_reason = CASE WHEN %(review)s::jsonb IS NOT NULL THEN 'rule' END,
+        review_reasons = %(review)s::jsonb,
+        review_since = CASE WHEN %(review)s::jsonb IS NOT NULL THEN now() END,
+        review_revision = r.review_revision + (%(review)s::jsonb IS NOT NULL)::integer
     FROM done
     WHERE r.id = done.run_id
     RETURNING r.id, r.status, r.batch_id, r.lane, r.traceparent, r.current_step
@@ -252,17 +300,23 @@ SELECT a.status AS run_status, array(SELECT id FROM message ORDER BY id) AS outb
 FROM advanced a;
 
 -- name: fail_run
--- End a run at a step that cannot succeed: 'failed' (permanent) or 'needs_review'.
+-- End a run at a step that cannot succeed: 'failed' (permanent), 'budget_exceeded', or a
+-- pause in 'needs_review' for a person (%(review_reason)s says what kind), keeping the
+-- step's last output (one that broke its schema) and what it read for the reviewer.
 WITH failed_step AS (
     UPDATE pipeline_step_result
     SET status = 'failed', error = %(error)s, lease_owner = NULL, lease_expires_at = NULL,
-        finished_at = now()
+        finished_at = now(), output = %(output)s, input_hash = %(input_hash)s
     WHERE run_id = %(run_id)s AND step = %(step)s AND status IN ('pending', 'running')
       AND (lease_owner IS NULL OR lease_owner = %(owner)s)
     RETURNING run_id
 )
 UPDATE pipeline_run r
-SET status = %(status)s, error = %(error)s, finished_at = now(), updated_at = now()
+SET status = %(status)s, error = %(error)s, finished_at = now(), updated_at = now(),
+    review_step = CASE WHEN %(status)s = 'needs_review' THEN %(step)s END,
+    review_reason = %(review_reason)s, review_reasons = %(review_reasons)s,
+    review_since = CASE WHEN %(status)s = 'needs_review' THEN now() END,
+    review_revision = r.review_revision + (%(status)s = 'needs_review')::integer
 FROM failed_step
 WHERE r.id = failed_step.run_id AND r.status IN ('queued', 'running')
 RETURNING r.id, r.status, r.batch_id;
@@ -317,7 +371,9 @@ WITH reopened AS (
     SET status = 'queued', current_step = %(step)s, steps_done = %(step_index)s, error = NULL,
         finished_at = NULL, notified_at = NULL, updated_at = now(),
         pipeline_hash = %(pipeline_hash)s,
-        admitted_at = CASE WHEN r.lane = 'batch' THEN NULL ELSE r.admitted_at END
+        admitted_at = CASE WHEN r.lane = 'batch' THEN NULL ELSE r.admitted_at END,
+        review_step = NULL, review_reason = NULL, review_reasons = NULL, review_since = NULL,
+        review_revision = r.review_revision + (r.status = 'needs_review')::integer
     WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s
       AND r.status IN ('done', 'failed', 'needs_review', 'cancelled', 'expired',
                        'budget_exceeded')
@@ -337,7 +393,9 @@ UPDATE pipeline_step_result s
 SET status = 'pending', attempt = 0, generation = s.generation + 1, output = NULL,
     input_tokens = NULL, output_tokens = NULL, cost_usd = NULL, model = NULL,
     prompt_version = NULL, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
-    not_before = NULL, enqueued_at = NULL, started_at = NULL, finished_at = NULL
+    not_before = NULL, enqueued_at = NULL, started_at = NULL, finished_at = NULL,
+    input_hash = NULL, review_decision_id = NULL, review_reused = false,
+    model_override = CASE WHEN s.step = %(step)s THEN %(model)s::text END
 FROM reopened
 WHERE s.run_id = reopened.id AND s.step_index >= %(step_index)s
 RETURNING s.step;
@@ -349,11 +407,21 @@ SELECT deadline_at, deadline_at <= now() AS passed FROM pipeline_run WHERE id = 
 -- name: run_status
 -- Runs as their owner sees them, with their latest webhook delivery (ids of other tenants'
 -- runs give nothing).
-SELECT r.id::text AS run_id, r.pipeline, r.document_id, r.lane, r.priority, r.batch_id::text,
-       r.status,
+SELECT r.id::text AS run_id, r.tenant_id, r.pipeline, r.document_id, r.lane, r.priority,
+       r.batch_id::text, r.status,
        CASE WHEN r.status IN ('queued', 'running') THEN r.current_step END AS current_step,
        r.steps_done, r.steps_total, r.cost_usd AS cost_so_far_usd, r.error, r.created_at,
        r.finished_at,
+       CASE WHEN r.status = 'needs_review' THEN
+           jsonb_build_object('step', r.review_step, 'reason', r.review_reason,
+                              'reasons', coalesce(r.review_reasons, '[]'::jsonb),
+                              'revision', r.review_revision, 'waiting_since', r.review_since)
+       END AS review,
+       coalesce((SELECT jsonb_agg(to_jsonb(d) ORDER BY d.id)
+                 FROM (SELECT id, step, revision, action, reviewer_key_id, reviewer_name,
+                              reason, output_before, output_after, edits, diff, retry_from,
+                              retry_model, decided_at
+                       FROM review_decision WHERE run_id = r.id) d), '[]'::jsonb) AS decisions,
        (SELECT to_jsonb(w) FROM (SELECT status, attempts, last_status, last_error, delivered_at,
                                         CASE WHEN status = 'pending'
                                              THEN next_attempt_at END AS next_attempt_at
@@ -368,6 +436,8 @@ WHERE r.id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s;
 -- when asked for, or of the runs whose status is one of `output_statuses`.
 SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version,
        s.input_tokens, s.output_tokens, s.cost_usd, s.error, s.started_at, s.finished_at,
+       CASE WHEN s.review_reused THEN 'reused'
+            WHEN s.review_decision_id IS NOT NULL THEN 'approved' END AS reviewed,
        CASE WHEN %(with_output)s OR r.status = ANY(%(output_statuses)s::text[])
             THEN s.output END AS output,
        coalesce((SELECT jsonb_agg(jsonb_build_object('model', c.model, 'reason', c.reason,
@@ -558,6 +628,15 @@ SELECT
 FROM outbox
 WHERE published_at IS NULL;
 
+-- name: metrics_review_backlog
+-- Runs awaiting a person per tenant and pipeline, and how long the oldest has waited (the
+-- review queue's own index).
+SELECT tenant_id, pipeline, count(*) AS runs,
+       coalesce(extract(epoch FROM now() - min(review_since)), 0)::float AS oldest_age_s
+FROM pipeline_run
+WHERE status = 'needs_review'
+GROUP BY tenant_id, pipeline;
+
 -- name: metrics_periodic_jobs
 -- When each periodic job last finished.
 SELECT name, extract(epoch FROM last_finished_at)::float AS last_finished
@@ -680,6 +759,7 @@ WITH new_runs AS (
            'batch',
            %(batch_id)s::uuid, (%(steps)s::text[])[1], cardinality(%(steps)s::text[]),
            %(run_budget_usd)s, %(deadline_at)s,
+           -- batch_results reads the document's place in the request back from this key.
            'batch:' || %(batch_id)s::text || ':' || d.ordinality,
            d.document_id, %(traceparent)s, %(priority)s
     FROM unnest(%(document_ids)s::text[]) WITH ORDINALITY AS d (document_id, ordinality)
@@ -728,6 +808,40 @@ WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
   AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
 ORDER BY id
 LIMIT %(limit)s;
+
+-- name: batch_results
+-- A batch's runs by run id after `after` (the export's resume cursor), with each step's
+-- output in pipeline order (null until the step is done) and, while a run awaits a person,
+-- its review (as run_status gives it), for GET /batches/{id}/results: read through a
+-- server-side cursor. `position` is the document's place in the batch request, 0-based,
+-- from the idempotency key create_batch_runs gives each run. The runs are ordered before
+-- their outputs are read, so the sort holds ids, not outputs.
+SELECT r.run_id, r.document_id, r.position, r.status, r.error, r.cost_usd, r.created_at,
+       r.finished_at,
+       (SELECT json_object_agg(s.step, CASE WHEN s.status = 'done' THEN s.output END
+                               ORDER BY s.step_index)
+        FROM pipeline_step_result s WHERE s.run_id = r.id) AS outputs,
+       CASE WHEN r.status = 'needs_review' THEN
+           jsonb_build_object('step', r.review_step, 'reason', r.review_reason,
+                              'reasons', coalesce(r.review_reasons, '[]'::jsonb),
+                              'revision', r.review_revision, 'waiting_since', r.review_since)
+       END AS review
+FROM (SELECT id, id::text AS run_id, document_id, status, error, cost_usd, created_at,
+             finished_at, review_step, review_reason, review_reasons, review_revision,
+             review_since,
+             CASE WHEN idempotency_key ~ '^batch:[0-9a-f-]+:[0-9]+$'
+                  THEN split_part(idempotency_key, ':', 3)::integer - 1 END AS position
+      FROM pipeline_run
+      WHERE batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s
+        AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+        AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
+      ORDER BY id) r
+ORDER BY r.id;
+
+-- name: batch_has_run
+-- Whether a run belongs to the batch (a resume cursor must name one of its runs).
+SELECT 1 AS found FROM pipeline_run
+WHERE id = %(run_id)s::uuid AND batch_id = %(batch_id)s AND tenant_id = %(tenant_id)s;
 
 -- name: stop_batch_runs
 -- The first statement of stopping a running batch ('cancelled' or 'budget_exceeded'): its
@@ -831,20 +945,31 @@ SELECT 'step', id, current_step, %(queues)s::jsonb ->> 'batch', traceparent FROM
 RETURNING id;
 
 -- name: queue_run_webhooks
--- Queue the completion webhook of ended runs that carry a callback URL.
+-- Queue the webhook of runs that carry a callback URL and ended, or paused for a person:
+-- run.needs_review with the review (step, reason, revision) when one pauses, run.ended when
+-- it ends. A decision clears notified_at, so a run that goes on sends its next event too.
 WITH ended AS (
     UPDATE pipeline_run SET notified_at = now()
     WHERE callback_url IS NOT NULL AND notified_at IS NULL
       AND status NOT IN ('queued', 'running')
     RETURNING id, callback_url, tenant_id, batch_id, document_id, status, steps_done,
-              steps_total, cost_usd, error, finished_at
+              steps_total, cost_usd, error, finished_at, review_step, review_reason,
+              review_reasons, review_revision, review_since
 ), deliveries AS (
     INSERT INTO webhook_delivery (run_id, tenant_id, url, payload)
     SELECT id, tenant_id, callback_url,
-           jsonb_build_object('event', 'run.ended', 'run_id', id, 'document_id', document_id,
-                              'batch_id', batch_id, 'status', status, 'steps_done', steps_done,
-                              'steps_total', steps_total, 'cost_usd', cost_usd, 'error', error,
-                              'finished_at', finished_at)
+           jsonb_build_object(
+               'event', CASE WHEN status = 'needs_review' THEN 'run.needs_review'
+                             ELSE 'run.ended' END,
+               'run_id', id, 'document_id', document_id, 'batch_id', batch_id,
+               'status', status, 'steps_done', steps_done, 'steps_total', steps_total,
+               'cost_usd', cost_usd, 'error', error, 'finished_at', finished_at,
+               'review', CASE WHEN status = 'needs_review' THEN
+                   jsonb_build_object('step', review_step, 'reason', review_reason,
+                                      'reasons', coalesce(review_reasons, '[]'::jsonb),
+                                      'revision', review_revision,
+                                      'waiting_since', review_since)
+               END)
     FROM ended
     RETURNING id
 )
@@ -1022,13 +1147,14 @@ WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, tenant_id, name, created_at, revoked_at, last_used_at;
 
 -- name: prune_call_log
--- Delete up to `limit` provider-call rows older than the retention whose run has ended.
+-- Delete up to `limit` provider-call rows older than the retention whose run has ended; a
+-- run paused for a person has not (a retry it is given re-sends only unfinished calls).
 DELETE FROM llm_call_log
 WHERE id IN (
     SELECT c.id
     FROM llm_call_log c JOIN pipeline_run r ON r.id = c.run_id
     WHERE c.created_at < now() - make_interval(days => %(days)s)
-      AND r.status NOT IN ('queued', 'running')
+      AND r.status NOT IN ('queued', 'running', 'needs_review')
     LIMIT %(limit)s
     FOR UPDATE OF c SKIP LOCKED
 );
@@ -1045,13 +1171,15 @@ WHERE id IN (
 
 -- name: prune_runs
 -- Delete up to `limit` runs that ended longer ago than the retention, with their steps,
--- calls and webhook deliveries (ON DELETE CASCADE). Never while a webhook is still owed;
--- runs of a batch only once the batch has ended and sent its own webhook.
+-- calls, decisions and webhook deliveries (ON DELETE CASCADE). Never a run that awaits a
+-- person, however long it has waited (its document stays too: a run refers to it), nor
+-- while a webhook is still owed; runs of a batch only once the batch has ended and sent its
+-- own webhook.
 DELETE FROM pipeline_run
 WHERE id IN (
     SELECT r.id
     FROM pipeline_run r LEFT JOIN batch b ON b.id = r.batch_id
-    WHERE r.status NOT IN ('queued', 'running')
+    WHERE r.status NOT IN ('queued', 'running', 'needs_review')
       AND r.finished_at < now() - make_interval(days => %(days)s)
       AND (r.callback_url IS NULL OR r.notified_at IS NOT NULL)
       AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
@@ -1106,3 +1234,120 @@ FROM pipeline_run
 WHERE status IN ('queued', 'running')
 GROUP BY pipeline, pipeline_hash
 ORDER BY pipeline;
+
+-- name: list_reviews
+-- A tenant's runs awaiting a person, oldest first, after the cursor (review_since, id), with
+-- the filters that are set.
+SELECT r.id::text AS run_id, r.pipeline, r.document_id, r.batch_id::text, r.review_step AS step,
+       r.review_reason AS reason, coalesce(r.review_reasons, '[]'::jsonb) AS reasons,
+       r.review_revision AS revision, r.review_since AS waiting_since, r.error
+FROM pipeline_run r
+WHERE r.tenant_id = %(tenant_id)s AND r.status = 'needs_review'
+  AND (%(pipeline)s::text IS NULL OR r.pipeline = %(pipeline)s)
+  AND (%(step)s::text IS NULL OR r.review_step = %(step)s)
+  AND (%(reason)s::text IS NULL OR r.review_reason = %(reason)s)
+  AND (%(batch_id)s::uuid IS NULL OR r.batch_id = %(batch_id)s)
+  AND (%(after_since)s::timestamptz IS NULL
+       OR (r.review_since, r.id) > (%(after_since)s, %(after_id)s::uuid))
+ORDER BY r.review_since, r.id
+LIMIT %(limit)s;
+
+-- name: lock_review
+-- Lock a run of this tenant for a decision: a second reviewer's decision waits here until
+-- the first one's commits, then reads the revision it raised.
+SELECT id FROM pipeline_run WHERE id = %(run_id)s AND tenant_id = %(tenant_id)s FOR UPDATE;
+
+-- name: review_row
+-- A run of this tenant with its review and the step in review.
+SELECT r.id::text AS run_id, r.tenant_id, r.status, r.pipeline, r.pipeline_hash, r.lane,
+       r.batch_id::text, r.document_id, r.review_step AS step, r.review_reason AS reason,
+       coalesce(r.review_reasons, '[]'::jsonb) AS reasons, r.review_revision AS revision,
+       r.review_since AS waiting_since, r.error,
+       s.step_index, s.status AS step_status, s.output, s.input_hash
+FROM pipeline_run r
+LEFT JOIN pipeline_step_result s ON s.run_id = r.id AND s.step = r.review_step
+WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s;
+
+-- name: review_inputs
+-- What a step in review read: the document, and the outputs of the steps done before it.
+SELECT d.format, d.content AS text, coalesce(d.page_starts, '{0}') AS page_starts,
+       coalesce((SELECT jsonb_object_agg(e.step, e.output ORDER BY e.step_index)
+                 FROM pipeline_step_result e
+                 WHERE e.run_id = r.id AND e.status = 'done'
+                   AND e.step_index < (SELECT step_index FROM pipeline_step_result
+                                       WHERE run_id = r.id AND step = r.review_step)),
+                '{}'::jsonb) AS input,
+       (SELECT error FROM pipeline_step_result
+        WHERE run_id = r.id AND step = r.review_step) AS step_error
+FROM pipeline_run r
+JOIN document d ON d.tenant_id = r.tenant_id AND d.id = r.document_id
+WHERE r.id = %(run_id)s AND r.tenant_id = %(tenant_id)s;
+
+-- name: record_decision
+-- Put a decision on record, made on revision %(revision)s (a second decision on the same
+-- revision breaks the unique key: the first wins). The reviewer's name is the API key's.
+INSERT INTO review_decision (run_id, tenant_id, step, revision, action, reviewer_key_id,
+                             reviewer_name, reason, output_before, output_after, edits, diff,
+                             retry_from, retry_model, pipeline_hash, input_hash)
+VALUES (%(run_id)s, %(tenant_id)s, %(step)s, %(revision)s, %(action)s, %(key_id)s,
+        coalesce((SELECT nullif(name, '') FROM api_key WHERE id = %(key_id)s), %(key_id)s,
+                 %(fallback_name)s),
+        %(reason)s, %(output_before)s, %(output_after)s, %(edits)s, %(diff)s, %(retry_from)s,
+        %(retry_model)s, %(pipeline_hash)s, %(input_hash)s)
+RETURNING id, reviewer_name;
+
+-- name: decisions_since
+-- The decisions made on a run from revision %(revision)s on (what changed under a stale one).
+SELECT id, step, revision, action, reviewer_key_id, reviewer_name, reason, edits, diff,
+       retry_from, retry_model, decided_at
+FROM review_decision
+WHERE run_id = %(run_id)s AND revision >= %(revision)s
+ORDER BY id;
+
+-- name: decisions_of_runs
+-- The audit trail of these runs, oldest decision first.
+SELECT run_id::text, id, step, revision, action, reviewer_key_id, reviewer_name, reason,
+       output_before, output_after, edits, diff, retry_from, retry_model, decided_at
+FROM review_decision
+WHERE tenant_id = %(tenant_id)s AND run_id = ANY(%(run_ids)s::uuid[])
+ORDER BY run_id, id;
+
+-- name: approve_review
+-- The reviewed output becomes the step's result and the run goes on at its next step
+-- (queued; a batch-lane run waits for admission again), or ends 'done' after its last. A
+-- finished batch reopens with it, as on a retry.
+WITH step_done AS (
+    UPDATE pipeline_step_result
+    SET status = 'done', output = %(output)s, review_decision_id = %(decision_id)s,
+        review_reused = false, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
+        finished_at = coalesce(finished_at, now())
+    WHERE run_id = %(run_id)s AND step = %(step)s AND status IN ('done', 'failed')
+    RETURNING run_id, step_index
+), resumed AS (
+    UPDATE pipeline_run r
+    SET status = CASE WHEN %(next_step)s::text IS NULL THEN 'done' ELSE 'queued' END,
+        current_step = coalesce(%(next_step)s, r.current_step),
+        steps_done = step_done.step_index + 1, error = NULL, updated_at = now(),
+        finished_at = CASE WHEN %(next_step)s::text IS NULL THEN now() END, notified_at = NULL,
+        admitted_at = CASE WHEN r.lane = 'batch' AND %(next_step)s::text IS NOT NULL THEN NULL
+                           ELSE r.admitted_at END,
+        review_step = NULL, review_reason = NULL, review_reasons = NULL, review_since = NULL,
+        review_revision = r.review_revision + 1
+    FROM step_done
+    WHERE r.id = step_done.run_id AND r.status = 'needs_review'
+    RETURNING r.id, r.batch_id, r.status
+), batch_reopened AS (
+    UPDATE batch b SET status = 'running', finished_at = NULL, notified_at = NULL
+    FROM resumed
+    WHERE b.id = resumed.batch_id AND b.status = 'done' AND resumed.status = 'queued'
+)
+SELECT id, status FROM resumed;
+
+-- name: reject_review
+-- End a run in review as 'failed', saying who rejected it and why.
+UPDATE pipeline_run r
+SET status = 'failed', error = %(error)s, finished_at = now(), updated_at = now(),
+    notified_at = NULL, review_step = NULL, review_reason = NULL, review_reasons = NULL,
+    review_since = NULL, review_revision = r.review_revision + 1
+WHERE r.id = %(run_id)s AND r.status = 'needs_review'
+RETURNING r.id;

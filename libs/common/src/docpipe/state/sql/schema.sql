@@ -9,11 +9,13 @@ CREATE TABLE document (
     content_sha256 text        NOT NULL,
     size_bytes     integer     NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT now(),
-    -- What was uploaded: text as it is; pdf and docx keep their bytes in original, and the
-    -- extract_text step writes their text into content (with the page map) once.
+    -- What was uploaded: text as it is; pdf and docx keep their bytes (in
+    -- document_original_chunk), and the extract_text step writes their text into content
+    -- (with the page map) once.
     format         text        NOT NULL DEFAULT 'text'
                    CHECK (format IN ('text', 'pdf', 'docx')),
-    original       bytea,                                -- the uploaded file; NULL for text
+    original       bytea,                                -- a file stored before migration
+                                                         -- 0020; later: document_original_chunk
     page_starts    integer[],                            -- offset in content where each page
                                                          -- starts; NULL: (0,) (text)
     ocr_pages      integer,                              -- pages read by OCR
@@ -23,6 +25,19 @@ CREATE TABLE document (
 );
 -- Retention deletes documents by age.
 CREATE INDEX document_created_idx ON document (created_at);
+
+-- A PDF's or DOCX's bytes, in chunks of at most 1 MiB written one by one as the upload is
+-- read, so no process holds a whole file to store it.
+CREATE TABLE document_original_chunk (
+    tenant_id   text    NOT NULL,
+    document_id text    NOT NULL,
+    seq         integer NOT NULL,                        -- 0, 1, 2 ... in file order
+    data        bytea   NOT NULL,
+    PRIMARY KEY (tenant_id, document_id, seq),
+    FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
+);
+-- PDFs and zips are compressed already: TOAST stores the chunks without trying again.
+ALTER TABLE document_original_chunk ALTER COLUMN data SET STORAGE EXTERNAL;
 
 -- Text extraction memoised per page, like provider calls: a killed worker's next attempt
 -- resumes at the page in flight. Per document, not per run: every run shares its pages.
@@ -95,6 +110,15 @@ CREATE TABLE pipeline_run (
     -- for), normal (the step's own order), low (cheapest).
     priority        text          NOT NULL DEFAULT 'normal'
                     CHECK (priority IN ('urgent', 'normal', 'low')),
+    -- While needs_review: the step a person is asked about, what kind of reason and the
+    -- reasons themselves ([{kind, field, message}]), since when; every change to the review
+    -- (a pause, a decision) raises the revision a decision must name.
+    review_step     text,
+    review_reason   text          CHECK (review_reason IN ('invalid_output', 'attempts_exhausted',
+                                                           'rule', 'definition_changed')),
+    review_reasons  jsonb,
+    review_revision integer       NOT NULL DEFAULT 0,
+    review_since    timestamptz,
     UNIQUE (tenant_id, idempotency_key),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id)
 );
@@ -114,6 +138,9 @@ CREATE INDEX pipeline_run_unnotified_idx ON pipeline_run (finished_at)
 -- Retention prunes ended runs by age.
 CREATE INDEX pipeline_run_finished_idx ON pipeline_run (finished_at)
     WHERE status NOT IN ('queued', 'running');
+-- The review queue: a tenant's runs awaiting a person, oldest first.
+CREATE INDEX pipeline_run_review_idx ON pipeline_run (tenant_id, review_since, id)
+    WHERE status = 'needs_review';
 
 CREATE TABLE pipeline_step_result (
     run_id           uuid          NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
@@ -136,6 +163,10 @@ CREATE TABLE pipeline_step_result (
     error            text,
     started_at       timestamptz,
     finished_at      timestamptz,
+    input_hash       text,                               -- what the step read, hashed
+    review_decision_id bigint,                           -- the approval this output comes from
+    review_reused    boolean       NOT NULL DEFAULT false, -- ... made for an earlier run
+    model_override   text,                               -- a retry's model for this step
     lease_session    integer,                            -- key of the owner's session lock
     PRIMARY KEY (run_id, step)
 );
@@ -164,6 +195,32 @@ RETURNS boolean LANGUAGE sql STABLE AS $$
                   AND l.database = (SELECT oid FROM pg_database
                                     WHERE datname = current_database())))
 $$;
+
+-- Every review decision: who, when, what, the output before and after. An approval is reused
+-- when the same step of the same definition reads the same input (input_hash) in a later run.
+CREATE TABLE review_decision (
+    id              bigserial   PRIMARY KEY,
+    run_id          uuid        NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
+    tenant_id       text        NOT NULL,
+    step            text        NOT NULL,
+    revision        integer     NOT NULL,            -- the revision it was made on
+    action          text        NOT NULL CHECK (action IN ('approve', 'retry', 'reject')),
+    reviewer_key_id text,                            -- NULL without API keys
+    reviewer_name   text        NOT NULL,
+    reason          text,
+    output_before   jsonb,
+    output_after    jsonb,
+    edits           jsonb       NOT NULL DEFAULT '[]',
+    diff            jsonb       NOT NULL DEFAULT '[]',
+    retry_from      text,
+    retry_model     text,
+    pipeline_hash   text        NOT NULL,
+    input_hash      text,
+    decided_at      timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (run_id, revision)                        -- of two at once, the first wins
+);
+CREATE INDEX review_decision_reuse_idx ON review_decision (tenant_id, pipeline_hash, step, input_hash)
+    WHERE action = 'approve';
 
 -- One row per provider call attempt, written before the call is sent and completed after.
 -- A row with status 'ok' is also the memo that keeps a retried step from paying twice.
