@@ -294,8 +294,8 @@ def main() -> None:
 each) when the worker running it is lost; measured from the loss to step 2's next attempt
 being claimed (its `started_at`). Production timings: lease {ttl:g} s renewed every
 {settings.heartbeat_interval_s:g} s, reaper every {reaper:g} s, Redis visibility timeout
-untouched (3600 s). Leases are tied to each worker process' PostgreSQL session (README,
-"Leases").
+untouched (3600 s). Leases are tied to each worker process' PostgreSQL session
+([leases](../concepts/leases.md)).
 
 | lost | loss -> step 2 claimed again (s) | median (s) | claimed only after the lease expired | calls lost in flight per loss |
 |---|---|---|---|---|

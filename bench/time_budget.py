@@ -19,7 +19,10 @@ split, from docpipe's own timestamps in PostgreSQL, into:
 
 Beside the split, what the stores did for it: PostgreSQL transactions, Redis script calls
 and commands per document, counted by the servers over the measured batch (everything the
-stack did meanwhile included: beat's periodic jobs, this script's polling).
+stack did meanwhile included: beat's periodic jobs, this script's polling); the provider
+calls, tokens and document bytes; and the CPU the workers (with beat and the API),
+PostgreSQL, Redis and the provider spent per document. bench.capacity reads these from
+time-budget.json: rerunning this benchmark updates the capacity model (docs/capacity.md).
 
     python -m bench.time_budget [--docs 300] [--concurrency 8] [--latency-ms 200]
 """
@@ -27,12 +30,14 @@ stack did meanwhile included: beat's periodic jobs, this script's polling).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 
 import redis
 
 from bench.harness import Bench, bench_stack, wait_for, write_report
-from bench.systems import documents, rounds
+from bench.procstat import cpu_seconds
+from bench.systems import Servers, docpipe_system, documents, rounds
 
 # Steps a worker ran: a text document's extract_text is done as its run is created, before
 # the run is admitted, and holds no worker slot.
@@ -80,6 +85,27 @@ def _server_counters(bench: Bench) -> dict[str, int]:
             "redis_commands": int(info["total_commands_processed"])}  # fmt: skip
 
 
+_CALLS = """
+SELECT count(*) AS provider_calls, coalesce(sum(c.input_tokens), 0) AS input_tokens,
+       coalesce(sum(c.output_tokens), 0) AS output_tokens
+FROM llm_call_log c JOIN pipeline_run r ON r.id = c.run_id WHERE r.batch_id = %s
+"""
+_DOCUMENT_BYTES = """
+SELECT coalesce(sum(octet_length(d.content)), 0) AS bytes
+FROM pipeline_run r JOIN document d ON d.tenant_id = r.tenant_id AND d.id = r.document_id
+WHERE r.batch_id = %s
+"""
+
+
+def _cpu(bench: Bench) -> dict[str, float]:
+    """CPU seconds so far of the stack's parts: docpipe's processes (workers, beat, API),
+    PostgreSQL, Redis, the fake provider."""
+    servers = Servers(bench)
+    groups = {"workers": docpipe_system(servers).processes, "postgres": servers.postgres_pids,
+              "redis": servers.redis_pids, "provider": servers.fake_pids}  # fmt: skip
+    return {name: cpu_seconds(pids()) for name, pids in groups.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--docs", type=int, default=300)
@@ -95,12 +121,17 @@ def main() -> None:
                                           for i, t in documents(2 * c, "warm")])  # fmt: skip
         wait_for(lambda: bench.client.batch(warm["batch_id"])["status"] == "done", timeout_s=600)
         counted_before = _server_counters(bench)
+        cpu_before = _cpu(bench)
         batch_id = bench.client.submit_batch([{"id": i, "text": t} for i, t in docs])["batch_id"]
         # The end is read from the runs' timestamps, not from this poll: poll rarely, as
         # each look at the batch's progress costs the measured machine CPU.
         wait_for(lambda: bench.client.batch(batch_id)["status"] != "running", timeout_s=3600,
                  every_s=1.0)  # fmt: skip
         counted = {k: v - counted_before[k] for k, v in _server_counters(bench).items()}
+        cpu_ms = {k: 1000 * (v - cpu_before[k]) / args.docs for k, v in _cpu(bench).items()}
+        counted |= {k: int(v) for k, v in bench.sql(_CALLS, batch_id)[0].items()}
+        counted["document_bytes"] = int(bench.scalar(_DOCUMENT_BYTES, batch_id))
+        load_average = os.getloadavg()[1]  # the machine's, over about the batch's time
         elapsed_s = float(bench.scalar(
             "SELECT extract(epoch FROM max(r.finished_at) - b.created_at) FROM pipeline_run r"
             " JOIN batch b ON b.id = r.batch_id WHERE b.id = %s GROUP BY b.created_at", batch_id
@@ -134,12 +165,17 @@ def main() -> None:
     share = ideal_ms / slot_ms
     per_doc = {k: v / args.docs for k, v in counted.items()}
     figures = {
+        "concurrency": c,
+        "latency_ms": args.latency_ms,
+        "mean_rounds": mean_rounds,
         "docs_per_s": args.docs / elapsed_s,
         "share_of_ideal": share,
         "slot_ms": slot_ms,
         "mean_call_ms": 1000 * call_s,
         "parts_ms": {name: ms for name, _, ms in parts},
         "per_document": per_doc,
+        "cpu_ms_per_document": cpu_ms,
+        "load_average_5min": load_average,
     }
     rows = "\n".join(f"| {what} | {ms:.1f} | {ms / slot_ms:.1%} |" for _, what, ms in parts)
     report = f"""# Where a document's time goes at {args.latency_ms} ms per call
@@ -160,7 +196,14 @@ average as the workers measured them, for a configured {args.latency_ms} ms.
 What the stores did for it, per document (counted by the servers over the batch, the
 stack's periodic work included): {per_doc["postgres_transactions"]:.1f} PostgreSQL
 transactions; in Redis, {per_doc["redis_script_calls"]:.1f} limiter script calls and
-{per_doc["redis_commands"]:.1f} commands in all (a script's own commands counted each).
+{per_doc["redis_commands"]:.1f} commands in all (a script's own commands counted each);
+{per_doc["provider_calls"]:.2f} provider calls with {per_doc["input_tokens"]:.0f} input and
+{per_doc["output_tokens"]:.0f} output tokens, for a document of {per_doc["document_bytes"]:.0f}
+bytes. CPU per document: workers, beat and API {cpu_ms["workers"]:.1f} ms, PostgreSQL
+{cpu_ms["postgres"]:.1f} ms, Redis {cpu_ms["redis"]:.1f} ms, the fake provider
+{cpu_ms["provider"]:.1f} ms. These are the inputs of the capacity model (docs/capacity.md,
+`python -m bench.capacity`). The machine's load average (5 min) at the end: {load_average:.1f}
+on {os.cpu_count()} CPUs, other sessions' work included.
 """
     print(report)
     write_report("time-budget", report, figures)

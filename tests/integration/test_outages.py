@@ -292,6 +292,37 @@ def test_a_silent_postgresql_costs_a_statement_its_socket_timeout_not_a_hang() -
             db.close()
 
 
+def test_the_session_of_a_client_cut_off_from_postgresql_ends_with_its_locks() -> None:
+    """A worker partitioned away while it holds a session advisory lock (a periodic job's,
+    its lease session's): the server's own keepalives end the session within about the
+    socket timeout, and the lock with it, instead of the kernel's two hours."""
+    with service_dir("cut-off-pg") as data, NetworkNamespace() as ns:
+        url = postgres_in(ns, data)
+        timeouts = Timeouts(connect_s=2, socket_s=2.0, statement_s=5.0, lock_s=1.0, pool_s=3.0)
+        wait_until(lambda: _pg_answers(url), timeout_s=30)
+        db = Database(url, max_size=1, timeouts=timeouts)
+        try:
+            with db.session() as s:
+                s.conn.execute("SELECT pg_advisory_lock(4242)")
+                assert _lock_holders(url) == 1
+                ns.drop()  # nothing more is sent: only keepalives can notice
+                time.sleep(2 * timeouts.socket_s + 2)
+                ns.heal()
+                assert _lock_holders(url) == 0, "the cut-off client's session ended"
+        finally:
+            db.close()
+
+
+def _lock_holders(url: str) -> int:
+    """Sessions holding advisory lock 4242, asked on a connection of its own."""
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _pg_answers(url: str) -> bool:
     try:
         with psycopg.connect(url, connect_timeout=2) as conn:

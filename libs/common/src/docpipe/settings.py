@@ -599,8 +599,9 @@ class Settings(BaseSettings):
         ge=0,
         le=60,
         description=(
-            "an API process remembers a valid key this long instead of asking PostgreSQL on every "
-            "request (0: always asks); a revoked key keeps working at most this long"
+            "an API process remembers a valid bearer key this long instead of asking PostgreSQL "
+            "on every request (0: always asks); a revoked key keeps working at most this long "
+            "against the API (the web pages check it every time)"
         ),
     )
     # Requests per minute allowed to one client address, counted before the API key is

@@ -48,6 +48,7 @@ __all__ = [
     "StreamSlotsDep",
     "TenantDep",
     "Upload",
+    "client_address_limited",
     "current_tenant",
     "limit_client_address",
     "read_capped",
@@ -80,15 +81,15 @@ class Resources:
     verified_keys: VerifiedKeys
 
 
-# Dependencies that do no I/O are coroutines: FastAPI runs a plain function dependency in
-# its thread pool, a hop that costs more than the function (docs/benchmarks/api-load.md).
-
-
 def resources_of(request: Request) -> Resources:
     """The process' resources (also the web pages' app's: the API's lifespan shares them)."""
     resources = request.app.state.docpipe
     assert isinstance(resources, Resources), "the app's lifespan has not run"
     return resources
+
+
+# Dependencies that do no I/O are coroutines: FastAPI runs a plain function dependency in
+# its thread pool, a hop that costs more than the function (docs/benchmarks/api-load.md).
 
 
 async def _resources(request: Request) -> Resources:
@@ -162,34 +163,38 @@ async def current_tenant(
             "this route needs a tenant's API key: send 'Authorization: Bearer <key>'",
             invalid_token=False,
         )
-    keys, plaintext = resources.verified_keys, credentials.credentials
-    if (found := keys.remembered(plaintext)) is None or settings.api_key_rpm:
-        # The lookup and the rate limit's Redis call block: one hop to a thread for both.
-        try:
-            found = await anyio.to_thread.run_sync(tenant_of_key, resources, plaintext)
-        except InvalidApiKey as exc:  # its message never contains the key
-            raise _unauthorized(str(exc), invalid_token=True) from None
-    key_id, tenant = found
+    plaintext = credentials.credentials
+    check = partial(tenant_of_key, resources, plaintext, remembered=True)
+    try:
+        if settings.api_key_rpm or resources.verified_keys.remembered(plaintext) is None:
+            key_id, tenant = await anyio.to_thread.run_sync(check)
+        else:  # remembered, and no rate to count: no I/O, so no thread
+            key_id, tenant = check()
+    except InvalidApiKey as exc:  # its message never contains the key
+        raise _unauthorized(str(exc), invalid_token=True) from None
     request.state.api_key_id = key_id
     return tenant
 
 
-def tenant_of_key(resources: Resources, plaintext: str) -> tuple[str, str]:
-    """(key id, tenant) of a valid API key (remembered for DOCPIPE_API_KEY_CACHE_S), counted
-    against DOCPIPE_API_KEY_RPM (429 past it); InvalidApiKey (or RevokedApiKey) otherwise.
-    What the API's bearer token and the web pages' session cookie are both checked with, on
-    every request."""
+def tenant_of_key(
+    resources: Resources, plaintext: str, *, remembered: bool = False
+) -> tuple[str, str]:
+    """(key id, tenant) of a valid API key, counted against DOCPIPE_API_KEY_RPM (429 past
+    it); InvalidApiKey (or RevokedApiKey) otherwise. What the API's bearer token and the
+    web pages' session cookie are both checked with, on every request. With ``remembered``
+    (the API's bearer tokens, which clients poll with) a key seen valid in the last
+    DOCPIPE_API_KEY_CACHE_S is not looked up again; the web pages look every time."""
     keys = resources.verified_keys
-    key_id, tenant = keys.remembered(plaintext) or keys.verify(resources.database, plaintext)
+    if not remembered or (found := keys.remembered(plaintext)) is None:
+        found = keys.verify(resources.database, plaintext)
+    key_id, tenant = found
     if resources.settings.api_key_rpm:
         enforce_rate_limit(resources.redis, f"key:{key_id}", resources.settings.api_key_rpm,
                            who="this API key")  # fmt: skip
     return key_id, tenant
 
 
-async def limit_client_address(
-    request: Request, resources: Annotated[Resources, Depends(_resources)]
-) -> None:
+def limit_client_address(request: Request, resources: Resources) -> None:
     """429 once the client's address sent more than DOCPIPE_CLIENT_IP_RPM requests this
     minute. Runs before the API key is looked at, so guessing keys and floods without one
     are cut off before they reach PostgreSQL. The address is the peer's, or the one a
@@ -198,9 +203,16 @@ async def limit_client_address(
     limit = resources.settings.client_ip_rpm
     if limit:
         address = request.client.host if request.client else "unknown"
-        await anyio.to_thread.run_sync(partial(
-            enforce_rate_limit, resources.redis, f"ip:{address}", limit, who="this address"
-        ))  # fmt: skip
+        enforce_rate_limit(resources.redis, f"ip:{address}", limit, who="this address")
+
+
+async def client_address_limited(
+    request: Request, resources: Annotated[Resources, Depends(_resources)]
+) -> None:
+    """limit_client_address as the routers' first dependency: in a thread only when there
+    is a limit to count (in Redis)."""
+    if resources.settings.client_ip_rpm:
+        await anyio.to_thread.run_sync(limit_client_address, request, resources)
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]

@@ -23,7 +23,7 @@ from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
 from docpipe.state.tenants import VerifiedKeys
-from docpipe_api.deps import Resources, current_tenant, limit_client_address
+from docpipe_api.deps import Resources, client_address_limited, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
@@ -104,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         app.include_router(
             router,
-            dependencies=[Depends(limit_client_address), Depends(current_tenant)],
+            dependencies=[Depends(client_address_limited), Depends(current_tenant)],
             responses=error_responses(401, 429),
         )
     app.include_router(health.router)

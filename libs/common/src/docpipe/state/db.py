@@ -73,7 +73,17 @@ class Timeouts:
     def connection_kwargs(self, url: str) -> dict[str, Any]:
         """libpq parameters that bound a connection to ``url``; options the URL sets itself
         (``?options=-c statement_timeout=...``) come last, so they win."""
-        options = f"-c statement_timeout={_ms(self.statement_s)} -c lock_timeout={_ms(self.lock_s)}"
+        idle, interval = max(1, math.ceil(self.socket_s / 2)), max(1, math.ceil(self.socket_s / 6))
+        # The server bounds its end the same way: the session of a client cut off (a lost
+        # node, a partition) ends within about socket_s, instead of after the kernel's
+        # retransmissions (15 minutes) or keepalives (two hours), and with it the session's
+        # advisory locks (a periodic job's, a lease session's), which would otherwise keep
+        # every other beat's job from running and the client's leases alive.
+        options = (
+            f"-c statement_timeout={_ms(self.statement_s)} -c lock_timeout={_ms(self.lock_s)}"
+            f" -c tcp_user_timeout={_ms(self.socket_s)} -c tcp_keepalives_idle={idle}"
+            f" -c tcp_keepalives_interval={interval} -c tcp_keepalives_count={_KEEPALIVES}"
+        )
         if own := conninfo_to_dict(url).get("options"):
             options = f"{options} {own}"
         return {
@@ -82,11 +92,14 @@ class Timeouts:
             # A silent peer (no data pending, nothing acknowledged) is noticed by keepalives
             # within about the same time.
             "keepalives": 1,
-            "keepalives_idle": max(1, math.ceil(self.socket_s / 2)),
-            "keepalives_interval": max(1, math.ceil(self.socket_s / 6)),
-            "keepalives_count": 3,
+            "keepalives_idle": idle,
+            "keepalives_interval": interval,
+            "keepalives_count": _KEEPALIVES,
             "options": options,
         }
+
+
+_KEEPALIVES = 3
 
 
 def _ms(seconds: float) -> int:

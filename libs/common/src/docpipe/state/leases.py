@@ -144,7 +144,7 @@ class LeaseSession:
                 "the lease connection's backend does not hold its own lock: it goes through a "
                 "transaction pooler (PgBouncer in transaction mode?). Leases last until their "
                 "TTL from now on; set DOCPIPE_LEASE_DATABASE_URL to a session connection, or "
-                "DOCPIPE_SESSION_LEASES=false (README, 'Leases')"
+                "DOCPIPE_SESSION_LEASES=false (docs/concepts/leases.md)"
             )
             self._given_up = True
             return False

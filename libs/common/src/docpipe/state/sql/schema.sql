@@ -200,6 +200,27 @@ CREATE INDEX pipeline_step_result_lease_idx ON pipeline_step_result (lease_expir
 CREATE INDEX pipeline_step_result_pending_idx ON pipeline_step_result (enqueued_at)
     WHERE status = 'pending';
 
+-- Leases tied to the worker's PostgreSQL session (docpipe.state.leases): each worker process
+-- holds a session advisory lock (class 1685021552, key from lease_session_key) on a
+-- connection of its own, and the steps it claims carry the key (lease_session).
+CREATE SEQUENCE lease_session_key AS integer CYCLE;
+
+-- Whether a step's lease is lost: it expired, or the session that holds its key is gone.
+-- A session counts as gone only once PostgreSQL has been up for a lease period: a restart
+-- ends every session, not every worker, and live workers get that long to take a new key.
+CREATE FUNCTION lease_lost(expires_at timestamptz, session integer, lease_s double precision)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT expires_at < now()
+        OR (session IS NOT NULL
+            AND pg_postmaster_start_time() < now() - make_interval(secs => lease_s)
+            AND NOT EXISTS (
+                SELECT FROM pg_locks l
+                WHERE l.locktype = 'advisory' AND l.classid = 1685021552
+                  AND l.objid = session::oid AND l.objsubid = 2 AND l.granted
+                  AND l.database = (SELECT oid FROM pg_database
+                                    WHERE datname = current_database())))
+$$;
+
 -- Every review decision: who, when, what, the output before and after. An approval is reused
 -- when the same step of the same definition reads the same input (input_hash) in a later run.
 CREATE TABLE review_decision (
@@ -225,27 +246,6 @@ CREATE TABLE review_decision (
 );
 CREATE INDEX review_decision_reuse_idx ON review_decision (tenant_id, pipeline_hash, step, input_hash)
     WHERE action = 'approve';
-
--- Leases tied to the worker's PostgreSQL session (docpipe.state.leases): each worker process
--- holds a session advisory lock (class 1685021552, key from lease_session_key) on a
--- connection of its own, and the steps it claims carry the key (lease_session).
-CREATE SEQUENCE lease_session_key AS integer CYCLE;
-
--- Whether a step's lease is lost: it expired, or the session that holds its key is gone.
--- A session counts as gone only once PostgreSQL has been up for a lease period: a restart
--- ends every session, not every worker, and live workers get that long to take a new key.
-CREATE FUNCTION lease_lost(expires_at timestamptz, session integer, lease_s double precision)
-RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT expires_at < now()
-        OR (session IS NOT NULL
-            AND pg_postmaster_start_time() < now() - make_interval(secs => lease_s)
-            AND NOT EXISTS (
-                SELECT FROM pg_locks l
-                WHERE l.locktype = 'advisory' AND l.classid = 1685021552
-                  AND l.objid = session::oid AND l.objsubid = 2 AND l.granted
-                  AND l.database = (SELECT oid FROM pg_database
-                                    WHERE datname = current_database())))
-$$;
 
 -- A document whose text is known when its run is created (a text document, or a file
 -- extracted for an earlier run) has its extract_text step done by create_run and

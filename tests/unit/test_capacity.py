@@ -1,0 +1,54 @@
+"""The capacity model (bench.capacity): its arithmetic against docs/capacity.md's worked
+example, which the command must print exactly, and its inputs read from the benchmark file
+that bench.time_budget writes."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from bench.capacity import Costs, Fleet, bounds, main
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "capacity.md"
+EXAMPLE = re.compile(r"```sh\n(python -m bench\.capacity [^\n]+)\n```\n\n```text\n(.*?)\n```", re.S)
+
+
+def test_the_worked_example_prints_what_the_doc_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    found = EXAMPLE.search(DOC.read_text(encoding="utf-8"))
+    assert found is not None, "docs/capacity.md has no worked example"
+    command, shown = found.groups()
+    printed = main(shlex.split(command)[3:])
+    assert printed == shown
+    assert capsys.readouterr().out.rstrip("\n") == shown
+
+
+def test_each_bound_is_the_parts_size_over_what_a_document_costs_it() -> None:
+    costs = Costs(rounds=5.0, transport_ms=10.0, overhead_ms=100.0, pg_transactions=50.0,
+                  redis_commands=400.0, provider_calls=10.0, tokens=6000.0, worker_cpu_ms=50.0,
+                  pg_cpu_ms=20.0, redis_cpu_ms=5.0, provider_cpu_ms=25.0)  # fmt: skip
+    fleet = Fleet(workers=10, latency_s=1.0, worker_cores=2, pg_tps=1000, pg_cores=4,
+                  redis_ops=40_000, rpm=600, tpm=720_000, shared_cores=1)  # fmt: skip
+    found = {b.part: b.docs_per_s for b in bounds(costs, fleet)}
+    assert costs.slot_s(1.0) == pytest.approx(5 * 1.010 + 0.100)
+    assert found == pytest.approx({
+        "worker slots": 10 / 5.15,
+        "worker CPU": 2 / 0.050,
+        "PostgreSQL transactions": 1000 / 50,
+        "PostgreSQL CPU": 4 / 0.020,
+        "Redis commands": 40_000 / 400,
+        "provider RPM": 600 / 60 / 10,
+        "provider TPM": 720_000 / 60 / 6000,
+        "shared CPU (one machine)": 1 / 0.100,
+    })  # fmt: skip
+    assert next(iter(found)) == "provider RPM", "the tightest bound comes first"
+
+
+def test_the_measured_costs_come_from_the_time_budget_benchmark() -> None:
+    costs = Costs.from_time_budget(DOC.parent / "benchmarks" / "time-budget.json")
+    assert costs.rounds > 1 and costs.provider_calls > costs.rounds
+    assert costs.pg_transactions > 0 and costs.redis_commands > 0 and costs.tokens > 0
+    assert costs.worker_cpu_ms > 0 and costs.overhead_ms > 0
+    assert "time-budget.json, measured" in costs.measured
