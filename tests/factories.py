@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
+from docpipe.pipelines.text_extraction import EXTRACT_TEXT, EXTRACT_TEXT_STEP
+from docpipe.settings import Settings
+from docpipe.state import runs
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
 from docpipe.state.runs import CreatedRun, create_run
+from docpipe.worker.text_extraction import extract_document_text
 
 TENANT = "acme"
 
@@ -36,6 +40,20 @@ def new_run(
             request={"document_id": document_id, "lane": lane, **options},
             **options,
         )
+
+
+def extract_text(db: Database, run_id: str) -> None:
+    """Run a file's extract_text step as a worker would, through the state machine (a known
+    text's is done when its run is created)."""
+    claim = runs.claim_step(db, run_id, EXTRACT_TEXT, owner="factory", lease_s=30)
+    assert claim is not None, f"{run_id}: extract_text is not claimable"
+    output = extract_document_text(db, Settings(), claim.tenant_id, claim.document_id)
+    recorded = runs.record_step_result(
+        db, claim, owner="factory", output=output, model=None,
+        prompt_version=EXTRACT_TEXT_STEP.prompt_version,
+        next_step=DOCUMENT_EXTRACT.next_step(EXTRACT_TEXT),
+    )  # fmt: skip
+    assert recorded is not None
 
 
 def scalar(db: Database, sql: str, *params: Any) -> Any:
