@@ -1,4 +1,4 @@
-"""The browser tests' fixtures: one headless Chromium for the whole session (Debian's
+"""The browser tests' fixtures: one headless Chromium for this directory (Debian's
 ``chromium``, driven by Playwright; never ``playwright install``), and one stack per module
 (its own database, the API as a process with API keys and the web pages, workers of both
 lanes, beat, the session's fake provider and Redis).
@@ -42,7 +42,9 @@ CHROMIUM_ARGS = [
 TENANT = "acme"
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps its event loop marked as running in
+# the main thread while it is open, and every asyncio.run() in the tests after would fail.
+@pytest.fixture(scope="package")
 def chromium() -> Iterator[Browser]:
     executable = shutil.which("chromium")
     if executable is None:

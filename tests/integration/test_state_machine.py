@@ -59,10 +59,10 @@ def test_a_new_run_of_a_text_has_its_text_extracted_and_its_next_step_in_the_out
     # What the worker's extract_text gives a text document, with the step's time and cost.
     assert extracted.output == {"format": "text", "pages": 1, "ocr_pages": 0,
                                 "characters": len(text), "ocr_confidence": None,
-                                "warnings": []}  # fmt: skip
+                                "rotated_pages": [], "warnings": []}  # fmt: skip
     # (attempt 0: no worker claimed it)
     assert (extracted.attempt, extracted.cost_usd, extracted.prompt_version) == (
-        0, Decimal(0), "extract_text@v1")  # fmt: skip
+        0, Decimal(0), "extract_text@v2")  # fmt: skip
     assert extracted.started_at is not None and extracted.finished_at is not None
     with db.session() as s:
         [msg] = s.conn.execute(b"SELECT * FROM outbox").fetchall()

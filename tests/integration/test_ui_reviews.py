@@ -56,8 +56,7 @@ def evidence(field: str, value: Any, quote: str) -> dict[str, Any]:
 
 def run_in_review(db: Database, document_id: str = "doc-1", **fields: Any) -> str:
     """A run of document_extract paused after extract_fields, as a worker leaves it."""
-    run_id = new_run(db, TEXT, document_id=document_id, key=document_id, tenant_id="acme",
-                     extracted=True).run_id  # fmt: skip
+    run_id = new_run(db, TEXT, document_id=document_id, key=document_id, tenant_id="acme").run_id
     output = {
         "fields": {"term_months": 12, "total_value": {"amount": 12000, "currency": "EUR"},
                    "parties": [{"name": "Acme <b>bold</b> GmbH", "role": "supplier"}], **fields},
