@@ -88,7 +88,10 @@ def test_an_extract_request_and_all_steps_of_its_run_form_one_trace(
     start_beat: Callable[..., ManagedProcess],
     start_api: Callable[..., str],
 ) -> None:
-    env = otel_env(receiver)
+    # Nothing is lost here: no step's message may be sent again as if it were. A pool process
+    # starts for every task, so a message can wait in the worker's hands past the suite's
+    # 3 s redrive grace before its step is claimed.
+    env = {**otel_env(receiver), "DOCPIPE_REDRIVE_GRACE_S": "20"}
     # A pool process exits after each task and would export on its own only after a minute:
     # every worker span here is one flushed by the exiting process.
     start_worker(concurrency=2, DOCPIPE_WORKER_MAX_TASKS_PER_CHILD="1",

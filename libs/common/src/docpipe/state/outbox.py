@@ -9,7 +9,9 @@ Two ways out after the commit:
   admitted runs' first steps come back whole from the statement that wrote them and are
   published with no round trip to PostgreSQL; the claim of the step marks its row
   delivered (claim_step). Such a row still unmarked is swept only once it is older than the
-  oldest message waiting in its queue (queues are FIFO, so it cannot be waiting any more).
+  oldest message waiting in its queue (queues are FIFO, so it cannot be waiting any more)
+  and has been out of it for the reaper's redrive grace: a worker may hold a message it
+  took for a while before it claims the step (its pool processes busy or starting).
 
 Publishing is at-least-once (a crash after sending but before marking sends again later);
 consumers are idempotent, so a duplicate costs a no-op claim, never a second provider call.
@@ -76,11 +78,18 @@ def publish_written(broker: Broker, messages: Sequence[Message]) -> int:
 
 
 def sweep_outbox(
-    db: Database, broker: Broker, broker_redis: redis.Redis, *, grace_s: float, limit: int = 500
+    db: Database,
+    broker: Broker,
+    broker_redis: redis.Redis,
+    *,
+    grace_s: float,
+    lost_after_s: float,
+    limit: int = 500,
 ) -> int:
     """Publish rows left unpublished for ``grace_s`` and parked rows that are now due; a
     step's message published without marking (``publish_written``) only once it cannot be
-    waiting in its queue any more."""
+    waiting in its queue any more and is ``lost_after_s`` old (redrive_grace_s: it may be in
+    a worker's hands, not yet claimed)."""
     try:
         cutoffs = {q: sent_before(broker_redis, q, grace_s).isoformat()
                    for q in LANE_QUEUES.values()}  # fmt: skip
@@ -88,7 +97,7 @@ def sweep_outbox(
         cutoffs = {}  # what waits cannot be told from what was lost: look next time
     with db.transaction() as tx:
         messages = tx.all_as(Message, "lock_due_outbox", grace_s=grace_s, limit=limit,
-                             cutoffs=Jsonb(cutoffs))  # fmt: skip
+                             lost_after_s=lost_after_s, cutoffs=Jsonb(cutoffs))  # fmt: skip
         return _send(tx, broker, messages)
 
 

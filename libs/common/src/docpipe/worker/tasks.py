@@ -168,7 +168,8 @@ def sweep_outbox_task() -> None:
     r = resources()
 
     def job() -> dict[str, int]:
-        published = sweep_outbox(r.db, r.broker, r.broker_redis, grace_s=r.settings.outbox_grace_s)
+        published = sweep_outbox(r.db, r.broker, r.broker_redis, grace_s=r.settings.outbox_grace_s,
+                                 lost_after_s=r.settings.redrive_grace_s)  # fmt: skip
         metrics.metrics().outbox_swept.inc(published)
         return {"published": published}
 

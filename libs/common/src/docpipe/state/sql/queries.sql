@@ -677,13 +677,15 @@ SELECT id, topic, run_id::text, step, queue, traceparent, payload FROM published
 -- Rows whose publish was lost or whose parked delay is over, oldest first. A step's message
 -- published right after its commit is marked delivered only by its claim (claim_step): it is
 -- lost only once it is older than every message still waiting in its queue (queues are
--- FIFO: `cutoffs`, queue -> instant, from the reaper's look at Redis), or it would be sent
--- twice while it waits.
+-- FIFO: `cutoffs`, queue -> instant, from the sweep's look at Redis), or it would be sent
+-- twice while it waits, and `lost_after_s` old, or it would be sent twice while a worker
+-- that took it has yet to claim its step.
 SELECT id, topic, run_id::text, step, queue, traceparent, payload
 FROM outbox
 WHERE published_at IS NULL AND available_at <= now() - make_interval(secs => %(grace_s)s)
   AND (topic <> 'step' OR available_at > created_at
-       OR created_at < coalesce((%(cutoffs)s::jsonb ->> queue)::timestamptz, '-infinity'))
+       OR (created_at < now() - make_interval(secs => %(lost_after_s)s)
+           AND created_at < coalesce((%(cutoffs)s::jsonb ->> queue)::timestamptz, '-infinity')))
 ORDER BY available_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
