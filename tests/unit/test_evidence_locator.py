@@ -4,6 +4,8 @@ import re
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from docpipe.pipelines.evidence import (
     EVIDENCE_SCHEMA,
@@ -238,3 +240,35 @@ def test_a_span_to_look_in_that_ends_inside_the_quote_falls_back_to_the_whole_do
     quote = "ninety (90) days"
     assert locate_quote(doc, quote, near=(second, len(doc))) == (second, second + len(quote))
     assert locate_quote(doc, quote, near=(second, second + 5)) == (first, first + len(quote))
+
+
+# Words and the layout that normalisation sees through: spaces, line breaks and tabs, hyphens
+# with or without a line break after them, soft hyphens, curly quotation marks.
+_LAYOUT = st.sampled_from([" ", "  ", "\n", " \n\t", "-", "-\n", "\u00ad", "\u00ad ", " \u00ad "])
+_MARK = st.sampled_from(["", '"', "'", "\u201c", "\u2019"])
+_WORD_TEXT = st.tuples(_MARK, st.text(alphabet="ab1", min_size=1, max_size=3), _MARK).map("".join)
+
+
+@given(st.lists(st.tuples(_WORD_TEXT, _LAYOUT), min_size=1, max_size=12), st.data())
+@settings(max_examples=300, deadline=None)
+def test_any_passage_between_word_boundaries_is_found_where_it_stands(
+    pieces: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    document = "".join(word + layout for word, layout in pieces)
+    # Word ends in the document: a passage starts at one word and ends at a later one.
+    starts = [m.start() for m in re.finditer(r"(?<![ab1])[ab1]", document)]
+    ends = [m.end() for m in re.finditer(r"[ab1](?![ab1])", document)]
+    assert starts  # every piece has a word character
+    first = data.draw(st.sampled_from(starts))
+    later = [e for e in ends if e > first]
+    last = data.draw(st.sampled_from(later))
+    passage = document[first:last]
+    span = locate_quote(document, normalised(passage), near=(first, last))
+    # The span the value was read from wins, so the passage is found where it stands.
+    assert span == (first, last), (document, passage)
+
+
+def test_a_span_to_look_in_may_start_inside_the_whitespace_before_the_quote() -> None:
+    doc = "Notice: ninety days.\n\n\n   Notice: sixty days."
+    second = doc.rindex("Notice")
+    assert locate_quote(doc, "Notice", near=(second - 2, len(doc))) == (second, second + 6)

@@ -43,13 +43,15 @@ MAX_QUOTE_CHARS = 1000
 _HYPHEN = re.compile(r"-\s*|\u00ad")
 _DOUBLE_QUOTES = '"\u201c\u201d\u201e\u00ab\u00bb'
 _SINGLE_QUOTES = "'\u2018\u2019\u201a"
-_STRAIGHT_QUOTES = str.maketrans(
-    dict.fromkeys(_DOUBLE_QUOTES, '"') | dict.fromkeys(_SINGLE_QUOTES, "'")
-)
+# (str.replace per mark: a translate table costs a Python lookup per character)
+_STRAIGHT_QUOTES = [(mark, '"') for mark in _DOUBLE_QUOTES[1:]] + [
+    (mark, "'") for mark in _SINGLE_QUOTES[1:]
+]
 _SPACES = re.compile(r"\s+")
-# A document in the pieces normalisation treats alike: hyphens with the whitespace after
-# them (dropped), whitespace runs (one space), and the text between.
-_PIECES = re.compile(r"(-\s*|\u00ad)|(\s+)|[^\s\u00ad-]+")
+# Where normalisation changes a document: a hyphen with the whitespace after it (dropped), a
+# soft hyphen (dropped) with the whitespace after it (one space), and any whitespace run but
+# a lone space (one space). The text between is kept as it is, offsets and all.
+_EDITS = re.compile(r"(-\s*)|\u00ad(\s*)|[^\S ]\s*| \s+")
 _WORD = re.compile(r"\w")
 
 # Where a quote stands on its page, one box per line it covers: PDF points on the page as
@@ -95,8 +97,14 @@ EVIDENCE_SCHEMA: dict[str, Any] = {
 def normalised(text: str) -> str:
     """``text`` as quotes are compared: hyphens dropped with the whitespace after them,
     whitespace runs made one space, quotation marks made straight."""
-    text = _HYPHEN.sub("", text).translate(_STRAIGHT_QUOTES)
-    return _SPACES.sub(" ", text).strip()
+    return _SPACES.sub(" ", _straight(_HYPHEN.sub("", text))).strip()
+
+
+def _straight(text: str) -> str:
+    """``text`` with its quotation marks made straight."""
+    for mark, straight in _STRAIGHT_QUOTES:
+        text = text.replace(mark, straight)
+    return text
 
 
 def locate_quote(
@@ -126,22 +134,36 @@ class _Skeleton:
 
     def __init__(self, document: str) -> None:
         self.document = document
-        chars: list[str] = []
-        # Where each piece of the normalised text starts, there and in the document.
+        parts: list[str] = []
+        # Where each run of the normalised text starts, there and in the document: a run is
+        # kept text (read on from its origin) or the one space that stands for whitespace.
+        # Only the edits are visited; most of a document is kept as it is.
         self.starts: list[int] = []
         self.origins: list[int] = []
-        length = 0
-        for piece in _PIECES.finditer(document):
-            if piece.group(1) is not None:
-                continue
-            kept = " " if piece.group(2) is not None else piece.group()
-            if kept == " " and chars and chars[-1] == " ":
-                continue  # whitespace on both sides of a dropped hyphen is one space
-            chars.append(kept)
+        length = kept_from = 0
+        last = ""  # the normalised text's last character so far
+
+        def keep(text: str, origin: int) -> None:
+            nonlocal length, last
+            parts.append(text)
             self.starts.append(length)
-            self.origins.append(piece.start())
-            length += len(kept)
-        self.text = "".join(chars).translate(_STRAIGHT_QUOTES)
+            self.origins.append(origin)
+            length += len(text)
+            last = text[-1]
+
+        for edit in _EDITS.finditer(document):
+            if kept_from < edit.start():
+                keep(document[kept_from : edit.start()], kept_from)
+            kept_from = edit.end()
+            if edit.group(1) is not None:
+                continue  # a hyphen and its whitespace go
+            space_at = edit.start(2) if edit.group(2) is not None else edit.start()
+            # Whitespace on both sides of a dropped soft hyphen is one space.
+            if space_at < edit.end() and last != " ":
+                keep(" ", space_at)
+        if kept_from < len(document):
+            keep(document[kept_from:], kept_from)
+        self.text = _straight("".join(parts))
 
     @staticmethod
     @lru_cache(maxsize=1)  # the document of the step at hand; a large one is not kept longer
@@ -157,7 +179,10 @@ class _Skeleton:
         """The first occurrence of the normalised ``text`` at word boundaries inside the
         document's ``[start, end)``, as document offsets."""
         piece = bisect_right(self.origins, start) - 1
-        index = self.starts[piece] if piece >= 0 else 0
+        index = 0
+        if piece >= 0:  # where ``start`` falls in its run (a space stands for its whole run)
+            run_end = self.starts[piece + 1] if piece + 1 < len(self.starts) else len(self.text)
+            index = min(self.starts[piece] + start - self.origins[piece], run_end)
         while (index := self.text.find(text, index)) != -1:
             first, last = self.origin(index), self.origin(index + len(text) - 1) + 1
             if last > end:
