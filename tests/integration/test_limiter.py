@@ -287,3 +287,31 @@ def test_a_provider_with_nothing_left_and_no_stated_limit_is_waited_out_until_it
     assert time.monotonic() - started >= 0.8
     with gate.slot("gpt-4o", "interactive", 50):  # another model's buckets are its own
         pass
+
+
+def test_a_round_gets_all_its_slots_at_once_or_none_and_is_no_waiter(client: redis.Redis) -> None:
+    gate = limiter(client, provider_max_concurrency=3, limiter_max_wait_s=0.3)
+    assert gate.reserve(MODEL, "interactive", [1, 1, 1, 1]) == []
+    assert gate.state().in_flight == gate.state().waiting_interactive == 0
+    slots = gate.reserve(MODEL, "interactive", [1, 1, 1])
+    assert len(slots) == 3 and gate.state().in_flight == 3
+    with pytest.raises(TransientLLMError), gate.slot(MODEL, "interactive"):
+        pass  # the round holds every slot
+    for slot in slots:
+        with gate.slot(MODEL, "interactive", reserved=slot):
+            pass
+    assert gate.state().in_flight == 0
+
+
+def test_a_reserved_slot_no_call_took_gives_its_request_and_tokens_back(
+    client: redis.Redis,
+) -> None:
+    # Two requests a second and 6,000 tokens a minute: one round of two takes them all.
+    gate = limiter(client, provider_rpm=120, provider_tpm=6000, default_max_tokens=100)
+    first = gate.reserve(MODEL, "interactive", [3000, 3000])
+    assert len(first) == 2
+    assert gate.reserve(MODEL, "interactive", [1, 1]) == []  # nothing left for another
+    for slot in first:
+        gate.unreserve(MODEL, slot, 3000)
+    assert gate.state().in_flight == 0
+    assert len(gate.reserve(MODEL, "interactive", [3000, 3000])) == 2

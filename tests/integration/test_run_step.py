@@ -5,18 +5,20 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from decimal import Decimal
 
 import jsonschema
 import pytest
+import redis
 
 from docpipe.errors import PermanentLLMError, TransientLLMError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.evidence import normalised
 from docpipe.providers.client import ChatRequest, LLMClient
-from docpipe.providers.limiter import CallTicket
+from docpipe.providers.limiter import CallTicket, ProviderLimiter
 from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.db import Database
@@ -39,6 +41,24 @@ def llm(fake_llm: FakeLLM, settings: Settings) -> Iterator[LLMClient]:
 @pytest.fixture
 def executor(db: Database, llm: LLMClient, settings: Settings) -> StepExecutor:
     return StepExecutor(db, llm, settings, owner="test-worker")
+
+
+@dataclass
+class HoldingGate:
+    """A gate that holds ``hold`` around each call and reserves nothing for a round."""
+
+    hold: Callable[[str, str, int], AbstractContextManager[CallTicket]]
+
+    def slot(
+        self, model: str, lane: str, tokens: int = 1, reserved: str | None = None
+    ) -> AbstractContextManager[CallTicket]:
+        return self.hold(model, lane, tokens)
+
+    def reserve(self, model: str, lane: str, tokens: Sequence[int]) -> list[str]:
+        return []
+
+    def unreserve(self, model: str, slot: str, tokens: int) -> None:
+        raise AssertionError("nothing was reserved")
 
 
 def call_count(db: Database, step: str | None = None) -> int:
@@ -155,7 +175,7 @@ def test_a_transient_error_in_step_2_resends_only_the_calls_that_did_not_finish(
         yield CallTicket()
 
     tuned = settings.model_copy(update={"step_call_concurrency": parallel})
-    executor = StepExecutor(db, llm, tuned, gate=fail_fourth_call)
+    executor = StepExecutor(db, llm, tuned, gate=HoldingGate(fail_fourth_call))
     run = new_run(db, CONTRACTS[1].text)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
     sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
@@ -317,7 +337,9 @@ def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_thro
         time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
         yield CallTicket()
 
-    executor = StepExecutor(db, llm, settings, owner="me", gate=slow_gate_while_the_lease_moves)
+    executor = StepExecutor(
+        db, llm, settings, owner="me", gate=HoldingGate(slow_gate_while_the_lease_moves)
+    )
     outcome = executor.run_step(run.run_id, STEP1)
     assert (outcome.kind, outcome.calls_sent) == ("stopped", 0)
     assert fake_llm.stats()["requests_total"] == 0
@@ -338,7 +360,9 @@ def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more
         time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
         yield CallTicket()
 
-    executor = StepExecutor(db, llm, settings, gate=slow_gate_while_the_run_is_cancelled)
+    executor = StepExecutor(
+        db, llm, settings, gate=HoldingGate(slow_gate_while_the_run_is_cancelled)
+    )
     outcome = executor.run_step(run.run_id, STEP1)
     assert (outcome.kind, outcome.calls_sent) == ("stopped", 0)
     assert fake_llm.stats()["requests_total"] == 0
@@ -358,7 +382,7 @@ def test_a_transient_error_after_the_run_was_cancelled_is_not_retried(
         fake_llm.add_fault("503", count=1, step=STEP1)
         yield CallTicket()
 
-    executor = StepExecutor(db, llm, settings, gate=cancel_then_fail)
+    executor = StepExecutor(db, llm, settings, gate=HoldingGate(cancel_then_fail))
     outcome = executor.run_step(run.run_id, STEP1)
     assert outcome.kind == "stopped", "no retry message for a cancelled run"
     assert scalar(db, "SELECT status FROM pipeline_step_result WHERE step = %s", STEP1) == (
@@ -390,3 +414,28 @@ def test_a_fan_out_over_the_cap_sends_none_of_its_calls_and_goes_to_review(
     )
     assert call_count(db, STEP2) == 0
     assert fake_llm.stats()["requests_total"] == 1, "only step 1's call was paid"
+
+
+def test_a_rounds_calls_take_their_limiter_slots_in_one_script_call(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM, broker: redis.Redis
+) -> None:
+    tuned = settings.model_copy(update={"step_call_concurrency": 4, "provider_rpm": 6000,
+                                        "provider_max_concurrency": 8})  # fmt: skip
+    limiter = ProviderLimiter(broker, tuned)
+    executor = StepExecutor(db, llm, tuned, gate=limiter)
+    run = new_run(db, CONTRACTS[1].text)
+    assert executor.run_step(run.run_id, STEP1).kind == "completed"  # (loads both scripts)
+    sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
+                              " WHERE step = %s", STEP1))  # fmt: skip
+    assert sections > 4
+
+    def script_calls() -> int:
+        return int(broker.info("commandstats")["cmdstat_evalsha"]["calls"])
+
+    before = script_calls()
+    outcome = executor.run_step(run.run_id, STEP2)
+    assert (outcome.kind, outcome.calls_sent) == ("completed", sections)
+    rounds = -(-sections // 4)
+    # One script call takes a round's slots, one per call gives its slot back.
+    assert script_calls() - before == rounds + sections
+    assert limiter.state().in_flight == 0

@@ -73,6 +73,8 @@ class StepCalls:
     # Requests on the wire, and whether new ones may still start (see stop_sending).
     _in_flight: int = field(default=0, init=False)
     _stopping: bool = field(default=False, init=False)
+    # Slots the gate granted this round's calls at once, per model: (slot, estimated tokens).
+    _reserved: dict[str, list[tuple[str, int]]] = field(default_factory=dict, init=False)
     _idle: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
     _completions: Completions = field(init=False, repr=False)
 
@@ -114,7 +116,10 @@ class StepCalls:
             # requests leaves (see _start_round), and its answers as they come.
             for first in range(0, len(requests), parallel):
                 round_futures = self._start_round(requests[first : first + parallel], pool)
-                wait(round_futures)
+                try:
+                    wait(round_futures)
+                finally:
+                    self._unreserve_left()
                 futures += round_futures
         except BaseException:
             # Interrupted from outside (soft time limit): nothing new starts, and the step
@@ -192,8 +197,33 @@ class StepCalls:
         ]
         if pool is None:
             return [_settled(call) for call in calls]
+        self._reserve(first[0].model.name,
+                      [f.estimated_tokens for f, c in zip(first, checks, strict=True)
+                       if c.memo is None and c.call_id is not None])  # fmt: skip
         # Each call runs in a copy of this context, so its trace span nests in the step's.
         return [pool.submit(_in_context_copy(call)) for call in calls]
+
+    def _reserve(self, model: str, tokens: list[int]) -> None:
+        """Ask the gate once for the slots of a round's calls to ``model`` (those to be sent
+        under their first candidate), instead of once per call."""
+        if len(tokens) > 1:
+            slots = self.gate.reserve(model, self.lane, tokens)
+            if slots:
+                with self._idle:
+                    self._reserved[model] = list(zip(slots, tokens, strict=True))
+
+    def _take_reserved(self, model: str) -> str | None:
+        with self._idle:
+            reserved = self._reserved.get(model)
+            return reserved.pop()[0] if reserved else None
+
+    def _unreserve_left(self) -> None:
+        """Give back the slots of a round that no call took (routed elsewhere, stopped)."""
+        with self._idle:
+            left, self._reserved = self._reserved, {}
+        for model, slots in left.items():
+            for slot, tokens in slots:
+                self.gate.unreserve(model, slot, tokens)
 
     def _ask_checked(
         self,
@@ -312,7 +342,8 @@ class StepCalls:
                            planned.route_reason)  # fmt: skip
         started = time.monotonic()
         try:
-            with self.gate(model, self.lane, planned.estimated_tokens) as ticket:
+            reserved = self._take_reserved(model)
+            with self.gate.slot(model, self.lane, planned.estimated_tokens, reserved) as ticket:
                 self._request_starts()
                 try:
                     completion = ticket.completion = self.llm.chat(

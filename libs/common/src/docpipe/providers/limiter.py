@@ -24,7 +24,10 @@ Per provider (an endpoint and its key):
 - a circuit breaker: after ``limiter_breaker_failures`` calls in a row found the provider
   down (connection errors, timeouts, 5xx), calls wait and a probe goes out every
   ``limiter_breaker_probe_s``; a caller that waited ``limiter_max_wait_s`` hands its step
-  back without losing an attempt, so an outage delays runs instead of failing them.
+  back without losing an attempt, so an outage delays runs instead of failing them;
+- rounds: a step's round of parallel calls asks once for all its slots (``reserve``), granted
+  together when the limits have room for the whole round, else each call asks on its own
+  and waits its turn; a slot no call took is given back with its request and tokens.
 
 Clocks come from Redis' TIME, so workers on different hosts agree. If Redis is unreachable
 the limiter lets calls through (the broker is then down too, and the provider's own 429s
@@ -38,9 +41,10 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import redis
 
@@ -63,7 +67,7 @@ _UNAVAILABLE = frozenset({"connection", "timeout", "server_error", "bad_response
 
 
 # The gate: the seam between a provider call and the limit it must respect.
-# ProviderLimiter.slot plugs in here; tests and tools may call without any (no_gate).
+# ProviderLimiter plugs in here; tests and tools may call without any (no_gate).
 
 
 class CallTicket:
@@ -74,14 +78,38 @@ class CallTicket:
         self.completion: Completion | None = None
 
 
-# Given the model, the run's lane and the request's estimated tokens, a context manager held
-# while the request is in flight.
-CallGate = Callable[[str, str, int], AbstractContextManager[CallTicket]]
+class CallGate(Protocol):
+    def slot(
+        self, model: str, lane: str, tokens: int = 1, reserved: str | None = None
+    ) -> AbstractContextManager[CallTicket]:
+        """Held while a request estimated at ``tokens`` is in flight; ``reserved``: a slot
+        :meth:`reserve` granted, taken without asking again."""
+
+    def reserve(self, model: str, lane: str, tokens: Sequence[int]) -> list[str]:
+        """Slots for a round of calls (one per estimate in ``tokens``) in one exchange, all
+        of them or none; a call without one asks for its own."""
+
+    def unreserve(self, model: str, slot: str, tokens: int) -> None:
+        """Give back a reserved slot that no call took."""
 
 
-@contextmanager
-def no_gate(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
-    yield CallTicket()
+class _NoGate:
+    """No limit: every call goes at once."""
+
+    @contextmanager
+    def slot(
+        self, model: str, lane: str, tokens: int = 1, reserved: str | None = None
+    ) -> Iterator[CallTicket]:
+        yield CallTicket()
+
+    def reserve(self, model: str, lane: str, tokens: Sequence[int]) -> list[str]:
+        return []
+
+    def unreserve(self, model: str, slot: str, tokens: int) -> None:
+        pass
+
+
+no_gate: CallGate = _NoGate()
 
 
 @dataclass(frozen=True)
@@ -148,15 +176,20 @@ class ProviderLimiter:
         ]
 
     @contextmanager
-    def slot(self, model: str, lane: str, tokens: int = 1) -> Iterator[CallTicket]:
-        """Hold a slot of ``model``'s provider for one call estimated at ``tokens``; its
-        answer (put on the ticket) or its 429 adjusts every worker's buckets."""
+    def slot(
+        self, model: str, lane: str, tokens: int = 1, reserved: str | None = None
+    ) -> Iterator[CallTicket]:
+        """Hold a slot of ``model``'s provider for one call estimated at ``tokens`` (or the
+        ``reserved`` one); its answer (put on the ticket) or its 429 adjusts every worker's
+        buckets."""
         spec = self._models[model]
         buckets = self._buckets(spec)
-        slot_id = uuid.uuid4().hex
+        slot_id = reserved or uuid.uuid4().hex
         asked = time.monotonic()
+        granted = "slot"
         try:
-            granted = self._wait_for_slot(spec, buckets, slot_id, lane, tokens)
+            if reserved is None:
+                granted = self._wait_for_slot(spec, buckets, [slot_id], lane, [tokens])
         finally:
             metrics.observe_limiter_wait(lane, time.monotonic() - asked)
         ticket = CallTicket()
@@ -187,22 +220,44 @@ class ProviderLimiter:
                 self._report(spec.provider, buckets, slot_id, outcome, retry_after,
                              correction=tokens - used, said=said)  # fmt: skip
 
+    def reserve(self, model: str, lane: str, tokens: Sequence[int]) -> list[str]:
+        """Slots of ``model``'s provider for a round of calls estimated at ``tokens``, in one
+        script call: all of them if the limits have room for the whole round now, else none
+        (nor when Redis is unreachable), and each call asks for its own (see slot)."""
+        spec = self._models[model]
+        slot_ids = [uuid.uuid4().hex for _ in tokens]
+        granted = self._wait_for_slot(spec, self._buckets(spec), slot_ids, lane, tokens)
+        return slot_ids if granted == "slot" else []
+
+    def unreserve(self, model: str, slot: str, tokens: int) -> None:
+        """Free a reserved slot that no call took, its request and tokens given back."""
+        spec = self._models[model]
+        self._report(spec.provider, self._buckets(spec), slot, "unused", 0.0,
+                     correction=tokens, said={}, requests_back=1)  # fmt: skip
+
     def _wait_for_slot(
-        self, model: ResolvedModel, buckets: list[_Bucket], slot_id: str, lane: str, tokens: int
+        self,
+        model: ResolvedModel,
+        buckets: list[_Bucket],
+        slot_ids: Sequence[str],
+        lane: str,
+        tokens: Sequence[int],
     ) -> str:
         """'slot' or 'probe' when granted, '' when Redis is unreachable (no limit applies);
-        raises TransientLLMError(kind="throttled") after limiter_max_wait_s."""
+        raises TransientLLMError(kind="throttled") after limiter_max_wait_s. Several slots
+        (a round) are asked for once: '' unless granted at once."""
         deadline = time.monotonic() + self._settings.limiter_max_wait_s
         s = self._settings
         provider = model.provider
         keys = self._keys(provider.name, model.name)
         args: list[str | int | float] = [
-            lane, slot_id, self._slot_ttl, provider.max_concurrency,
+            lane, ",".join(slot_ids), self._slot_ttl, provider.max_concurrency,
             s.limiter_interactive_reserve, _WAITER_TTL_S, s.limiter_breaker_failures,
             s.limiter_breaker_probe_s, len(buckets),
         ]  # fmt: skip
         for b in buckets:
-            args += [b.limit_per_min, b.capacity, b.kind, tokens if b.kind == "t" else 1]
+            cost = sum(tokens) if b.kind == "t" else len(tokens)
+            args += [b.limit_per_min, b.capacity, b.kind, cost]
         while True:
             try:
                 answer = self._acquire(keys=keys + [b.key for b in buckets], args=args)
@@ -216,12 +271,14 @@ class ProviderLimiter:
             wait = float(answer)
             if wait <= 0:
                 return "slot"
+            if len(slot_ids) > 1:
+                return ""
             if time.monotonic() + wait > deadline:
                 # Stop counting as a waiter at once: a ghost interactive waiter holds back
                 # every batch call.
                 waiting = keys[3] if lane == "batch" else keys[2]
                 with contextlib.suppress(redis.RedisError):
-                    self._redis.zrem(waiting, slot_id)
+                    self._redis.zrem(waiting, *slot_ids)
                 raise TransientLLMError(
                     f"provider limit ({provider.name}): no slot within {s.limiter_max_wait_s:g}s",
                     kind="throttled",
@@ -240,6 +297,7 @@ class ProviderLimiter:
         *,
         correction: int,
         said: Mapping[str, float],
+        requests_back: int = 0,
     ) -> None:
         s = self._settings
         args: list[str | int | float] = [
@@ -250,7 +308,7 @@ class ProviderLimiter:
             kind = "requests" if b.kind == "r" else "tokens"
             heard = said if b.model_level else {}
             args += [
-                b.limit_per_min, b.capacity, b.kind, correction if b.kind == "t" else 0,
+                b.limit_per_min, b.capacity, b.kind, correction if b.kind == "t" else requests_back,
                 heard.get(f"remaining_{kind}", -1), heard.get(f"reset_{kind}_s", -1),
                 heard.get(f"limit_{kind}", -1),
             ]  # fmt: skip

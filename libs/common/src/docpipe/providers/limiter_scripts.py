@@ -24,16 +24,21 @@ local function refill(b, limit, cap, kind, now)
 end
 """
 
-# ARGV: lane, slot id, slot ttl, max concurrency, interactive reserve, waiter ttl, breaker
-# failures, probe interval, n; then per bucket: limit per minute (0: the stated one, if any),
-# capacity (0: one second's worth of requests, one minute's worth of tokens), kind ('r'/'t'),
-# cost. Returns 'probe', '0' (granted) or the seconds to wait.
+# ARGV: lane, slot ids (comma-separated: a round of calls asks for its slots at once), slot
+# ttl, max concurrency, interactive reserve, waiter ttl, breaker failures, probe interval, n;
+# then per bucket: limit per minute (0: the stated one, if any), capacity (0: one second's
+# worth of requests, one minute's worth of tokens), kind ('r'/'t'), cost (of all the slots).
+# Returns 'probe', '0' (granted) or the seconds to wait. Several slots are granted all
+# together or not at all, and never as a probe; their caller does not count as a waiter
+# (each call then asks for its own slot).
 ACQUIRE = (
     _REFILL
     + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local lane, slot = ARGV[1], ARGV[2]
+local lane, slots = ARGV[1], {}
+for id in string.gmatch(ARGV[2], '[^,]+') do slots[#slots + 1] = id end
+local slot, round = slots[1], #slots > 1
 local slot_ttl, max_conc, reserve = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local waiter_ttl, breaker_failures = tonumber(ARGV[6]), tonumber(ARGV[7])
 local probe_s, n = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -47,6 +52,8 @@ local wait = 0
 local buckets = {}
 if now < blocked then
   wait = blocked - now
+elseif (tonumber(st[2]) or 0) >= breaker_failures and round then
+  wait = probe_s
 elseif (tonumber(st[2]) or 0) >= breaker_failures then
   -- The circuit is open and its pause is over: this caller is the one probe; everyone
   -- else waits for its answer (a success closes the circuit, a failure pauses again).
@@ -60,7 +67,7 @@ else
     conc_limit = math.max(1, math.floor(max_conc * (1 - reserve)))
     if redis.call('ZCARD', KEYS[3]) > 0 then wait = 0.05 end
   end
-  if redis.call('ZCARD', KEYS[2]) >= conc_limit then wait = math.max(wait, 0.05) end
+  if redis.call('ZCARD', KEYS[2]) + #slots > conc_limit then wait = math.max(wait, 0.05) end
   for i = 1, n do
     local a = 9 + (i - 1) * 4
     local per_min, cap = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
@@ -73,11 +80,17 @@ else
     if limit > 0 then
       local rate, tokens
       cap, rate, tokens = refill(b, limit, cap, kind, now)
-      -- A request larger than the bucket waits for a full one rather than forever; batch
-      -- calls leave the interactive reserve in every bucket.
-      cost = math.min(cost, cap)
+      -- A request larger than the bucket waits for a full one rather than forever (a round
+      -- larger than the bucket asks call by call); batch calls leave the interactive
+      -- reserve in every bucket.
       local floor = cost
-      if lane == 'batch' then floor = math.min(cap, cost + cap * reserve) end
+      if not round then
+        cost = math.min(cost, cap)
+        floor = cost
+        if lane == 'batch' then floor = math.min(cap, cost + cap * reserve) end
+      elseif lane == 'batch' then
+        floor = cost + cap * reserve
+      end
       if tokens < floor then wait = math.max(wait, (floor - tokens) / rate) end
       buckets[#buckets + 1] = {key, rate, tokens, cost}
     end
@@ -87,21 +100,25 @@ if wait > 0 then
   for _, b in ipairs(buckets) do
     redis.call('HSET', b[1], 'rate', b[2], 'tokens', b[3], 'ts', now)
   end
-  redis.call('ZADD', wait_key, now + waiter_ttl, slot)
+  if not round then redis.call('ZADD', wait_key, now + waiter_ttl, slot) end
   return tostring(wait)
 end
 for _, b in ipairs(buckets) do
   redis.call('HSET', b[1], 'rate', b[2], 'tokens', b[3] - b[4], 'ts', now)
 end
-redis.call('ZREM', wait_key, slot)
-redis.call('ZADD', KEYS[2], now + slot_ttl, slot)
+for _, id in ipairs(slots) do
+  redis.call('ZREM', wait_key, id)
+  redis.call('ZADD', KEYS[2], now + slot_ttl, id)
+end
 return '0'
 """
 )
 
-# ARGV: slot id, outcome ('ok', 'rate_limited', 'unavailable', 'error'), retry-after seconds,
+# ARGV: slot id, outcome ('ok', 'rate_limited', 'unavailable', 'error', 'unused': a round's
+# slot no call took), retry-after seconds,
 # breaker failures, probe interval, decrease factor, recovery share per second, n; then per
-# bucket: limit per minute, capacity, kind, correction (tokens given back: estimate - used),
+# bucket: limit per minute, capacity, kind, correction (given back: estimated tokens - used;
+# an unused slot's request and tokens),
 # remaining, reset seconds and stated limit per minute from the headers (-1: not said).
 RELEASE = (
     _REFILL

@@ -81,7 +81,7 @@ def _resources_for(pid: int) -> Resources:
         db,
         llm,
         settings,
-        gate=limiter.slot,
+        gate=limiter,
         interruptions=(SoftTimeLimitExceeded,),
         pipelines=catalog(),
         leases=LeaseSession.from_settings(settings),
