@@ -33,7 +33,9 @@ from typing import Any, Protocol
 
 import httpx
 import jsonschema
+import orjson
 
+from docpipe import json_codec
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
 from docpipe.provider_specs import ProviderTable
 from docpipe.providers.rate_headers import rate_limits, retry_after
@@ -182,8 +184,11 @@ class LLMClient:
             )
         started = time.monotonic()
         try:
-            headers = {_REQUEST_ID_HEADER: request.request_id} if request.request_id else None
-            response = self._http.post("/chat/completions", json=request.body(), headers=headers)
+            headers = {"content-type": "application/json"}
+            if request.request_id:
+                headers[_REQUEST_ID_HEADER] = request.request_id
+            body = json_codec.dumps(request.body())  # (httpx's json= uses the json module)
+            response = self._http.post("/chat/completions", content=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise TransientLLMError(f"provider timed out: {exc!r}", kind="timeout") from exc
         except httpx.TransportError as exc:
@@ -255,7 +260,8 @@ def _raise_for_status(response: httpx.Response) -> None:
 
 def _completion(response: httpx.Response, request: ChatRequest, latency: float) -> Completion:
     try:
-        body = response.json()
+        # The envelope only (the answer is a string in it, read by parse_output): orjson.
+        body = orjson.loads(response.content)
         choice = body["choices"][0]
         content = choice["message"]["content"]
         finish_reason = choice.get("finish_reason")

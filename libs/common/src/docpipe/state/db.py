@@ -27,9 +27,14 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import class_row, dict_row
+from psycopg.types.json import set_json_dumps
 from psycopg_pool import ConnectionPool
 
+from docpipe import json_codec
 from docpipe.settings import Settings
+
+# JSON and JSONB parameters encoded by docpipe.json_codec (orjson).
+set_json_dumps(json_codec.dumps)
 
 __all__ = ["Database", "Row", "Session", "Timeouts", "connection_is_usable", "load_queries"]
 
