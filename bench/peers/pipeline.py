@@ -5,9 +5,10 @@ user messages, same answer schemas, same fallback model, same post-processing) t
 context that only talks to the provider: no call log, no memo, no budget check, no lease.
 Each step's independent calls go out ``STEP_CALL_CONCURRENCY`` at a time, as in docpipe
 (one thread pool per step, like docpipe's ``StepCalls.ask_all``), and each step's output
-is validated against its schema, as docpipe's executor does. The provider client
-(``docpipe.providers.client.LLMClient``) and answer parsing (``parse_output``) are docpipe's own, so
-whatever differs in a comparison is orchestration only.
+is validated against its schema, as docpipe's executor does. Each request is the one docpipe
+sends (``plan_call``: the step's schema in json_schema mode, its max_tokens), through docpipe's
+provider client (``docpipe.providers.client.LLMClient``), and its answer is read as docpipe
+reads it (``read_answer``), so whatever differs in a comparison is orchestration only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from docpipe.errors import InvalidOutputError
 from docpipe.pipelines import Step
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.text_extraction import EXTRACT_TEXT
-from docpipe.providers.client import ChatRequest, LLMClient, parse_output, validate_json
+from docpipe.providers.client import LLMClient, validate_json
+from docpipe.providers.routing import RouteReason, plan_call, read_answer
+from docpipe.settings import Settings
 
 __all__ = ["PIPELINE", "STEP_CALL_CONCURRENCY", "llm_client", "run_document", "run_step"]
 
@@ -46,6 +49,11 @@ def llm_client(pid: int | None = None) -> LLMClient:
     )
 
 
+@cache
+def _settings() -> Settings:
+    return Settings()  # docpipe's defaults: the models and output mode its workers use here
+
+
 class PlainContext:
     """A docpipe.pipelines.StepInput that only talks to the provider."""
 
@@ -63,9 +71,14 @@ class PlainContext:
         ]
         invalid = []
         for model in self.step.models:
-            completion = self.llm.chat(ChatRequest(model=model, messages=messages))
+            settings = _settings()
+            planned = plan_call(settings.provider_table.model(model), messages, schema,
+                                step=self.step.name,
+                                max_tokens=self.step.max_tokens or settings.default_max_tokens,
+                                reason=RouteReason.PREFERRED)  # fmt: skip
+            completion = self.llm.chat(planned.request)
             try:
-                return parse_output(completion.content, schema)
+                return read_answer(completion, schema, planned)
             except InvalidOutputError as exc:
                 invalid.append(f"{model}: {exc}")
         raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
