@@ -315,3 +315,16 @@ def test_a_reserved_slot_no_call_took_gives_its_request_and_tokens_back(
         gate.unreserve(MODEL, slot, 3000)
     assert gate.state().in_flight == 0
     assert len(gate.reserve(MODEL, "interactive", [3000, 3000])) == 2
+
+
+def test_a_round_larger_than_a_full_bucket_is_not_asked_for_at_once(client: redis.Redis) -> None:
+    gate = limiter(client, provider_rpm=60)  # a request a second: the bucket holds one
+
+    def script_calls() -> int:
+        return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = script_calls()
+    assert gate.reserve(MODEL, "interactive", [1, 1]) == []
+    assert script_calls() == before
+    with gate.slot(MODEL, "interactive"):  # each call asks on its own, as before
+        pass

@@ -120,6 +120,15 @@ class _Bucket:
     kind: str  # 'r' (requests) or 't' (tokens)
     model_level: bool  # the provider's headers speak of the model's limits
 
+    def size(self) -> float:
+        """How much the bucket holds when full, as the scripts count it (0: no configured
+        limit, so not known here)."""
+        if self.limit_per_min <= 0:
+            return 0
+        if self.capacity > 0:
+            return self.capacity
+        return max(1, self.limit_per_min / 60) if self.kind == "r" else self.limit_per_min
+
 
 @dataclass(frozen=True)
 class BucketState:
@@ -225,8 +234,11 @@ class ProviderLimiter:
         script call: all of them if the limits have room for the whole round now, else none
         (nor when Redis is unreachable), and each call asks for its own (see slot)."""
         spec = self._models[model]
+        buckets = self._buckets(spec)
+        if any(0 < b.size() < (sum(tokens) if b.kind == "t" else len(tokens)) for b in buckets):
+            return []  # the round can never fit at once: no script call to learn so
         slot_ids = [uuid.uuid4().hex for _ in tokens]
-        granted = self._wait_for_slot(spec, self._buckets(spec), slot_ids, lane, tokens)
+        granted = self._wait_for_slot(spec, buckets, slot_ids, lane, tokens)
         return slot_ids if granted == "slot" else []
 
     def unreserve(self, model: str, slot: str, tokens: int) -> None:
