@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.text_extraction import EXTRACT_TEXT, EXTRACT_TEXT_STEP
 from docpipe.settings import Settings
@@ -61,3 +63,9 @@ def scalar(db: Database, sql: str, *params: Any) -> Any:
         row = s.conn.execute(sql.encode(), params).fetchone()
     assert row is not None
     return next(iter(row.values()))
+
+
+def script_calls(client: redis.Redis) -> int:
+    """How many EVALSHA calls (the limiter's scripts) Redis has served since it started."""
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))

@@ -15,6 +15,7 @@ from docpipe.providers.client import Completion
 from docpipe.providers.limiter import ProviderLimiter
 from docpipe.settings import Settings
 from docpipe_dev.localstack import LocalRedis
+from tests.factories import script_calls
 
 MODEL = "gpt-4o-mini"
 
@@ -319,12 +320,8 @@ def test_a_reserved_slot_no_call_took_gives_its_request_and_tokens_back(
 
 def test_a_round_larger_than_a_full_bucket_is_not_asked_for_at_once(client: redis.Redis) -> None:
     gate = limiter(client, provider_rpm=60)  # a request a second: the bucket holds one
-
-    def script_calls() -> int:
-        return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
-    before = script_calls()
+    before = script_calls(client)
     assert gate.reserve(MODEL, "interactive", [1, 1]) == []
-    assert script_calls() == before
+    assert script_calls(client) == before
     with gate.slot(MODEL, "interactive"):  # each call asks on its own, as before
         pass

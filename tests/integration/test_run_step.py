@@ -24,7 +24,7 @@ from docpipe.state import runs
 from docpipe.state.db import Database
 from docpipe.worker.executor import StepExecutor
 from docpipe_dev.samples import SampleContract, dummy_document, sample_contracts
-from tests.factories import TENANT, new_run, scalar
+from tests.factories import TENANT, new_run, scalar, script_calls
 from tests.fakellm import FakeLLM
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names[1:]  # after extract_text
@@ -428,14 +428,10 @@ def test_a_rounds_calls_take_their_limiter_slots_in_one_script_call(
     sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
                               " WHERE step = %s", STEP1))  # fmt: skip
     assert sections > 4
-
-    def script_calls() -> int:
-        return int(broker.info("commandstats")["cmdstat_evalsha"]["calls"])
-
-    before = script_calls()
+    before = script_calls(broker)
     outcome = executor.run_step(run.run_id, STEP2)
     assert (outcome.kind, outcome.calls_sent) == ("completed", sections)
     rounds = -(-sections // 4)
     # One script call takes a round's slots, one per call gives its slot back.
-    assert script_calls() - before == rounds + sections
+    assert script_calls(broker) - before == rounds + sections
     assert limiter.state().in_flight == 0

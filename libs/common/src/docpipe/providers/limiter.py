@@ -120,6 +120,11 @@ class _Bucket:
     kind: str  # 'r' (requests) or 't' (tokens)
     model_level: bool  # the provider's headers speak of the model's limits
 
+    def cost(self, tokens: Sequence[int]) -> int:
+        """What calls estimated at ``tokens`` take from the bucket: a request or their
+        tokens each."""
+        return sum(tokens) if self.kind == "t" else len(tokens)
+
     def size(self) -> float:
         """How much the bucket holds when full, as the scripts count it (0: no configured
         limit, so not known here)."""
@@ -198,7 +203,7 @@ class ProviderLimiter:
         granted = "slot"
         try:
             if reserved is None:
-                granted = self._wait_for_slot(spec, buckets, [slot_id], lane, [tokens])
+                granted = self._wait_for_slot(spec, buckets, slot_id, lane, tokens)
         finally:
             metrics.observe_limiter_wait(lane, time.monotonic() - asked)
         ticket = CallTicket()
@@ -235,11 +240,10 @@ class ProviderLimiter:
         (nor when Redis is unreachable), and each call asks for its own (see slot)."""
         spec = self._models[model]
         buckets = self._buckets(spec)
-        if any(0 < b.size() < (sum(tokens) if b.kind == "t" else len(tokens)) for b in buckets):
+        if any(0 < b.size() < b.cost(tokens) for b in buckets):
             return []  # the round can never fit at once: no script call to learn so
         slot_ids = [uuid.uuid4().hex for _ in tokens]
-        granted = self._wait_for_slot(spec, buckets, slot_ids, lane, tokens)
-        return slot_ids if granted == "slot" else []
+        return slot_ids if self._ask(spec, buckets, slot_ids, lane, tokens) == "slot" else []
 
     def unreserve(self, model: str, slot: str, tokens: int) -> None:
         """Free a reserved slot that no call took, its request and tokens given back."""
@@ -248,56 +252,62 @@ class ProviderLimiter:
                      correction=tokens, said={}, requests_back=1)  # fmt: skip
 
     def _wait_for_slot(
+        self, model: ResolvedModel, buckets: list[_Bucket], slot_id: str, lane: str, tokens: int
+    ) -> str:
+        """'slot' or 'probe' when granted, '' when Redis is unreachable (no limit applies);
+        raises TransientLLMError(kind="throttled") after limiter_max_wait_s."""
+        s = self._settings
+        deadline = time.monotonic() + s.limiter_max_wait_s
+        while True:
+            answer = self._ask(model, buckets, [slot_id], lane, [tokens])
+            if isinstance(answer, str):
+                return answer
+            if time.monotonic() + answer > deadline:
+                # Stop counting as a waiter at once: a ghost interactive waiter holds back
+                # every batch call.
+                waiting = self._keys(model.provider.name, model.name)[3 if lane == "batch" else 2]
+                with contextlib.suppress(redis.RedisError):
+                    self._redis.zrem(waiting, slot_id)
+                raise TransientLLMError(
+                    f"provider limit ({model.provider.name}): no slot within "
+                    f"{s.limiter_max_wait_s:g}s",
+                    kind="throttled",
+                    retry_after=answer,
+                )
+            # Jitter keeps waiters from polling Redis in lockstep.
+            time.sleep(min(answer, _POLL_MAX_S) * random.uniform(0.8, 1.2))
+
+    def _ask(
         self,
         model: ResolvedModel,
         buckets: list[_Bucket],
         slot_ids: Sequence[str],
         lane: str,
         tokens: Sequence[int],
-    ) -> str:
-        """'slot' or 'probe' when granted, '' when Redis is unreachable (no limit applies);
-        raises TransientLLMError(kind="throttled") after limiter_max_wait_s. Several slots
-        (a round) are asked for once: '' unless granted at once."""
-        deadline = time.monotonic() + self._settings.limiter_max_wait_s
+    ) -> str | float:
+        """One ACQUIRE for ``slot_ids`` (estimated at ``tokens``): 'slot' or 'probe' when
+        granted, '' when Redis is unreachable, else the seconds to wait."""
         s = self._settings
         provider = model.provider
-        keys = self._keys(provider.name, model.name)
         args: list[str | int | float] = [
             lane, ",".join(slot_ids), self._slot_ttl, provider.max_concurrency,
             s.limiter_interactive_reserve, _WAITER_TTL_S, s.limiter_breaker_failures,
             s.limiter_breaker_probe_s, len(buckets),
         ]  # fmt: skip
         for b in buckets:
-            cost = sum(tokens) if b.kind == "t" else len(tokens)
-            args += [b.limit_per_min, b.capacity, b.kind, cost]
-        while True:
-            try:
-                answer = self._acquire(keys=keys + [b.key for b in buckets], args=args)
-            except redis.RedisError as exc:
-                # One line per call: during an outage every call says it.
-                log.warning("provider limiter unavailable; calling without it (%s: %s)",
-                            type(exc).__name__, exc)  # fmt: skip
-                return ""
-            if answer in (b"probe", "probe"):
-                return "probe"
-            wait = float(answer)
-            if wait <= 0:
-                return "slot"
-            if len(slot_ids) > 1:
-                return ""
-            if time.monotonic() + wait > deadline:
-                # Stop counting as a waiter at once: a ghost interactive waiter holds back
-                # every batch call.
-                waiting = keys[3] if lane == "batch" else keys[2]
-                with contextlib.suppress(redis.RedisError):
-                    self._redis.zrem(waiting, *slot_ids)
-                raise TransientLLMError(
-                    f"provider limit ({provider.name}): no slot within {s.limiter_max_wait_s:g}s",
-                    kind="throttled",
-                    retry_after=wait,
-                )
-            # Jitter keeps waiters from polling Redis in lockstep.
-            time.sleep(min(wait, _POLL_MAX_S) * random.uniform(0.8, 1.2))
+            args += [b.limit_per_min, b.capacity, b.kind, b.cost(tokens)]
+        keys = self._keys(provider.name, model.name) + [b.key for b in buckets]
+        try:
+            answer = self._acquire(keys=keys, args=args)
+        except redis.RedisError as exc:
+            # One line per call: during an outage every call says it.
+            log.warning("provider limiter unavailable; calling without it (%s: %s)",
+                        type(exc).__name__, exc)  # fmt: skip
+            return ""
+        if answer in (b"probe", "probe"):
+            return "probe"
+        wait = float(answer)
+        return "slot" if wait <= 0 else wait
 
     def _report(
         self,
