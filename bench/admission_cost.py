@@ -32,10 +32,14 @@ def admission_ms(db: Database, backlog: int, rounds: int, tag: str) -> list[floa
     pipeline, settings = get_pipeline("document_extract:v1"), get_settings()
     for tenant, size in ((f"big-{tag}", backlog), (f"small-{tag}", 10)):
         with db.transaction() as tx:
-            create_batch(tx, tenant_id=tenant, pipeline=pipeline, idempotency_key=tenant,
-                         request={"tenant": tenant},
-                         documents=[BatchDocument(f"{tenant}-{i}", f"text {i}")
-                                    for i in range(size)])  # fmt: skip
+            create_batch(
+                tx,
+                tenant_id=tenant,
+                pipeline=pipeline,
+                idempotency_key=tenant,
+                request={"tenant": tenant},
+                documents=[BatchDocument(f"{tenant}-{i}", f"text {i}") for i in range(size)],
+            )
     admit_batch_runs(db, settings)  # fill the window
     timings = []
     for _ in range(rounds):
@@ -65,8 +69,11 @@ def main() -> None:
         try:
             for backlog in backlogs:
                 results[backlog] = admission_ms(db, backlog, args.rounds, str(backlog))
-                print(f"backlog {backlog:>6}: p50 {percentile(results[backlog], 50):.2f} ms, "
-                      f"p95 {percentile(results[backlog], 95):.2f} ms", flush=True)  # fmt: skip
+                print(
+                    f"backlog {backlog:>6}: p50 {percentile(results[backlog], 50):.2f} ms, "
+                    f"p95 {percentile(results[backlog], 95):.2f} ms",
+                    flush=True,
+                )
         finally:
             db.close()
     rows = "\n".join(

@@ -87,15 +87,28 @@ class Load:
         return sum(n for status, n in self.statuses.items() if status != 200)
 
     def line(self) -> str:
-        return (f"{self.rps:g}/s: p50 {self.p(50):.1f} p95 {self.p(95):.1f} p99 {self.p(99):.1f} "
-                f"max {max(self.latencies_ms):.1f} ms, generator lag p99 "
-                f"{percentile(self.lags_ms, 99):.1f} ms, statuses {self.statuses}")  # fmt: skip
+        return (
+            f"{self.rps:g}/s: p50 {self.p(50):.1f} p95 {self.p(95):.1f} p99 {self.p(99):.1f} "
+            f"max {max(self.latencies_ms):.1f} ms, generator lag p99 "
+            f"{percentile(self.lags_ms, 99):.1f} ms, statuses {self.statuses}"
+        )
 
 
 def offer(bench: Bench, paths: Path, rps: float, seconds: float, url: str | None = None) -> Load:
     """Run the open-loop generator against the stack's API (or the one at ``url``)."""
-    argv = [sys.executable, "-m", "bench.open_loop", "--url", url or bench.stack.api_url,
-            "--paths", str(paths), "--rps", str(rps), "--seconds", str(seconds)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.open_loop",
+        "--url",
+        url or bench.stack.api_url,
+        "--paths",
+        str(paths),
+        "--rps",
+        str(rps),
+        "--seconds",
+        str(seconds),
+    ]
     if bench.stack.api_key:
         argv += ["--header", f"Authorization: Bearer {bench.stack.api_key}"]
     out = subprocess.run(argv, cwd=ROOT, check=True, capture_output=True, text=True).stdout
@@ -124,9 +137,12 @@ def api_from(bench: Bench, src: Path, env: dict[str, str]) -> Iterator[ManagedPr
     port = free_port()
     path = os.pathsep.join(str(src / p) for p in ("libs/common/src", "services/api/src"))
     log = bench.stack.options.state_dir / "logs" / "api-baseline.log"
-    api = ManagedProcess("api-baseline", api_argv(host="127.0.0.1", port=port), log,
-                         env={**bench.stack.env, "DOCPIPE_METRICS_PORT": "0",
-                              "PYTHONPATH": path, **env}).start()  # fmt: skip
+    api = ManagedProcess(
+        "api-baseline",
+        api_argv(host="127.0.0.1", port=port),
+        log,
+        env={**bench.stack.env, "DOCPIPE_METRICS_PORT": "0", "PYTHONPATH": path, **env},
+    ).start()
     try:
         wait_for(lambda: _ready(f"http://127.0.0.1:{port}"), timeout_s=60, every_s=0.2)
         if args_nice := int(env.get("BENCH_API_NICE", "0")):
@@ -154,8 +170,10 @@ def interleaved(
     assert bench.stack.postgres is not None
     postmaster = int((bench.stack.postgres.pgdata / "postmaster.pid").read_text().split()[0])
     with api_from(bench, Path(args.baseline_src), env) as baseline:
-        targets = {"this tree": (bench.stack.process("api"), bench.stack.api_url),
-                   "baseline": (baseline, baseline_url(baseline))}  # fmt: skip
+        targets = {
+            "this tree": (bench.stack.process("api"), bench.stack.api_url),
+            "baseline": (baseline, baseline_url(baseline)),
+        }
         for _ in range(args.ab_rounds):
             for name, (proc, url) in targets.items():
                 offer(bench, paths, 50, 3, url)  # warm its pools and caches
@@ -165,8 +183,10 @@ def interleaved(
                 api_ms = 1000 * (cpu_s(proc.pid) - before) / n
                 pg_ms = 1000 * (cpu_seconds(tree_pids(postmaster)) - pg_before) / n
                 results[name].append((api_ms, pg_ms, load))
-                print(f"  {name}: API {api_ms:.2f} / PostgreSQL {pg_ms:.2f} ms CPU a request, "
-                      f"{load.line()}")  # fmt: skip
+                print(
+                    f"  {name}: API {api_ms:.2f} / PostgreSQL {pg_ms:.2f} ms CPU a request, "
+                    f"{load.line()}"
+                )
     return results
 
 
@@ -184,16 +204,28 @@ def main() -> None:
     parser.add_argument("--baseline-src", default="")
     parser.add_argument("--baseline-env", default="")
     parser.add_argument("--ab-rounds", type=int, default=2)
-    parser.add_argument("--api-nice", type=int, default=-5 if os.geteuid() == 0 else 0,
-                        help="the API process' and PostgreSQL's nice value (root only below 0)")  # fmt: skip
+    parser.add_argument(
+        "--api-nice",
+        type=int,
+        default=-5 if os.geteuid() == 0 else 0,
+        help="the API process' and PostgreSQL's nice value (root only below 0)",
+    )
     args = parser.parse_args()
     rates = [float(r) for r in args.sweep.split(",") if r]
     with bench_stack(batch_concurrency=4, interactive_concurrency=2, latency_ms="200:200") as bench:
-        documents = [{"id": f"load-{i}", "text": f"SERVICES AGREEMENT {i}\nThe parties agree."
-                      f"\n1. TERM\n12 months.\n2. FEES\nMonthly."} for i in range(args.runs)]  # fmt: skip
+        documents = [
+            {
+                "id": f"load-{i}",
+                "text": f"SERVICES AGREEMENT {i}\nThe parties agree."
+                f"\n1. TERM\n12 months.\n2. FEES\nMonthly.",
+            }
+            for i in range(args.runs)
+        ]
         bench.client.submit_batch(documents)
-        wait_for(lambda: bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
-                 >= 8, timeout_s=300)  # fmt: skip
+        wait_for(
+            lambda: bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'") >= 8,
+            timeout_s=300,
+        )
         run_ids = [r["id"] for r in bench.sql("SELECT id::text AS id FROM pipeline_run")]
         if args.api_nice:
             renice(bench.stack.process("api").pid, args.api_nice)
@@ -204,14 +236,17 @@ def main() -> None:
         with tempfile.NamedTemporaryFile("w", suffix=".paths", delete=False) as f:
             f.write("\n".join(f"/runs/{run_id}" for run_id in run_ids))
         paths = Path(f.name)
-        steps_before = bench.scalar("SELECT count(*) FROM pipeline_step_result"
-                                    " WHERE status = 'done'")  # fmt: skip
+        steps_before = bench.scalar(
+            "SELECT count(*) FROM pipeline_step_result WHERE status = 'done'"
+        )
         # Warm up first: the pool opens its connections, the thread pool its threads.
         offer(bench, paths, args.rps, 5)
         main_load = offer(bench, paths, args.rps, args.seconds)
         main_load = replace(main_load, load_average=os.getloadavg()[0])
-        steps_during = bench.scalar("SELECT count(*) FROM pipeline_step_result"
-                                    " WHERE status = 'done'") - steps_before  # fmt: skip
+        steps_during = (
+            bench.scalar("SELECT count(*) FROM pipeline_step_result WHERE status = 'done'")
+            - steps_before
+        )
         print(f"GET /runs/{{id}} {main_load.line()}")
         sweep = []
         api_pid = bench.stack.process("api").pid

@@ -54,8 +54,13 @@ def main() -> None:
 
         def post(documents: int, text_bytes: int, *, declared: bool = True) -> Answer:
             length = batch_body_length(documents, text_bytes)
-            return post_in_chunks(url, "/batches", batch_body_chunks(documents, text_bytes),
-                                  headers=headers, content_length=length if declared else None)  # fmt: skip
+            return post_in_chunks(
+                url,
+                "/batches",
+                batch_body_chunks(documents, text_bytes),
+                headers=headers,
+                content_length=length if declared else None,
+            )
 
         post(1, 1000)  # warm up: imports, pools and caches a first batch fills
         at_rest = rss_bytes(api.pid)
@@ -70,8 +75,16 @@ def main() -> None:
             reset_peak_rss(api.pid)
             before = rss_bytes(api.pid)
             answer = post(documents, text_bytes, declared=declared)
-            rows.append(_row(what, batch_body_length(documents, text_bytes), 1, answer.status,
-                             peak_rss_bytes(api.pid), before))  # fmt: skip
+            rows.append(
+                _row(
+                    what,
+                    batch_body_length(documents, text_bytes),
+                    1,
+                    answer.status,
+                    peak_rss_bytes(api.pid),
+                    before,
+                )
+            )
 
         slots = settings.max_batch_bodies_in_flight
         for text_bytes, what in ((over, "oversized texts"), (under, "stored")):
@@ -82,9 +95,16 @@ def main() -> None:
                 sizes = [documents] * (slots + 1)
                 answers = list(pool.map(post, sizes, [text_bytes] * (slots + 1)))
             statuses = "/".join(str(s) for s in sorted(a.status for a in answers))
-            rows.append(_row(f"{slots + 1} at the cap at once, {what}",
-                             batch_body_length(documents, text_bytes), slots, statuses,
-                             peak_rss_bytes(api.pid), before))  # fmt: skip
+            rows.append(
+                _row(
+                    f"{slots + 1} at the cap at once, {what}",
+                    batch_body_length(documents, text_bytes),
+                    slots,
+                    statuses,
+                    peak_rss_bytes(api.pid),
+                    before,
+                )
+            )
 
     lines = [
         f"API process at rest: {at_rest / MIB:.0f} MiB RSS; DOCPIPE_MAX_BATCH_BYTES={cap}, "
@@ -96,8 +116,10 @@ def main() -> None:
         "|---|---:|---|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['body_mb']:.1f} | {r['status']} | "
-                     f"{r['peak_mib']:.0f} | {r['growth_mib']:.0f} | {r['factor']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {r['case']} | {r['body_mb']:.1f} | {r['status']} | "
+            f"{r['peak_mib']:.0f} | {r['growth_mib']:.0f} | {r['factor']:.2f} |"
+        )
     report = "# API memory against big bodies: batches and files\n\n" + "\n".join(lines)
     print(report)
     write_report("api-memory", report, {"at_rest_mib": at_rest / MIB, "rows": rows})
@@ -112,16 +134,24 @@ def _file_uploads(url: str, headers: dict[str, str], pid: int, limit: int) -> li
     names = iter(f"big-{i}" for i in range(10))
 
     def put(data: bytes, *, declared: bool = True) -> Answer:
-        return post_in_chunks(url, f"/documents/{next(names)}", file_chunks(data),
-                              headers=headers, method="PUT", content_type="application/pdf",
-                              content_length=len(data) if declared else None,
-                              timeout_s=300)  # fmt: skip
+        return post_in_chunks(
+            url,
+            f"/documents/{next(names)}",
+            file_chunks(data),
+            headers=headers,
+            method="PUT",
+            content_type="application/pdf",
+            content_length=len(data) if declared else None,
+            timeout_s=300,
+        )
 
     rows = []
-    for what, data, declared in (("a PDF at the limit: stored", files[0], True),
-                                 ("a PDF at the limit, chunked: stored", files[1], False),
-                                 ("a PDF over the limit, Content-Length", over, True),
-                                 ("a PDF over the limit, chunked", over, False)):  # fmt: skip
+    for what, data, declared in (
+        ("a PDF at the limit: stored", files[0], True),
+        ("a PDF at the limit, chunked: stored", files[1], False),
+        ("a PDF over the limit, Content-Length", over, True),
+        ("a PDF over the limit, chunked", over, False),
+    ):
         reset_peak_rss(pid)
         before = rss_bytes(pid)
         answer = put(data, declared=declared)
@@ -131,8 +161,16 @@ def _file_uploads(url: str, headers: dict[str, str], pid: int, limit: int) -> li
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(put, files[2:]))
     statuses = "/".join(str(a.status) for a in answers)
-    rows.append(_row("2 PDFs at the limit at once: stored", len(files[2]), 2, statuses,
-                     peak_rss_bytes(pid), before))  # fmt: skip
+    rows.append(
+        _row(
+            "2 PDFs at the limit at once: stored",
+            len(files[2]),
+            2,
+            statuses,
+            peak_rss_bytes(pid),
+            before,
+        )
+    )
     return rows
 
 

@@ -43,8 +43,10 @@ def main() -> None:
         cancelled = bench.client.cancel_batch(batch_id)
         cancel_s = time.monotonic() - started
     print(f"GET /batches/{{id}} over HTTP (ms): {summary(latencies)}")
-    print(f"the progress query itself: {sql_ms:.1f} ms; runs by status at the end: "
-          f"{status['runs_by_status']}")  # fmt: skip
+    print(
+        f"the progress query itself: {sql_ms:.1f} ms; runs by status at the end: "
+        f"{status['runs_by_status']}"
+    )
     print(f"POST /batches/{{id}}/cancel: {cancel_s:.2f}s -> {cancelled['runs_by_status']}")
     write_report(
         "batch-progress",

@@ -58,8 +58,13 @@ def one_round(servers: Servers, system: System, doc: tuple[str, str]) -> Crash:
     servers.reset_provider()
     done_before, _ = system.finished()
     system.submit([doc])
-    wait_for(lambda: servers.provider_stats()["by_step"].get("extract_fields", 0)
-             >= KILL_AT_FIELDS_REQUEST, timeout_s=120, every_s=0.01)  # fmt: skip
+    wait_for(
+        lambda: (
+            servers.provider_stats()["by_step"].get("extract_fields", 0) >= KILL_AT_FIELDS_REQUEST
+        ),
+        timeout_s=120,
+        every_s=0.01,
+    )
     system.crash()
     killed = time.monotonic()
     sent_at_kill = servers.provider_calls()
@@ -67,8 +72,9 @@ def one_round(servers: Servers, system: System, doc: tuple[str, str]) -> Crash:
     resumed = time.monotonic()
     wait_for(lambda: system.finished()[0] > done_before, timeout_s=600, every_s=0.05)
     done = time.monotonic()
-    return Crash(system.name, clean_calls, servers.provider_calls(), resumed - killed,
-                 done - killed)  # fmt: skip
+    return Crash(
+        system.name, clean_calls, servers.provider_calls(), resumed - killed, done - killed
+    )
 
 
 def main() -> None:
@@ -79,8 +85,11 @@ def main() -> None:
     args = parser.parse_args()
     docs = documents(args.rounds, "crash")
     crashes: list[Crash] = []
-    with bench_stack(batch_concurrency=1, interactive_concurrency=1,
-                     latency_ms=f"{args.latency_ms}:{args.latency_ms}") as bench:  # fmt: skip
+    with bench_stack(
+        batch_concurrency=1,
+        interactive_concurrency=1,
+        latency_ms=f"{args.latency_ms}:{args.latency_ms}",
+    ) as bench:
         servers = Servers(bench)
         servers.set_latency(args.latency_ms / 1000)
         docpipe = docpipe_system(servers)
@@ -103,8 +112,11 @@ def main() -> None:
             finally:
                 peer.stop()
 
-    labels = {"docpipe": "**docpipe**", "celery-whole": "(a) Celery, pipeline in one task",
-              "dbos": "(c) DBOS"}  # fmt: skip
+    labels = {
+        "docpipe": "**docpipe**",
+        "celery-whole": "(a) Celery, pipeline in one task",
+        "dbos": "(c) DBOS",
+    }
     summary: dict[str, dict[str, float]] = {}
     for name in labels:
         mine = [c for c in crashes if c.system == name]
@@ -136,8 +148,8 @@ rounds; calls counted by the provider.
 
 - docpipe re-sends only the calls that were in flight: step 1 and every answered call of
   step 2 are memoised in PostgreSQL. It resumes once the dead worker's lease, tied to its
-  PostgreSQL session, is handed on (the next claim, or the reaper every second: README,
-  "Leases"), whatever the broker's visibility timeout.
+  PostgreSQL session, is handed on (the next claim, or the reaper every second:
+  docs/concepts/leases.md, "Leases"), whatever the broker's visibility timeout.
   Ratios: {a["wasted_calls"] / max(d["wasted_calls"], 0.1):.1f}x fewer wasted calls than
   (a), {c["wasted_calls"] / max(d["wasted_calls"], 0.1):.1f}x fewer than (c).
 - (a) starts the document over (step 1 too), and only once Redis hands the unacknowledged

@@ -41,8 +41,9 @@ from docpipe_dev.samples import sample_contracts
 FORMATS = ("text", "pdf", "docx", "scan")
 
 
-def pages_per_second(make: Callable[[str, int], bytes], open_reader: Callable[[bytes], Any],
-                     count: int) -> tuple[float, float, int]:  # fmt: skip
+def pages_per_second(
+    make: Callable[[str, int], bytes], open_reader: Callable[[bytes], Any], count: int
+) -> tuple[float, float, int]:
     """Pages per second reading ``count`` sample contracts made by ``make``, by the clock
     and per CPU second (this process and its Tesseract children: on a shared machine the
     clock measures the neighbours too); and pages."""
@@ -58,8 +59,9 @@ def pages_per_second(make: Callable[[str, int], bytes], open_reader: Callable[[b
 
 
 def _cpu_seconds() -> float:
-    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
-                                                         resource.RUSAGE_CHILDREN))  # fmt: skip
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
@@ -78,10 +80,16 @@ def reading_speed(count: int) -> dict[str, dict[str, float]]:
     speeds = {}
     for name, (make, open_reader, n) in cases.items():
         rate, per_cpu, pages = pages_per_second(make, open_reader, n)
-        speeds[name] = {"pages_per_s": round(rate, 2), "pages_per_cpu_s": round(per_cpu, 2),
-                        "pages": pages}  # fmt: skip
-        print(f"{name:28} {rate:8.2f} pages/s per worker process, {per_cpu:8.2f} per CPU "
-              f"second ({pages} pages)", file=sys.stderr)  # fmt: skip
+        speeds[name] = {
+            "pages_per_s": round(rate, 2),
+            "pages_per_cpu_s": round(per_cpu, 2),
+            "pages": pages,
+        }
+        print(
+            f"{name:28} {rate:8.2f} pages/s per worker process, {per_cpu:8.2f} per CPU "
+            f"second ({pages} pages)",
+            file=sys.stderr,
+        )
     return speeds
 
 
@@ -96,17 +104,28 @@ def interleaved_speeds(
             env = dict(os.environ)
             if earlier:
                 env["PYTHONPATH"] = os.pathsep.join([str(against), env.get("PYTHONPATH", "")])
-            argv = [sys.executable, "-m", "bench.document_formats", "--speed-only",
-                    "--speed-documents", str(count)]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "bench.document_formats",
+                "--speed-only",
+                "--speed-documents",
+                str(count),
+            ]
             done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
             runs[earlier].append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(f"round {r + 1}, {'before' if earlier else 'now'}:", file=sys.stderr)
             print(done.stderr.strip(), file=sys.stderr)
 
     def median(found: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-        return {name: {key: round(statistics.median(f[name][key] for f in found), 2)
-                       for key in ("pages_per_s", "pages_per_cpu_s")}
-                | {"pages": found[0][name]["pages"]} for name in found[0]}  # fmt: skip
+        return {
+            name: {
+                key: round(statistics.median(f[name][key] for f in found), 2)
+                for key in ("pages_per_s", "pages_per_cpu_s")
+            }
+            | {"pages": found[0][name]["pages"]}
+            for name in found[0]
+        }
 
     return median(runs[False]), median(runs[True])
 
@@ -115,8 +134,11 @@ def upload(bench: Any, doc_id: str, fmt: str, text: str, seed: int) -> None:
     if fmt == "text":
         bench.client.put_document(doc_id, text)
         return
-    makers = {"pdf": lambda: contract_pdf(text), "docx": lambda: contract_docx(text),
-              "scan": lambda: contract_scan(text, seed)}  # fmt: skip
+    makers = {
+        "pdf": lambda: contract_pdf(text),
+        "docx": lambda: contract_docx(text),
+        "scan": lambda: contract_scan(text, seed),
+    }
     bench.client.put_file(doc_id, makers[fmt]())
 
 
@@ -131,18 +153,29 @@ def mixed_batch(documents: int, batch_concurrency: int) -> dict[str, Any]:
             upload(bench, ids[-1], fmt, contract.text, i)
         started = time.monotonic()
         batch = bench.client.submit_batch([{"id": d} for d in ids])
-        wait_for(lambda: bench.client.batch(batch["batch_id"])["status"] != "running",
-                 timeout_s=7200, every_s=1.0)  # fmt: skip
+        wait_for(
+            lambda: bench.client.batch(batch["batch_id"])["status"] != "running",
+            timeout_s=7200,
+            every_s=1.0,
+        )
         elapsed = time.monotonic() - started
         status = bench.client.batch(batch["batch_id"])
         pages = bench.scalar("SELECT count(*) FROM document_page")
         ocr_pages = bench.scalar("SELECT count(*) FROM document_page WHERE ocr")
         done = bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
-    result = {"documents": documents, "batch_concurrency": batch_concurrency,
-              "seconds": round(elapsed, 1), "runs_done": done, "pages_read": pages,
-              "ocr_pages": ocr_pages, "runs": status.get("runs")}  # fmt: skip
-    print(f"mixed batch: {documents} documents ({done} done), {pages} pages read "
-          f"({ocr_pages} by OCR), {elapsed:.1f} s with {batch_concurrency} batch processes")  # fmt: skip
+    result = {
+        "documents": documents,
+        "batch_concurrency": batch_concurrency,
+        "seconds": round(elapsed, 1),
+        "runs_done": done,
+        "pages_read": pages,
+        "ocr_pages": ocr_pages,
+        "runs": status.get("runs"),
+    }
+    print(
+        f"mixed batch: {documents} documents ({done} done), {pages} pages read "
+        f"({ocr_pages} by OCR), {elapsed:.1f} s with {batch_concurrency} batch processes"
+    )
     return result
 
 
@@ -156,29 +189,47 @@ def kill_during_ocr(rounds: int) -> list[dict[str, Any]]:
             run_id = bench.client.extract(doc_id, idempotency_key=doc_id)["run_id"]
 
             def read(doc: str = doc_id) -> int:
-                return int(bench.scalar("SELECT count(*) FROM document_page WHERE "
-                                        "document_id = %s AND finished_at IS NOT NULL", doc))  # fmt: skip
+                return int(
+                    bench.scalar(
+                        "SELECT count(*) FROM document_page WHERE "
+                        "document_id = %s AND finished_at IS NOT NULL",
+                        doc,
+                    )
+                )
 
             wait_for(lambda read=read: read() >= 2, timeout_s=300, every_s=0.05)
             killed = time.monotonic()
             bench.stack.replace("worker-interactive", kill=True)
             before = read()
-            wait_for(lambda read=read, before=before: read() > before, timeout_s=300,
-                     every_s=0.05)  # fmt: skip
+            wait_for(lambda read=read, before=before: read() > before, timeout_s=300, every_s=0.05)
             resumed = time.monotonic() - killed
-            wait_for(lambda run_id=run_id: bench.client.run(run_id)["status"] != "running"
-                     and bench.client.run(run_id)["status"] != "queued", timeout_s=600)  # fmt: skip
+            wait_for(
+                lambda run_id=run_id: (
+                    bench.client.run(run_id)["status"] != "running"
+                    and bench.client.run(run_id)["status"] != "queued"
+                ),
+                timeout_s=600,
+            )
             finished = time.monotonic() - killed
             rows = bench.sql("SELECT attempts FROM document_page WHERE document_id = %s", doc_id)
             pages = len(rows)
             redone = sum(row["attempts"] for row in rows) - pages
             status = bench.client.run(run_id)["status"]
-            results.append({"pages": pages, "read_before_kill": before, "pages_redone": redone,
-                            "resume_s": round(resumed, 1), "done_s": round(finished, 1),
-                            "status": status})  # fmt: skip
-            print(f"kill during OCR, round {r + 1}: {pages} pages, {before} read before the "
-                  f"kill, {redone} read twice; next page read {resumed:.1f} s after the kill, "
-                  f"run {status} after {finished:.1f} s")  # fmt: skip
+            results.append(
+                {
+                    "pages": pages,
+                    "read_before_kill": before,
+                    "pages_redone": redone,
+                    "resume_s": round(resumed, 1),
+                    "done_s": round(finished, 1),
+                    "status": status,
+                }
+            )
+            print(
+                f"kill during OCR, round {r + 1}: {pages} pages, {before} read before the "
+                f"kill, {redone} read twice; next page read {resumed:.1f} s after the kill, "
+                f"run {status} after {finished:.1f} s"
+            )
     return results
 
 
@@ -188,12 +239,20 @@ def main() -> None:
     parser.add_argument("--batch-concurrency", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--speed-documents", type=int, default=8)
-    parser.add_argument("--speed-only", action="store_true",
-                        help="only the reading speeds, as JSON on the last line")  # fmt: skip
-    parser.add_argument("--against", type=Path, default=None,
-                        help="another library source tree to compare the reading speeds with")  # fmt: skip
-    parser.add_argument("--against-label", default=None,
-                        help="what --against is, for the report (e.g. a commit)")  # fmt: skip
+    parser.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="only the reading speeds, as JSON on the last line",
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another library source tree to compare the reading speeds with",
+    )
+    parser.add_argument(
+        "--against-label", default=None, help="what --against is, for the report (e.g. a commit)"
+    )
     parser.add_argument("--speed-rounds", type=int, default=3)
     args = parser.parse_args()
     if args.speed_only:

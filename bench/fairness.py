@@ -30,8 +30,11 @@ def tenant_client(bench: Bench, tenant: str) -> DocpipeClient:
 
 def batch_seconds(client: DocpipeClient, batch_id: str) -> float:
     """Batch creation to batch end, from the server's own timestamps."""
-    status = wait_for(lambda: (s := client.batch(batch_id))["status"] != "running" and s,
-                      timeout_s=1800, every_s=0.2)  # fmt: skip
+    status = wait_for(
+        lambda: (s := client.batch(batch_id))["status"] != "running" and s,
+        timeout_s=1800,
+        every_s=0.2,
+    )
     created = datetime.fromisoformat(status["created_at"])
     return (datetime.fromisoformat(status["finished_at"]) - created).total_seconds()
 

@@ -73,8 +73,9 @@ def run_step_task() -> Callable[[str, str], None]:
 
 
 def store_document(api: Any, text: str) -> None:
-    stored = api.put("/documents/flow-1", content=text.encode(),
-                     headers={"Content-Type": "text/plain"})  # fmt: skip
+    stored = api.put(
+        "/documents/flow-1", content=text.encode(), headers={"Content-Type": "text/plain"}
+    )
     assert stored.status_code in (200, 201), stored.text
 
 
@@ -122,8 +123,21 @@ def local_services() -> Iterator[dict[str, str]]:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        fake = subprocess.Popen([sys.executable, "-m", "docpipe_fake_llm", "--host", "127.0.0.1",
-                                 "--port", str(port), "--latency-ms", "0:0", "--rpm", "0"])  # fmt: skip
+        fake = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "docpipe_fake_llm",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--latency-ms",
+                "0:0",
+                "--rpm",
+                "0",
+            ]
+        )
         try:
             for _ in range(100):
                 with contextlib.suppress(httpx.HTTPError):

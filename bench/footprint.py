@@ -81,8 +81,9 @@ def main() -> None:
             bench.client.extract(doc_id)
         wait_for(lambda: broker.llen("llm_interactive") >= args.queued, timeout_s=60)
         results["docpipe"]["broker"] = redis_list_bytes(broker, "llm_interactive")
-        results["docpipe"]["postgres_bytes_per_message"] = float(bench.scalar(
-            "SELECT avg(pg_column_size(o.*)) FROM outbox o WHERE topic = 'step'"))  # fmt: skip
+        results["docpipe"]["postgres_bytes_per_message"] = float(
+            bench.scalar("SELECT avg(pg_column_size(o.*)) FROM outbox o WHERE topic = 'step'")
+        )
 
         for peer in (celery_system(servers, "whole"), celery_system(servers, "steps")):
             peer.start(c)
@@ -117,8 +118,12 @@ def main() -> None:
         "docpipe_worker_pss_total_mb": results["docpipe"]["memory"]["pss_total_mb"],
     }
     (REPORTS / "footprint.json").write_text(json.dumps({"results": results}, indent=1))
-    labels = {"docpipe": "**docpipe**", "celery-whole": "(a) Celery, pipeline in one task",
-              "celery-steps": "(b) Celery, one task per step", "dbos": "(c) DBOS"}  # fmt: skip
+    labels = {
+        "docpipe": "**docpipe**",
+        "celery-whole": "(a) Celery, pipeline in one task",
+        "celery-steps": "(b) Celery, one task per step",
+        "dbos": "(c) DBOS",
+    }
     broker_rows, memory_rows = [], []
     for name, r in results.items():
         b = r.get("broker")

@@ -60,6 +60,9 @@ def bench_stack(
     env: dict[str, str] | None = None,
     interactive_concurrency: int = 4,
     batch_concurrency: int = 4,
+    batch_pool: str = "prefork",
+    batch_workers: int = 1,
+    interactive_pool: str = "prefork",
     latency_ms: str = "300:1500",
     rpm: int = 0,
     metrics_port: int = 0,
@@ -81,6 +84,9 @@ def bench_stack(
             api_port=free_port(),
             interactive_concurrency=interactive_concurrency,
             batch_concurrency=batch_concurrency,
+            batch_pool=batch_pool,
+            batch_workers=batch_workers,
+            interactive_pool=interactive_pool,
             fake_latency_ms=latency_ms,
             fake_rpm=rpm,
             metrics_port=metrics_port,  # 0: off, so that benchmarks never fight over ports
@@ -126,12 +132,19 @@ def summary(values: Sequence[float]) -> str:
     )
 
 
-def write_report(name: str, markdown: str, figures: dict[str, Any] | None = None) -> Path:
+def write_report(
+    name: str,
+    markdown: str,
+    figures: dict[str, Any] | None = None,
+    *,
+    measured: str | None = None,
+) -> Path:
     """Write docs/benchmarks/<name>.md (one file per benchmark, replaced on every run), and
-    the headline ``figures`` as <name>.json for the summary of `make bench`."""
+    the headline ``figures`` as <name>.json for the summary of `make bench`. ``measured``:
+    when the figures were measured, if not now (a report written again from saved figures)."""
     REPORTS.mkdir(parents=True, exist_ok=True)
     path = REPORTS / f"{name}.md"
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    stamp = measured or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     machine = f"{os.cpu_count()} CPUs"
     path.write_text(f"{markdown.rstrip()}\n\n_Measured {stamp} on {machine}._\n", encoding="utf-8")
     if figures is not None:

@@ -29,8 +29,9 @@ def interactive_latencies(bench: Bench, docs: list[str], parallel: int, tag: str
 
     def one(doc: str) -> float:
         run_id = bench.client.extract(doc, idempotency_key=f"{tag}:{doc}")["run_id"]
-        status = wait_for(lambda: (s := bench.client.run(run_id))["status"] == "done" and s,
-                          every_s=0.2)  # fmt: skip
+        status = wait_for(
+            lambda: (s := bench.client.run(run_id))["status"] == "done" and s, every_s=0.2
+        )
         created = datetime.fromisoformat(status["created_at"])
         finished = datetime.fromisoformat(status["finished_at"])
         return (finished - created).total_seconds()
@@ -64,8 +65,13 @@ def main() -> None:
         "DOCPIPE_PROVIDER_RPM": str(args.rpm),
         "DOCPIPE_PROVIDER_BURST": str(max(1, args.rpm // 120)),
     }
-    with bench_stack(env=env, interactive_concurrency=4, batch_concurrency=8,
-                     latency_ms=args.latency_ms, rpm=args.rpm) as bench:  # fmt: skip
+    with bench_stack(
+        env=env,
+        interactive_concurrency=4,
+        batch_concurrency=8,
+        latency_ms=args.latency_ms,
+        rpm=args.rpm,
+    ) as bench:
         docs = [f"interactive-{i}" for i in range(args.docs)]
         for doc, contract in zip(docs, contracts, strict=False):
             bench.client.put_document(doc, contract.text)
@@ -89,12 +95,21 @@ def main() -> None:
         time.sleep(5)  # every call in flight at the cancel ends within its latency
         late_calls = bench.scalar(
             "SELECT count(*) FROM llm_call_log c JOIN pipeline_run r ON r.id = c.run_id"
-            " WHERE r.batch_id = %s AND c.created_at > %s", batch_id, cancelled_at)  # fmt: skip
+            " WHERE r.batch_id = %s AND c.created_at > %s",
+            batch_id,
+            cancelled_at,
+        )
         in_flight = bench.scalar(
             "SELECT count(*) FROM llm_call_log c JOIN pipeline_run r ON r.id = c.run_id"
-            " WHERE r.batch_id = %s AND c.status = 'sent'", batch_id)  # fmt: skip
-        run_ids = {r["id"] for r in bench.sql(
-            "SELECT id::text AS id FROM pipeline_run WHERE batch_id = %s", batch_id)}  # fmt: skip
+            " WHERE r.batch_id = %s AND c.status = 'sent'",
+            batch_id,
+        )
+        run_ids = {
+            r["id"]
+            for r in bench.sql(
+                "SELECT id::text AS id FROM pipeline_run WHERE batch_id = %s", batch_id
+            )
+        }
         broker = redis.Redis.from_url(bench.stack.env["DOCPIPE_REDIS_URL"])
         leftover = batch_messages(broker, run_ids)
         final = bench.client.batch(batch_id)

@@ -32,14 +32,21 @@ def measure(calls: int) -> dict[str, float]:
 
     def provider_call() -> None:
         metrics.observe_provider_call(
-            pipeline="document_extract:v1", tenant="acme", lane="batch", model="gpt-4o-mini",
-            outcome="ok", http_status=200, error_kind=None, latency_s=0.42,
+            pipeline="document_extract:v1",
+            tenant="acme",
+            lane="batch",
+            model="gpt-4o-mini",
+            outcome="ok",
+            http_status=200,
+            error_kind=None,
+            latency_s=0.42,
             cost_usd=Decimal("0.000123"),
-        )  # fmt: skip
+        )
 
     def step() -> None:
-        metrics.observe_step("document_extract:v1", "extract_fields", "batch", "completed",
-                             "running", 3.2)  # fmt: skip
+        metrics.observe_step(
+            "document_extract:v1", "extract_fields", "batch", "completed", "running", 3.2
+        )
 
     def task() -> None:  # what the task_prerun/postrun/success handlers record
         labels = ("docpipe.run_step", "batch@host", "llm_batch")
@@ -79,8 +86,19 @@ def main() -> None:
             env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
             if mode == "multiprocess":
                 env["PROMETHEUS_MULTIPROC_DIR"] = directory
-            subprocess.run([sys.executable, "-m", "bench.metrics_overhead", "--child", mode,
-                            "--calls", str(args.calls)], env=env, check=True)  # fmt: skip
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.metrics_overhead",
+                    "--child",
+                    mode,
+                    "--calls",
+                    str(args.calls),
+                ],
+                env=env,
+                check=True,
+            )
 
 
 if __name__ == "__main__":

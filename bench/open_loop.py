@@ -137,8 +137,10 @@ def main() -> None:
             timeout_s=args.timeout_s,
         )
     )
-    rows = [[round(s.due_s, 4), round(s.lag_ms, 3), round(s.latency_ms, 3), s.status]
-            for s in sorted(samples, key=lambda s: s.due_s)]  # fmt: skip
+    rows = [
+        [round(s.due_s, 4), round(s.lag_ms, 3), round(s.latency_ms, 3), s.status]
+        for s in sorted(samples, key=lambda s: s.due_s)
+    ]
     json.dump({"samples": rows}, sys.stdout)
 
 

@@ -59,24 +59,41 @@ def main() -> None:
     args = parser.parse_args()
     docs = documents(args.docs, prefix="profile")
     out = Path(tempfile.mkdtemp(prefix="docpipe-profile-"))
-    with bench_stack(batch_concurrency=args.concurrency, interactive_concurrency=1,
-                     latency_ms="0:0") as bench:  # fmt: skip
+    with bench_stack(
+        batch_concurrency=args.concurrency, interactive_concurrency=1, latency_ms="0:0"
+    ) as bench:
         worker = bench.stack.process("worker-batch")
         # On CPU is sampled as "holds the GIL": py-spy's own idle detection counts a thread
         # blocked in a socket read or a condition wait as running in some containers.
-        record = [py_spy(), "record", "--pid", str(worker.pid), "--subprocesses", "--nonblocking",
-                  "--rate", str(args.rate), "--idle" if args.idle else "--gil"]  # fmt: skip
+        record = [
+            py_spy(),
+            "record",
+            "--pid",
+            str(worker.pid),
+            "--subprocesses",
+            "--nonblocking",
+            "--rate",
+            str(args.rate),
+            "--idle" if args.idle else "--gil",
+        ]
         # Warm up first: pool processes connect and import lazily on their first tasks.
         bench.client.submit_batch([{"id": f"warm-{i}", "text": t} for i, t in docs[:8]])
-        wait_for(lambda: bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
-                 >= 8, timeout_s=300)  # fmt: skip
+        wait_for(
+            lambda: bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'") >= 8,
+            timeout_s=300,
+        )
         raw = subprocess.Popen([*record, "--format", "raw", "-o", str(out / "profile.txt")])
         svg = subprocess.Popen([*record, "-o", str(REPORTS / "profile.svg")])
         time.sleep(1)
         started = time.monotonic()
         bench.client.submit_batch([{"id": i, "text": t} for i, t in docs])
-        wait_for(lambda: bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
-                 >= len(docs) + 8, timeout_s=1800)  # fmt: skip
+        wait_for(
+            lambda: (
+                bench.scalar("SELECT count(*) FROM pipeline_run WHERE status = 'done'")
+                >= len(docs) + 8
+            ),
+            timeout_s=1800,
+        )
         elapsed = time.monotonic() - started
         for proc in (raw, svg):
             proc.send_signal(2)  # SIGINT: py-spy writes its output and exits

@@ -78,12 +78,12 @@ def sample(bench: Bench, series: Series, started: float) -> None:
         series.lag[queue].append(total(beat, "docpipe_queue_lag_seconds", queue_name=queue))
         series.length[queue].append(total(beat, "celery_queue_length", queue_name=queue))
     series.backlog.append(total(beat, "docpipe_batch_backlog_runs"))
-    series.steps_done.append(sum(
-        total(w, "celery_task_succeeded_total", name="docpipe.run_step") for w in workers
-    ))  # fmt: skip
-    series.runs_done.append(sum(
-        total(w, "docpipe_runs_finished_total", status="done") for w in workers
-    ))  # fmt: skip
+    series.steps_done.append(
+        sum(total(w, "celery_task_succeeded_total", name="docpipe.run_step") for w in workers)
+    )
+    series.runs_done.append(
+        sum(total(w, "docpipe_runs_finished_total", status="done") for w in workers)
+    )
 
 
 def rate(t: list[float], counts: list[float], window_s: float = 3.0) -> list[float]:
@@ -107,8 +107,9 @@ def plot(series: Series, args: argparse.Namespace) -> None:
     for queue in QUEUES:
         lag_ax.plot(series.t, series.lag[queue], label=queue)
         wait_ax.plot(series.t, series.length[queue], label=f"{queue} (Redis)")
-    wait_ax.plot(series.t, series.backlog, label="batch runs awaiting admission (PostgreSQL)",
-                 linestyle="--")  # fmt: skip
+    wait_ax.plot(
+        series.t, series.backlog, label="batch runs awaiting admission (PostgreSQL)", linestyle="--"
+    )
     rate_ax.plot(series.t, rate(series.t, series.steps_done), label="steps finished / s")
     rate_ax.plot(series.t, rate(series.t, series.runs_done), label="documents finished / s")
     for ax in (lag_ax, wait_ax, rate_ax):

@@ -130,9 +130,11 @@ with its own token bucket; docpipe's shared limiter configured with the same R.
 
 
 def report_tpm(result: dict[str, object], args: argparse.Namespace) -> None:
-    line = (f"TPM = {args.tpm}/min: achieved {result['achieved_tpm']:.0f}/min "
-            f"({result['utilisation']:.1%}) from 30 s to {args.seconds} s; 429s "
-            f"{result['429s']} of {result['answers']} ({result['share_429']:.2%})")  # fmt: skip
+    line = (
+        f"TPM = {args.tpm}/min: achieved {result['achieved_tpm']:.0f}/min "
+        f"({result['utilisation']:.1%}) from 30 s to {args.seconds} s; 429s "
+        f"{result['429s']} of {result['answers']} ({result['share_429']:.2%})"
+    )
     print(line)
     write_report(
         "rate-limit-tpm",

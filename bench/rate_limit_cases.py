@@ -94,8 +94,14 @@ def run_tpm_case(tpm: int, seconds: int, docs: int) -> dict[str, Any]:
     window_min = (seconds - WARMUP_S) / 60
     used = sum(tokens for _, tokens in _per_model(after, start, seconds).values())
     limited, total = _share_429(before, after)
-    return {"tpm": tpm, "achieved_tpm": used / window_min, "utilisation": used / window_min / tpm,
-            "429s": limited, "answers": total, "share_429": limited / max(1, total)}  # fmt: skip
+    return {
+        "tpm": tpm,
+        "achieved_tpm": used / window_min,
+        "utilisation": used / window_min / tpm,
+        "429s": limited,
+        "answers": total,
+        "share_429": limited / max(1, total),
+    }
 
 
 def run_two_model_case(rpms: dict[str, int], seconds: int, docs: int) -> dict[str, Any]:
@@ -106,19 +112,23 @@ def run_two_model_case(rpms: dict[str, int], seconds: int, docs: int) -> dict[st
     contracts = sample_contracts(docs)
     with provider(*flags) as url:
         models = {
-            fast: {"input_per_mtok": 2.5, "output_per_mtok": 10, "rpm": fast_rpm,
-                   "speed": "fast"},
-            cheap: {"input_per_mtok": 0.15, "output_per_mtok": 0.6, "rpm": cheap_rpm,
-                    "speed": "slow"},
-        }  # fmt: skip
+            fast: {"input_per_mtok": 2.5, "output_per_mtok": 10, "rpm": fast_rpm, "speed": "fast"},
+            cheap: {
+                "input_per_mtok": 0.15,
+                "output_per_mtok": 0.6,
+                "rpm": cheap_rpm,
+                "speed": "slow",
+            },
+        }
         env = {
             "DOCPIPE_LLM_BASE_URL": url + "/v1",
             "DOCPIPE_PROVIDERS": json.dumps(
                 [{"name": "fake", "base_url": url + "/v1", "models": models}]
             ),
         }
-        with bench_stack(env=env, interactive_concurrency=6, batch_concurrency=8,
-                         latency_ms="50:150") as bench:  # fmt: skip
+        with bench_stack(
+            env=env, interactive_concurrency=6, batch_concurrency=8, latency_ms="50:150"
+        ) as bench:
             fake = httpx.Client(base_url=url)
             bench.client.submit_batch(
                 [{"id": f"b{i}", "text": c.text} for i, c in enumerate(contracts)]
@@ -131,8 +141,15 @@ def run_two_model_case(rpms: dict[str, int], seconds: int, docs: int) -> dict[st
     per_model = _per_model(after, start, seconds)
     limited, total = _share_429(before, after)
     return {
-        "models": {m: {"rpm": rpm, "achieved_rpm": per_model.get(m, [0, 0])[0] / window_min,
-                       "utilisation": per_model.get(m, [0, 0])[0] / window_min / rpm}
-                   for m, rpm in rpms.items()},
-        "429s": limited, "answers": total, "share_429": limited / max(1, total),
-    }  # fmt: skip
+        "models": {
+            m: {
+                "rpm": rpm,
+                "achieved_rpm": per_model.get(m, [0, 0])[0] / window_min,
+                "utilisation": per_model.get(m, [0, 0])[0] / window_min / rpm,
+            }
+            for m, rpm in rpms.items()
+        },
+        "429s": limited,
+        "answers": total,
+        "share_429": limited / max(1, total),
+    }

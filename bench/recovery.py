@@ -14,7 +14,12 @@ reaper every 1 s, the broker's visibility timeout left at 3600 s):
   session looks alive (no FIN arrives), so its lease must expire and the reaper hand the
   step to another worker; once the partition heals, whatever it sends is refused.
 
-    python -m bench.recovery [--rounds 5]
+- a threads process holding --in-flight steps: a worker of the threads pool holds that
+  many steps at once (each waiting on a provider that answers in 15 s) when it is
+  SIGKILLed; a second threads worker takes every one of them. Measured per step, from the
+  kill to its next attempt's claim.
+
+    python -m bench.recovery [--rounds 5] [--in-flight 200] [--in-flight-rounds 3]
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bench.harness import Bench, bench_stack, summary, wait_for, write_report
+from bench.harness import Bench, bench_stack, percentile, summary, wait_for, write_report
 from docpipe.broker.queues import LANE_QUEUES
 from docpipe.settings import Settings
 from docpipe_dev.partition import NetworkNamespace, TcpForwarder
@@ -65,8 +70,9 @@ def step2_lease(bench: Bench, run_id: str) -> Lease | None:
     rows = bench.sql(
         "SELECT lease_owner, attempt, extract(epoch FROM lease_expires_at)::float AS expires"
         " FROM pipeline_step_result WHERE run_id = %s AND step = %s AND status = 'running'",
-        run_id, STEP2,
-    )  # fmt: skip
+        run_id,
+        STEP2,
+    )
     return Lease(rows[0]["lease_owner"], rows[0]["attempt"], rows[0]["expires"]) if rows else None
 
 
@@ -78,9 +84,16 @@ def run_until_step2(bench: Bench, name: str, ok_calls: int = 2) -> tuple[str, Le
     """A new run, once step 2 has ``ok_calls`` answered calls; its run id and step 2's lease."""
     bench.client.put_document(name, sample_contracts(1)[0].text)
     run_id = bench.client.extract(name)["run_id"]
-    wait_for(lambda: bench.scalar(
-        "SELECT count(*) FROM llm_call_log WHERE run_id = %s AND step = %s AND status = 'ok'",
-        run_id, STEP2) >= ok_calls)  # fmt: skip
+    wait_for(
+        lambda: (
+            bench.scalar(
+                "SELECT count(*) FROM llm_call_log WHERE run_id = %s AND step = %s AND status = 'ok'",
+                run_id,
+                STEP2,
+            )
+            >= ok_calls
+        )
+    )
     lease = step2_lease(bench, run_id)
     assert lease is not None, "step 2 is not running"
     return run_id, lease
@@ -88,16 +101,25 @@ def run_until_step2(bench: Bench, name: str, ok_calls: int = 2) -> tuple[str, Le
 
 def resumed(bench: Bench, run_id: str, lost: Lease, lost_at: float) -> Round:
     """Wait for step 2's next attempt and the run's end; what the round measured."""
-    started = wait_for(lambda: bench.scalar(
-        "SELECT extract(epoch FROM started_at)::float FROM pipeline_step_result"
-        " WHERE run_id = %s AND step = %s AND attempt > %s", run_id, STEP2, lost.attempt),
-        timeout_s=120, every_s=0.02)  # fmt: skip
+    started = wait_for(
+        lambda: bench.scalar(
+            "SELECT extract(epoch FROM started_at)::float FROM pipeline_step_result"
+            " WHERE run_id = %s AND step = %s AND attempt > %s",
+            run_id,
+            STEP2,
+            lost.attempt,
+        ),
+        timeout_s=120,
+        every_s=0.02,
+    )
     wait_for(lambda: bench.client.run(run_id)["status"] == "done")
-    step1 = bench.scalar("SELECT count(*) FROM llm_call_log WHERE run_id = %s"
-                         " AND step = 'extract_sections'", run_id)  # fmt: skip
+    step1 = bench.scalar(
+        "SELECT count(*) FROM llm_call_log WHERE run_id = %s AND step = 'extract_sections'", run_id
+    )
     assert step1 == 1, "step 1 ran again"
-    lost_calls = bench.scalar("SELECT count(*) FROM llm_call_log WHERE run_id = %s"
-                              " AND status = 'sent'", run_id)  # fmt: skip
+    lost_calls = bench.scalar(
+        "SELECT count(*) FROM llm_call_log WHERE run_id = %s AND status = 'sent'", run_id
+    )
     return Round(float(started) - lost_at, int(lost_calls), float(started) >= lost.expires_at)
 
 
@@ -111,8 +133,11 @@ class Workers:
     def add_replica(self) -> None:
         stack = self.bench.stack
         name = f"replica-{len(self.replicas)}"
-        env = {**stack.env, "DOCPIPE_METRICS_PORT": "0",
-               "DOCPIPE_LIVENESS_FILE": str(stack.options.state_dir / f"{name}.alive")}  # fmt: skip
+        env = {
+            **stack.env,
+            "DOCPIPE_METRICS_PORT": "0",
+            "DOCPIPE_LIVENESS_FILE": str(stack.options.state_dir / f"{name}.alive"),
+        }
         log = stack.options.state_dir / "logs" / f"worker-{name}.log"
         argv = worker_argv("interactive", concurrency=1, name=name)
         replica = ManagedProcess(f"worker-{name}", argv, log, env=env).start()
@@ -140,8 +165,9 @@ class Workers:
             replica.stop(timeout_s=60)
 
 
-def kill_rounds(bench: Bench, case: str, rounds: int, lose: Callable[[Lease], Callable[[], None]]
-                ) -> list[Round]:  # fmt: skip
+def kill_rounds(
+    bench: Bench, case: str, rounds: int, lose: Callable[[Lease], Callable[[], None]]
+) -> list[Round]:
     results = []
     for i in range(rounds):
         run_id, lease = run_until_step2(bench, f"{case.split()[0]}-{i}")
@@ -149,8 +175,10 @@ def kill_rounds(bench: Bench, case: str, rounds: int, lose: Callable[[Lease], Ca
         restart = lose(lease)
         results.append(resumed(bench, run_id, lease, lost_at))
         restart()
-        print(f"{case}, round {i + 1}: step 2 running again {results[-1].seconds:.2f}s later, "
-              f"{results[-1].lost_in_flight} call(s) lost in flight")  # fmt: skip
+        print(
+            f"{case}, round {i + 1}: step 2 running again {results[-1].seconds:.2f}s later, "
+            f"{results[-1].lost_in_flight} call(s) lost in flight"
+        )
     return results
 
 
@@ -177,16 +205,22 @@ def cut_off_worker(bench: Bench, ns: NetworkNamespace, name: str) -> Iterator[Ma
     ports = {var: urlsplit(env[var]).port or 0 for var in names}
     forwarders = {var: TcpForwarder(ns.host_address, port) for var, port in ports.items()}
     try:
-        own = {var: env[var].replace(f"127.0.0.1:{ports[var]}", f"{ns.host_address}:{f.port}")
-               for var, f in forwarders.items()}  # fmt: skip
+        own = {
+            var: env[var].replace(f"127.0.0.1:{ports[var]}", f"{ns.host_address}:{f.port}")
+            for var, f in forwarders.items()
+        }
         state = bench.stack.options.state_dir
         worker = ns.start(
             f"worker-{name}",
             worker_argv("interactive", concurrency=1, name=name),
             state / "logs" / f"worker-{name}.log",
-            env={**env, **own, "DOCPIPE_METRICS_PORT": "0",
-                 "DOCPIPE_LIVENESS_FILE": str(state / f"{name}.alive")},
-        )  # fmt: skip
+            env={
+                **env,
+                **own,
+                "DOCPIPE_METRICS_PORT": "0",
+                "DOCPIPE_LIVENESS_FILE": str(state / f"{name}.alive"),
+            },
+        )
         worker.wait_for_log(r"\bready\.", timeout_s=120)
         yield worker
     finally:
@@ -218,9 +252,18 @@ def partition_rounds(bench: Bench, rounds: int) -> tuple[list[Round], int, int]:
                 ns.drop()
                 lost_at = time.time()
                 consume(bench, "interactive", on=True)
-                wait_for(lambda run_id=run_id, lease=lease: bench.scalar(
-                    "SELECT attempt FROM pipeline_step_result WHERE run_id = %s AND step = %s",
-                    run_id, STEP2) > lease.attempt, timeout_s=120, every_s=0.02)  # fmt: skip
+                wait_for(
+                    lambda run_id=run_id, lease=lease: (
+                        bench.scalar(
+                            "SELECT attempt FROM pipeline_step_result WHERE run_id = %s AND step = %s",
+                            run_id,
+                            STEP2,
+                        )
+                        > lease.attempt
+                    ),
+                    timeout_s=120,
+                    every_s=0.02,
+                )
                 ns.heal()
                 pattern = rf"lease of {run_id}/{STEP2} lost|result of {run_id}/{STEP2} refused"
                 try:
@@ -229,22 +272,171 @@ def partition_rounds(bench: Bench, rounds: int) -> tuple[list[Round], int, int]:
                 except TimeoutError:
                     pass
                 results.append(resumed(bench, run_id, lease, lost_at))
-                late_calls += int(bench.scalar(
-                    "SELECT count(*) FROM llm_call_log c JOIN pipeline_step_result s"
-                    " ON s.run_id = c.run_id AND s.step = c.step WHERE c.run_id = %s"
-                    " AND c.step = %s AND c.step_attempt = %s AND c.created_at > s.started_at",
-                    run_id, STEP2, lease.attempt))  # fmt: skip
+                late_calls += int(
+                    bench.scalar(
+                        "SELECT count(*) FROM llm_call_log c JOIN pipeline_step_result s"
+                        " ON s.run_id = c.run_id AND s.step = c.step WHERE c.run_id = %s"
+                        " AND c.step = %s AND c.step_attempt = %s AND c.created_at > s.started_at",
+                        run_id,
+                        STEP2,
+                        lease.attempt,
+                    )
+                )
             finally:
                 consume(bench, "interactive", on=True)
-        print(f"partitioned, round {i + 1}: step 2 running elsewhere {results[-1].seconds:.2f}s "
-              f"later (lease expired first: {results[-1].after_expiry})")  # fmt: skip
+        print(
+            f"partitioned, round {i + 1}: step 2 running elsewhere {results[-1].seconds:.2f}s "
+            f"later (lease expired first: {results[-1].after_expiry})"
+        )
     return results, refused, late_calls
+
+
+# --- a threads process holding many steps ----------------------------------------------------
+
+# Provider answers slow enough that every step submitted is still in flight when the last
+# one is claimed; time limits with room for a document's slowest step at that pace.
+SLOW_CALL_MS = 15_000
+SLOW_ENV = {
+    "DOCPIPE_LLM_TIMEOUT_S": "30",
+    "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "240",
+    "DOCPIPE_TASK_TIME_LIMIT_S": "300",
+    "DOCPIPE_PROVIDER_MAX_CONCURRENCY": "4000",
+}
+
+
+@dataclass(frozen=True)
+class ManyRound:
+    held: int  # steps in flight in the killed process
+    seconds: list[float]  # per step: kill -> its next attempt claimed
+    ended_before: int  # steps that ended in the killed process before the kill
+    answered_twice: int
+
+
+def threads_worker(bench: Bench, name: str, slots: int) -> ManagedProcess:
+    stack = bench.stack
+    env = {
+        **stack.env,
+        "DOCPIPE_WORKER_POOL": "threads",
+        "DOCPIPE_METRICS_PORT": "0",
+        "DOCPIPE_LIVENESS_FILE": str(stack.options.state_dir / f"{name}.alive"),
+    }
+    log = stack.options.state_dir / "logs" / f"worker-{name}.log"
+    worker = ManagedProcess(
+        f"worker-{name}", worker_argv("interactive", concurrency=slots, name=name), log, env=env
+    ).start()
+    worker.wait_for_log(r"\bready\.", timeout_s=180)
+    return worker
+
+
+def held_steps(bench: Bench, pid: int) -> list[dict[str, object]]:
+    return bench.sql(
+        "SELECT run_id, step, attempt FROM pipeline_step_result"
+        " WHERE status = 'running' AND split_part(lease_owner, ':', 2) = %s",
+        str(pid),
+    )
+
+
+def answered_twice(bench: Bench) -> int:
+    return int(
+        bench.scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM llm_call_log WHERE status = 'ok'"
+            " GROUP BY run_id, step, generation, call_key HAVING count(*) > 1) twice"
+        )
+    )
+
+
+def many_round(bench: Bench, i: int, steps: int) -> ManyRound:
+    """``steps`` runs held by one threads worker, which is SIGKILLed; a standby takes them."""
+    standby = threads_worker(bench, f"standby-{i}", steps)
+    consume(bench, f"standby-{i}", on=False)
+    holder = threads_worker(bench, f"holder-{i}", steps)
+    try:
+        text = sample_contracts(1)[0].text
+        run_ids = []
+        for n in range(steps):
+            bench.client.put_document(f"held-{i}-{n}", text)
+            run_ids.append(bench.client.extract(f"held-{i}-{n}")["run_id"])
+        wait_for(lambda: len(held_steps(bench, holder.pid)) >= steps, timeout_s=300, every_s=0.2)
+        held = held_steps(bench, holder.pid)
+        holder.kill_group()
+        lost_at = time.time()
+        consume(bench, f"standby-{i}", on=True)
+
+        def next_attempts() -> dict[tuple[str, str], float] | None:
+            rows = bench.sql(
+                "SELECT s.run_id::text AS run_id, s.step, s.status, s.attempt,"
+                " extract(epoch FROM s.started_at)::float AS started"
+                " FROM pipeline_step_result s WHERE s.run_id = ANY(%s::uuid[])",
+                [str(h["run_id"]) for h in held],
+            )
+            found = {(r["run_id"], r["step"]): r for r in rows}
+            again = {}
+            for h in held:
+                row = found[(str(h["run_id"]), str(h["step"]))]
+                if int(row["attempt"]) <= int(str(h["attempt"])):
+                    return None
+                again[(str(h["run_id"]), str(h["step"]))] = float(row["started"])
+            return again
+
+        again = wait_for(next_attempts, timeout_s=120, every_s=0.05)
+        wait_for(
+            lambda: (
+                bench.scalar(
+                    "SELECT count(*) FROM pipeline_run WHERE id = ANY(%s::uuid[])"
+                    " AND status NOT IN ('done', 'failed', 'needs_review')",
+                    run_ids,
+                )
+                == 0
+            ),
+            timeout_s=900,
+            every_s=1,
+        )
+    finally:
+        holder.kill_group()
+        standby.stop(timeout_s=120)
+    seconds = sorted(started - lost_at for started in again.values())
+    result = ManyRound(len(held), seconds, 0, answered_twice(bench))
+    print(
+        f"threads process holding {result.held} steps, round {i + 1}: all running again "
+        f"{max(seconds):.2f}s after the kill (median {statistics.median(seconds):.2f}s), "
+        f"{result.answered_twice} call(s) answered twice"
+    )
+    return result
+
+
+def many_rounds(rounds: int, steps: int) -> list[ManyRound]:
+    with bench_stack(
+        env=SLOW_ENV, interactive_concurrency=1, latency_ms=f"{SLOW_CALL_MS}:{SLOW_CALL_MS}"
+    ) as bench:
+        from docpipe.broker.transport import app
+
+        app.conf.broker_url = bench.stack.env["DOCPIPE_REDIS_URL"]
+        bench.stack.halt("worker-interactive", kill=False)  # the two threads workers serve
+        return [many_round(bench, i, steps) for i in range(rounds)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--in-flight", type=int, default=200)
+    parser.add_argument("--in-flight-rounds", type=int, default=3)
+    parser.add_argument(
+        "--only-in-flight",
+        action="store_true",
+        help="only the threads process holding --in-flight steps (report recovery-in-flight)",
+    )
     args = parser.parse_args()
+    if args.only_in_flight:
+        many = many_rounds(args.in_flight_rounds, args.in_flight)
+        write_report(
+            "recovery-in-flight",
+            f"# Recovery: a threads process holding {args.in_flight} steps\n\n"
+            f"`python -m bench.recovery --only-in-flight --in-flight {args.in_flight} "
+            f"--in-flight-rounds {args.in_flight_rounds}` (the rest of `bench.recovery`: "
+            f"[recovery](recovery.md)).\n{_many_section(many, args.in_flight)}",
+            _many_figures(many),
+        )
+        return
     settings = Settings()
     cases: dict[str, list[Round]] = {}
     refused = late_calls = 0
@@ -254,27 +446,35 @@ def main() -> None:
         app.conf.broker_url = bench.stack.env["DOCPIPE_REDIS_URL"]
         workers = Workers(bench)
         try:
-            cases["pool process"] = kill_rounds(bench, "pool process", args.rounds,
-                                                kill_pool_process)  # fmt: skip
+            cases["pool process"] = kill_rounds(
+                bench, "pool process", args.rounds, kill_pool_process
+            )
             workers.add_replica()
             cases["worker, a replica up"] = kill_rounds(
-                bench, "worker replica", args.rounds,
+                bench,
+                "worker replica",
+                args.rounds,
                 lambda lease: workers.kill_and_restart(
-                    next(w for w in workers.all() if w.pid == parent_of(lease.pid))),
-            )  # fmt: skip
+                    next(w for w in workers.all() if w.pid == parent_of(lease.pid))
+                ),
+            )
             workers.stop()
             workers.replicas.clear()
             cases["only worker, restarted"] = kill_rounds(
-                bench, "only worker", args.rounds,
-                lambda lease: restarted(workers.kill_and_restart(
-                    bench.stack.process("worker-interactive"))),
-            )  # fmt: skip
+                bench,
+                "only worker",
+                args.rounds,
+                lambda lease: restarted(
+                    workers.kill_and_restart(bench.stack.process("worker-interactive"))
+                ),
+            )
             if os.geteuid() == 0:
                 cases["partitioned"], refused, late_calls = partition_rounds(bench, args.rounds)
             else:
                 print("partitioned: skipped, network namespaces need root")
         finally:
             workers.stop()
+    many = many_rounds(args.in_flight_rounds, args.in_flight) if args.in_flight_rounds else []
     medians = {case: statistics.median(r.seconds for r in rs) for case, rs in cases.items()}
     for case, rs in cases.items():
         print(f"{case}: loss -> step 2 running again (s): {summary([r.seconds for r in rs])}")
@@ -319,6 +519,7 @@ untouched (3600 s). Leases are tied to each worker process' PostgreSQL session
   Once healed, the partitioned worker's renewal (or result) was refused in {refused} of
   {len(partitioned)} rounds; calls it sent after its step was taken over: {late_calls}.
 
+{_many_section(many, args.in_flight)}
 Before session leases, on this branch's base (the bench had one case then, the only worker
 killed and restarted): 8.58 s median of 5 (p95 8.97), the lease's TTL.
 """,
@@ -330,8 +531,45 @@ killed and restarted): 8.58 s median of 5 (p95 8.97), the lease's TTL.
             "partition_bound_s": ttl + reaper,
             "partition_refused": refused,
             "partition_late_calls": late_calls,
+            **_many_figures(many),
         },
     )
+
+
+def _many_figures(many: list[ManyRound]) -> dict[str, object]:
+    if not many:
+        return {}
+    return {
+        "threads_held_steps": min(r.held for r in many),
+        "threads_all_again_s": max(max(r.seconds) for r in many),
+        "threads_median_again_s": statistics.median(s for r in many for s in r.seconds),
+        "threads_answered_twice": sum(r.answered_twice for r in many),
+    }
+
+
+def _many_section(many: list[ManyRound], steps: int) -> str:
+    if not many:
+        return ""
+    rows = "\n".join(
+        f"| {i + 1} | {r.held} | {statistics.median(r.seconds):.2f} | "
+        f"{percentile(r.seconds, 95):.2f} | **{max(r.seconds):.2f}** | {r.answered_twice} |"
+        for i, r in enumerate(many)
+    )
+    return f"""
+## A threads process holding {steps} steps
+
+A worker of the threads pool (`DOCPIPE_WORKER_POOL=threads`, {steps} slots) holds {steps}
+runs' steps at once, each waiting on a provider that answers in {SLOW_CALL_MS / 1000:g} s,
+when its process is SIGKILLed; a second threads worker of {steps} slots, idle until then
+(its consumer cancelled), takes them. Measured for each step held, from the kill to its
+next attempt's claim. The process' {steps} leases all hang on its one lease session, so
+the reaper's next pass (every {Settings().reaper_interval_s:g} s) finds every one of them
+gone at once.
+
+| round | steps held | median (s) | p95 (s) | the last of them (s) | calls answered twice |
+|---|---|---|---|---|---|
+{rows}
+"""
 
 
 if __name__ == "__main__":

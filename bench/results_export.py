@@ -1,5 +1,6 @@
 """The results export of a 10,000-run batch: the API's peak RSS and the throughput (runs/s,
-MB/s) of `GET /batches/{id}/results` as JSON lines and as CSV.
+MB/s) of `GET /batches/{id}/results` as JSON lines, as CSV and as an XLSX workbook (its
+evidence sheet included).
 
 A few sample contracts run through document_extract:v1 on the real stack (fake provider, no
 latency) to get real step outputs; those outputs are then copied in PostgreSQL into batches
@@ -25,14 +26,20 @@ from psycopg.rows import dict_row
 
 from bench.harness import Bench, bench_stack, wait_for, write_report
 from bench.procstat import cpu_seconds
+from docpipe.statuses import RunStatus
 from docpipe_dev.big_requests import peak_rss_bytes, reset_peak_rss, rss_bytes
 from docpipe_dev.samples import sample_contracts
 
 MIB = 1024 * 1024
 MB = 1_000_000
 # Status of run i of a seeded batch: the first matching share of i % 100.
-_STATUS_MIX = ((88, "done"), (93, "needs_review"), (97, "failed"), (99, "cancelled"),
-               (100, "budget_exceeded"))  # fmt: skip
+_STATUS_MIX = (
+    (88, "done"),
+    (93, "needs_review"),
+    (97, "failed"),
+    (99, "cancelled"),
+    (100, "budget_exceeded"),
+)
 
 
 def main() -> None:
@@ -49,13 +56,14 @@ def main() -> None:
         batches = {n: _seed_batch(b, template_batch, n) for n in sizes}
         output_kb = b.scalar(
             "SELECT avg(pg_column_size(output)) / 1000.0 FROM pipeline_step_result s "
-            "JOIN pipeline_run r ON r.id = s.run_id WHERE r.batch_id = %s", template_batch
-        )  # fmt: skip
+            "JOIN pipeline_run r ON r.id = s.run_id WHERE r.batch_id = %s",
+            template_batch,
+        )
         _export(b, batches[sizes[0]], "jsonl")  # warm up: imports, pools, caches
         at_rest = rss_bytes(api.pid)
         load_before = os.getloadavg()[0]
         for runs, batch_id in batches.items():
-            for fmt in ("jsonl", "csv"):
+            for fmt in ("jsonl", "csv", "xlsx"):
                 measured = [_measured_export(b, api.pid, batch_id, fmt) for _ in range(args.rounds)]
                 assert all(m["lines"] == measured[0]["lines"] for m in measured)
                 rows.append(_row(runs, fmt, measured, at_rest))
@@ -93,8 +101,9 @@ def main() -> None:
         "cursor and sends them before it reads more, so its peak stays near its resting size "
         "whether the batch has 1,000 runs or 10,000 (compare the rows).",
         "",
-        f"The query's plan for the {args.runs:,}-run batch (the runs sorted by id first, "
-        "their outputs read after the sort):",
+        f"The query's plan for the {args.runs:,}-run batch (the runs found by "
+        "pipeline_run_batch_position_idx and put in the order they were sent first, their "
+        "outputs read after the sort):",
         "",
         "```",
         plan,
@@ -102,19 +111,28 @@ def main() -> None:
     ]
     report = "\n".join(lines)
     print(report)
-    write_report("results-export", report, {"runs": args.runs, "at_rest_mib": at_rest / MIB,
-                                             "load": [load_before, load_after],
-                                             "rows": rows})  # fmt: skip
+    write_report(
+        "results-export",
+        report,
+        {
+            "runs": args.runs,
+            "at_rest_mib": at_rest / MIB,
+            "load": [load_before, load_after],
+            "rows": rows,
+        },
+    )
 
 
 def _run_templates(b: Bench, count: int) -> str:
     """A batch of ``count`` sample contracts run for real; its id once every run ended."""
-    documents = [{"id": f"template-{i}", "text": c.text}
-                 for i, c in enumerate(sample_contracts(count))]  # fmt: skip
+    documents = [
+        {"id": f"template-{i}", "text": c.text} for i, c in enumerate(sample_contracts(count))
+    ]
     batch_id = str(b.client.submit_batch(documents)["batch_id"])
     wait_for(lambda: b.client.batch(batch_id)["status"] != "running", timeout_s=900, every_s=1)
-    done = b.scalar("SELECT count(*) FROM pipeline_run WHERE batch_id = %s AND status = 'done'",
-                    batch_id)  # fmt: skip
+    done = b.scalar(
+        "SELECT count(*) FROM pipeline_run WHERE batch_id = %s AND status = 'done'", batch_id
+    )
     print(f"{done} of {count} template runs done")
     return batch_id
 
@@ -124,8 +142,10 @@ def _seed_batch(b: Bench, template_batch: str, runs: int) -> str:
     batch_id = str(uuid.uuid4())
     status = " ".join(f"WHEN g.i %% 100 < {share} THEN '{name}'" for share, name in _STATUS_MIX)
     with psycopg.connect(b.database_url, autocommit=True) as conn:
-        conn.execute(_SEED.replace("{status}", status).encode(),
-                     {"template": template_batch, "batch": batch_id, "runs": runs})  # fmt: skip
+        conn.execute(
+            _SEED.replace("{status}", status).encode(),
+            {"template": template_batch, "batch": batch_id, "runs": runs},
+        )
         conn.execute(b"ANALYZE pipeline_run")
         conn.execute(b"ANALYZE pipeline_step_result")
     return batch_id
@@ -184,7 +204,8 @@ def _export(b: Bench, batch_id: str, fmt: str) -> tuple[int, int, float]:
     url = f"{b.stack.api_url}/batches/{batch_id}/results"
     started = time.perf_counter()
     size = newlines = 0
-    with httpx.stream("GET", url, params={"format": fmt}, headers=headers, timeout=600) as answer:
+    params = {"format": fmt}
+    with httpx.stream("GET", url, params=params, headers=headers, timeout=600) as answer:
         answer.raise_for_status()
         for block in answer.iter_raw():
             size += len(block)
@@ -196,8 +217,13 @@ def _measured_export(b: Bench, pid: int, batch_id: str, fmt: str) -> dict[str, A
     reset_peak_rss(pid)
     cpu = cpu_seconds([pid])
     size, lines, seconds = _export(b, batch_id, fmt)
-    return {"bytes": size, "lines": lines, "seconds": seconds, "peak": peak_rss_bytes(pid),
-            "cpu_s": cpu_seconds([pid]) - cpu}  # fmt: skip
+    return {
+        "bytes": size,
+        "lines": lines,
+        "seconds": seconds,
+        "peak": peak_rss_bytes(pid),
+        "cpu_s": cpu_seconds([pid]) - cpu,
+    }
 
 
 def _row(runs: int, fmt: str, measured: list[dict[str, Any]], at_rest: int) -> dict[str, Any]:
@@ -224,8 +250,13 @@ def _plan(b: Bench, batch_id: str) -> str:
     from docpipe.state.db import load_queries
 
     query = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + load_queries()["batch_results"]
-    params = {"batch_id": batch_id, "statuses": None, "after": None,
-              "tenant_id": b.scalar("SELECT tenant_id FROM batch WHERE id = %s", batch_id)}  # fmt: skip
+    params = {
+        "batch_id": batch_id,
+        "statuses": [s.value for s in RunStatus],
+        "after_position": -1,
+        "after": "00000000-0000-0000-0000-000000000000",
+        "tenant_id": b.scalar("SELECT tenant_id FROM batch WHERE id = %s", batch_id),
+    }
     with psycopg.connect(b.database_url, row_factory=dict_row) as conn:
         rows = conn.execute(query.encode(), params).fetchall()
     return "\n".join(r["QUERY PLAN"] for r in rows)

@@ -123,8 +123,37 @@ def _crash(f: Figures) -> list[tuple[str, str]]:
 def _peak(figures: dict[str, Any], case: str, *, files: bool) -> float:
     """The highest peak RSS of api-memory's rows whose case names ``case``, among its file
     uploads (``files``) or its batch bodies."""
-    return max(r["peak_mib"] for r in figures["rows"]
-               if case in r["case"] and ("PDF" in r["case"]) == files)  # fmt: skip
+    return max(
+        r["peak_mib"]
+        for r in figures["rows"]
+        if case in r["case"] and ("PDF" in r["case"]) == files
+    )
+
+
+def _hostile(f: Figures) -> list[tuple[str, str]]:
+    rows = []
+    for key, where in (("corpus", "prefork pool process"), ("corpus_threads", "threads worker")):
+        if (corpus := f.get(key)) is None:
+            continue
+        files = corpus["files"]
+        rows.append(
+            (
+                f"hostile corpus in a {where}: files ending as documented / largest peak RSS "
+                "/ slowest",
+                f"{sum(r['ok'] for r in files)} of {len(files)} / "
+                f"{corpus['largest_pool_peak_mib']:.0f} MiB (bound {corpus['bound_mib']:g}) / "
+                f"{corpus['slowest_s']:.0f} s",
+            )
+        )
+    if (api := f.get("api")) is not None:
+        load = api["under_load"]
+        rows.append(
+            (
+                "API under hostile requests: probe p99 / failed probes / API peak RSS",
+                f"{load['p99_ms']:.0f} ms / {load['failures']} / {api['api_peak_rss_mib']:.0f} MiB",
+            )
+        )
+    return rows
 
 
 BENCHMARKS = [
@@ -219,6 +248,49 @@ BENCHMARKS = [
         _admission,
     ),
     Benchmark(
+        "scale",
+        "bench.scale",
+        ("--sizes", "100000,1000000"),
+        ("--sizes", "30000,60000", "--repeat", "3"),
+        lambda f: [
+            (
+                f"at {f['sizes'][-1]:,} runs: admission with free slots / a metrics scrape"
+                " (targets: 20 / 50 ms)",
+                f"{f['admission_free_slots_ms']:.1f} / {f['metrics_scrape_ms']:.1f} ms",
+            ),
+            (
+                f"periodic and list queries at {f['sizes'][-1]:,} runs over {f['sizes'][0]:,},"
+                " worst time / work (target: 2x)",
+                f"{f['periodic_list_worst_time_ratio']:.2f}x / "
+                f"{f['periodic_list_worst_work_ratio']:.2f}x",
+            ),
+            (
+                "bytes per run of history, before / now; within the default retention",
+                f"{f['bytes_per_run_before']:,.0f} / {f['bytes_per_run_small']:,.0f};"
+                f" {f['bytes_per_run_retained_before']:,.0f} / {f['bytes_per_run_retained']:,.0f}",
+            ),
+            (
+                "retention: runs / documents / rows of every table removed per second",
+                f"{f['runs_pruned_per_s']:,.0f} / {f['documents_pruned_per_s']:,.0f} /"
+                f" {f['rows_pruned_per_s']:,.0f}",
+            ),
+        ],
+    ),
+    Benchmark(
+        "live-migration",
+        "bench.live_migration",
+        ("--runs", "1000000"),
+        ("--runs", "30000"),
+        lambda f: [
+            (
+                f"partitioning a live call log of {f['calls_before']:,} calls",
+                f"{f['migrate_s']:.1f} s; longest write / read meanwhile"
+                f" {f['longest_write_ms']:.0f} / {f['longest_read_ms']:.0f} ms;"
+                f" {f['missing']} lost, {f['errors']} errors",
+            )
+        ],
+    ),
+    Benchmark(
         "api-load",
         "bench.api_load",
         ("--rps", "200", "--seconds", "60"),
@@ -249,6 +321,25 @@ BENCHMARKS = [
         ],
     ),
     Benchmark(
+        "in-flight",
+        "bench.in_flight",
+        (),
+        ("--docs", "60", "--prefork-docs", "16", "--latency-s", "0.5", "--long-docs", "0"),
+        lambda f: [
+            (
+                f"steps in flight at {latency}: documents/s (share of ideal), PSS per step in "
+                "flight, " + " / ".join(k.split("@")[0] for k in f if k.endswith(f"@{latency}")),
+                " / ".join(
+                    f"{v['docs_per_s']:.2f} ({v['share_of_ideal']:.0%}), "
+                    f"{v['pss_mb_per_step']:.2f} MB"
+                    for k, v in f.items()
+                    if k.endswith(f"@{latency}")
+                ),
+            )
+            for latency in sorted({k.split("@")[1] for k in f}, key=lambda x: float(x[:-1]))
+        ],
+    ),
+    Benchmark(
         "api-memory",
         "bench.api_memory",
         (),
@@ -264,6 +355,20 @@ BENCHMARKS = [
                 f"{_peak(f, 'limit: stored', files=True):.0f} / "
                 f"{_peak(f, 'at once', files=True):.0f} MiB",
             ),
+        ],
+    ),
+    Benchmark(
+        "lists",
+        "bench.lists",
+        ("--runs", "1000000"),
+        ("--runs", "20000", "--rounds", "20"),
+        lambda f: [
+            (
+                f"finding past work at {f['runs']:,} runs: slowest list page / home page, p95",
+                f"{max(r['p95_ms'] for r in f['rows'] if not r['query'].startswith('home')):.1f}"
+                f" / {next(r['p95_ms'] for r in f['rows'] if r['query'].startswith('home')):.1f}"
+                " ms",
+            )
         ],
     ),
     Benchmark(
@@ -323,6 +428,33 @@ BENCHMARKS = [
                 )
                 + f" s (partition bound {f['partition_bound_s']:g} s; late writes refused "
                 f"{f['partition_refused']}x, late calls {f['partition_late_calls']})",
+            ),
+            *(
+                [
+                    (
+                        f"a threads process holding {f['threads_held_steps']} steps SIGKILLed: "
+                        "the last of them running again / median",
+                        f"{f['threads_all_again_s']:.2f} / {f['threads_median_again_s']:.2f} s "
+                        f"({f['threads_answered_twice']} calls answered twice)",
+                    )
+                ]
+                if "threads_all_again_s" in f
+                else []
+            ),
+        ],
+    ),
+    Benchmark("hostile", "bench.hostile", (), (), lambda f: _hostile(f)),
+    Benchmark(
+        "recovery-in-flight",
+        "bench.recovery",
+        ("--only-in-flight", "--in-flight", "200", "--in-flight-rounds", "3"),
+        ("--only-in-flight", "--in-flight", "40", "--in-flight-rounds", "1"),
+        lambda f: [
+            (
+                f"a threads process holding {f['threads_held_steps']} steps SIGKILLed: the last "
+                "of them running again / median",
+                f"{f['threads_all_again_s']:.2f} / {f['threads_median_again_s']:.2f} s "
+                f"({f['threads_answered_twice']} calls answered twice)",
             )
         ],
     ),
@@ -332,6 +464,30 @@ BENCHMARKS = [
         (),
         ("--big", "60", "--small", "5"),
         lambda f: [("fairness: small tenant's batch behind a big one / alone", _x(f["ratio"]))],
+    ),
+    Benchmark(
+        "provider-batches",
+        "bench.provider_batches",
+        ("--docs", "200"),
+        ("--docs", "20", "--completion-s", "5"),
+        lambda f: [
+            (
+                f"{f['docs']} documents, real time / provider-batch lane ({f['completion_s']:g} s "
+                "window simulated): cost per 1,000 documents, time to done",
+                f"${f['realtime']['cost_per_1000_docs_usd']:.4f} / "
+                f"${f['provider_batch']['cost_per_1000_docs_usd']:.4f} "
+                f"({f['cost_ratio']:.3f}x); {f['realtime']['time_to_done_s']:.0f} / "
+                f"{f['provider_batch']['time_to_done_s']:.0f} s",
+            ),
+            (
+                "per provider call, real time / provider batch: PostgreSQL transactions, rows "
+                "written, Redis commands",
+                " / ".join(
+                    f"{f['realtime']['per_call'][k]:.1f} vs {f['provider_batch']['per_call'][k]:.1f}"
+                    for k in ("postgres_transactions", "postgres_rows_written", "redis_commands")
+                ),
+            ),
+        ],
     ),
 ]
 

@@ -83,10 +83,16 @@ class RunResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "system": self.system, "docs": self.docs, "concurrency": self.concurrency,
-            "latency_s": self.latency_s, "elapsed_s": self.elapsed_s, "calls": self.calls,
-            "docs_per_s": self.docs_per_s, "cpu_s": self.cpu_s, "notes": self.notes,
-        }  # fmt: skip
+            "system": self.system,
+            "docs": self.docs,
+            "concurrency": self.concurrency,
+            "latency_s": self.latency_s,
+            "elapsed_s": self.elapsed_s,
+            "calls": self.calls,
+            "docs_per_s": self.docs_per_s,
+            "cpu_s": self.cpu_s,
+            "notes": self.notes,
+        }
 
 
 @dataclass
@@ -160,9 +166,14 @@ def _python_path() -> str:
 
 
 def measure(
-    servers: Servers, system: System, docs: Sequence[Document], *, concurrency: int,
-    latency_s: float, timeout_s: float = 3600,
-) -> RunResult:  # fmt: skip
+    servers: Servers,
+    system: System,
+    docs: Sequence[Document],
+    *,
+    concurrency: int,
+    latency_s: float,
+    timeout_s: float = 3600,
+) -> RunResult:
     """Submit ``docs`` to a started ``system`` and wait for all of them to finish."""
     servers.reset_provider()
     servers.set_latency(latency_s)
@@ -188,10 +199,15 @@ def measure(
     cpu = {name: cpu_seconds(pids()) - before[name] for name, pids in groups.items()}
     cpu["submit"] = submit_cpu
     return RunResult(
-        system=system.name, docs=len(docs), concurrency=concurrency, latency_s=latency_s,
-        elapsed_s=last - started, calls=servers.provider_calls(), cpu_s=cpu,
+        system=system.name,
+        docs=len(docs),
+        concurrency=concurrency,
+        latency_s=latency_s,
+        elapsed_s=last - started,
+        calls=servers.provider_calls(),
+        cpu_s=cpu,
         notes={"submit_s": submitted},
-    )  # fmt: skip
+    )
 
 
 # --- docpipe ------------------------------------------------------------------------------
@@ -221,10 +237,16 @@ def docpipe_system(servers: Servers) -> System:
             bench.stack.replace(name, kill=True)
 
     return System(
-        name="docpipe", label="docpipe", start=lambda c: None, stop=lambda: None,
-        submit=submit, finished=finished, processes=processes, store="postgres+redis",
+        name="docpipe",
+        label="docpipe",
+        start=lambda c: None,
+        stop=lambda: None,
+        submit=submit,
+        finished=finished,
+        processes=processes,
+        store="postgres+redis",
         crash=crash,
-    )  # fmt: skip
+    )
 
 
 # --- plain Celery (a) and (b) -------------------------------------------------------------
@@ -245,11 +267,26 @@ def celery_system(
 
     def start(concurrency: int) -> None:
         argv = [
-            sys.executable, "-m", "celery", "-A", module, "worker", "--queues", "peer",
-            "--concurrency", str(concurrency), "--pool", "prefork", "--loglevel", "WARNING",
-            "--hostname", f"peer-{kind}@%h", "--without-gossip", "--without-mingle",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            module,
+            "worker",
+            "--queues",
+            "peer",
+            "--concurrency",
+            str(concurrency),
+            "--pool",
+            "prefork",
+            "--loglevel",
+            "WARNING",
+            "--hostname",
+            f"peer-{kind}@%h",
+            "--without-gossip",
+            "--without-mingle",
             "--without-heartbeat",
-        ]  # fmt: skip
+        ]
         log = servers.logs / f"peer-celery-{kind}-{time.time_ns()}.log"
         proc = ManagedProcess(f"peer-celery-{kind}", argv, log, env=env).start()
         state["proc"], state["concurrency"] = proc, concurrency
@@ -280,9 +317,17 @@ def celery_system(
 
     label = {"whole": "Celery, one task per document", "steps": "Celery, one task per step"}
     return System(
-        name=f"celery-{kind}", label=label[kind], start=start, stop=stop, submit=submit,
-        finished=finished, processes=processes, store="redis", reset=reset, crash=crash,
-    )  # fmt: skip
+        name=f"celery-{kind}",
+        label=label[kind],
+        start=start,
+        stop=stop,
+        submit=submit,
+        finished=finished,
+        processes=processes,
+        store="redis",
+        reset=reset,
+        crash=crash,
+    )
 
 
 def _celery_ready(proc: ManagedProcess) -> bool:
@@ -317,10 +362,18 @@ def dbos_system(servers: Servers, *, polling_s: float = 1.0, processes_n: int = 
         per_process = max(1, concurrency // processes_n)
         for n in range(processes_n):
             argv = [
-                sys.executable, "-m", "bench.peers.dbos_app", "--database-url", url,
-                "--concurrency", str(per_process), "--polling-s", str(polling_s),
-                "--executor-id", f"peer-{n}",
-            ]  # fmt: skip
+                sys.executable,
+                "-m",
+                "bench.peers.dbos_app",
+                "--database-url",
+                url,
+                "--concurrency",
+                str(per_process),
+                "--polling-s",
+                str(polling_s),
+                "--executor-id",
+                f"peer-{n}",
+            ]
             log = servers.logs / f"peer-dbos-{n}-{time.time_ns()}.log"
             proc = ManagedProcess(f"peer-dbos-{n}", argv, log, env=servers.peer_env()).start()
             proc.wait_for_log("dbos peer ready", timeout_s=120)
@@ -369,10 +422,17 @@ def dbos_system(servers: Servers, *, polling_s: float = 1.0, processes_n: int = 
     procs = "" if processes_n == 1 else f", {processes_n} processes"
     return System(
         name=f"dbos{'' if polling_s == 1.0 else f'-poll{polling_s:g}'}"
-             f"{'' if processes_n == 1 else f'-x{processes_n}'}",
-        label=f"DBOS{suffix}{procs}", start=start, stop=stop, submit=submit,
-        finished=finished, processes=processes, store="postgres", reset=reset, crash=crash,
-    )  # fmt: skip
+        f"{'' if processes_n == 1 else f'-x{processes_n}'}",
+        label=f"DBOS{suffix}{procs}",
+        start=start,
+        stop=stop,
+        submit=submit,
+        finished=finished,
+        processes=processes,
+        store="postgres",
+        reset=reset,
+        crash=crash,
+    )
 
 
 # --- no orchestrator at all: the floor ----------------------------------------------------
@@ -404,7 +464,13 @@ def bare_system(servers: Servers) -> System:
         return len(state["done"]), max(state["done"], default=0.0)
 
     return System(
-        name="bare", label="no orchestrator (in-process loop)", start=start, stop=lambda: None,
+        name="bare",
+        label="no orchestrator (in-process loop)",
+        start=start,
+        stop=lambda: None,
         # Its CPU is this process' own, counted as "submit" by measure().
-        submit=submit, finished=finished, processes=list, store="",
-    )  # fmt: skip
+        submit=submit,
+        finished=finished,
+        processes=list,
+        store="",
+    )

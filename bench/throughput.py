@@ -72,13 +72,26 @@ def run_all(
     warm_up = documents(2 * concurrency, "warm")
 
     def one(system: System, latency: float, tag: str) -> None:
-        measure(servers, system, [(f"{tag}-{i}", t) for i, t in warm_up],
-                concurrency=concurrency, latency_s=latency)  # fmt: skip
-        result = measure(servers, system, [(f"{tag}-{i}", t) for i, t in docs],
-                         concurrency=concurrency, latency_s=latency)  # fmt: skip
-        print(f"  {system.name:14s} latency {latency:.1f}s: {result.docs_per_s:7.2f} docs/s, "
-              f"{1000 * result.orchestration_cpu_s / result.steps:5.1f} CPU ms/step, "
-              f"{result.calls} provider calls", flush=True)  # fmt: skip
+        measure(
+            servers,
+            system,
+            [(f"{tag}-{i}", t) for i, t in warm_up],
+            concurrency=concurrency,
+            latency_s=latency,
+        )
+        result = measure(
+            servers,
+            system,
+            [(f"{tag}-{i}", t) for i, t in docs],
+            concurrency=concurrency,
+            latency_s=latency,
+        )
+        print(
+            f"  {system.name:14s} latency {latency:.1f}s: {result.docs_per_s:7.2f} docs/s, "
+            f"{1000 * result.orchestration_cpu_s / result.steps:5.1f} CPU ms/step, "
+            f"{result.calls} provider calls",
+            flush=True,
+        )
         results.append(result)
 
     docpipe = docpipe_system(servers)
@@ -120,13 +133,26 @@ def main() -> None:
     print(f"overhead: {args.overhead_docs} documents, concurrency 1, provider at 0 s")
     with bench_stack(batch_concurrency=1, interactive_concurrency=1, latency_ms="0:0") as bench:
         one_process = [p for p in peers if not p.endswith("-x2")]  # concurrency 1: 1 process
-        overhead_runs = run_all(Servers(bench), documents(args.overhead_docs, "o"),
-                                concurrency=1, latencies=[0.0], peers=one_process, bare=True)  # fmt: skip
+        overhead_runs = run_all(
+            Servers(bench),
+            documents(args.overhead_docs, "o"),
+            concurrency=1,
+            latencies=[0.0],
+            peers=one_process,
+            bare=True,
+        )
 
     figures = summarise(main_runs, overhead_runs, c, mean_rounds)
-    (REPORTS / "throughput.json").write_text(json.dumps(
-        {"figures": figures, "runs": [r.as_dict() for r in main_runs],
-         "overhead_runs": [r.as_dict() for r in overhead_runs]}, indent=1))  # fmt: skip
+    (REPORTS / "throughput.json").write_text(
+        json.dumps(
+            {
+                "figures": figures,
+                "runs": [r.as_dict() for r in main_runs],
+                "overhead_runs": [r.as_dict() for r in overhead_runs],
+            },
+            indent=1,
+        )
+    )
     plot(main_runs, c, mean_rounds)
     report = markdown(main_runs, overhead_runs, figures, args, mean_rounds)
     print(report)
@@ -178,12 +204,15 @@ def markdown(
     mean_rounds: float,
 ) -> str:
     c = args.concurrency
-    labels = {"docpipe": "**docpipe**", "celery-whole": "(a) Celery, pipeline in one task",
-              "celery-steps": "(b) Celery, one task per step, no state",
-              "dbos": "(c) DBOS, queue (default polling 1 s)",
-              "dbos-poll0.05": "(c') DBOS, queue polled every 0.05 s",
-              "dbos-poll0.05-x2": "(c'') DBOS, polled every 0.05 s, 2 processes x C/2",
-              "bare": "no orchestrator"}  # fmt: skip
+    labels = {
+        "docpipe": "**docpipe**",
+        "celery-whole": "(a) Celery, pipeline in one task",
+        "celery-steps": "(b) Celery, one task per step, no state",
+        "dbos": "(c) DBOS, queue (default polling 1 s)",
+        "dbos-poll0.05": "(c') DBOS, queue polled every 0.05 s",
+        "dbos-poll0.05-x2": "(c'') DBOS, polled every 0.05 s, 2 processes x C/2",
+        "bare": "no orchestrator",
+    }
     lines = [
         f"# Throughput: docpipe and its peers, {args.docs:,} documents, concurrency {c}",
         "",
@@ -200,13 +229,17 @@ def markdown(
         ideal = ideal_docs_per_s(c, latency, mean_rounds) if latency > 0 else None
         lines += [f"## Provider latency {latency:g} s", ""]
         head = "| system | documents/s | docpipe / system | CPU ms per step | provider calls |"
-        lines += [head + (" share of ideal |" if ideal else ""),
-                  "|---|---|---|---|---|" + ("---|" if ideal else "")]  # fmt: skip
+        lines += [
+            head + (" share of ideal |" if ideal else ""),
+            "|---|---|---|---|---|" + ("---|" if ideal else ""),
+        ]
         mine = _by(runs, "docpipe", latency)
         for r in (r for r in runs if r.latency_s == latency):
             ratio = f"**{mine.docs_per_s / r.docs_per_s:.2f}**" if mine and r is not mine else ""
-            row = (f"| {labels.get(r.system, r.system)} | {r.docs_per_s:.2f} | {ratio} | "
-                   f"{1000 * r.orchestration_cpu_s / r.steps:.1f} | {r.calls} |")  # fmt: skip
+            row = (
+                f"| {labels.get(r.system, r.system)} | {r.docs_per_s:.2f} | {ratio} | "
+                f"{1000 * r.orchestration_cpu_s / r.steps:.1f} | {r.calls} |"
+            )
             if ideal:
                 row += f" {r.docs_per_s / ideal:.1%} |"
             lines.append(row)
@@ -237,16 +270,24 @@ def markdown(
             continue
         floor_wall = floor.elapsed_s / floor.steps * 1000
         floor_cpu = 1000 * floor.orchestration_cpu_s / floor.steps
-        lines.append(f"| {labels.get(r.system, r.system)} | {wall:.1f} | {wall - floor_wall:+.1f} "
-                     f"| {cpu:.1f} | {cpu - floor_cpu:+.1f} |")  # fmt: skip
-    lines += ["", "CPU per component (ms per step), main runs:", "",
-              "| system | latency | workers | PostgreSQL | Redis | submit | provider |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {labels.get(r.system, r.system)} | {wall:.1f} | {wall - floor_wall:+.1f} "
+            f"| {cpu:.1f} | {cpu - floor_cpu:+.1f} |"
+        )
+    lines += [
+        "",
+        "CPU per component (ms per step), main runs:",
+        "",
+        "| system | latency | workers | PostgreSQL | Redis | submit | provider |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         ms = {k: 1000 * v / r.steps for k, v in r.cpu_s.items()}
-        lines.append(f"| {r.system} | {r.latency_s:g} s | {ms['workers']:.1f} | "
-                     f"{ms['postgres']:.1f} | {ms['redis']:.1f} | {ms['submit']:.1f} | "
-                     f"{ms['provider']:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {r.system} | {r.latency_s:g} s | {ms['workers']:.1f} | "
+            f"{ms['postgres']:.1f} | {ms['redis']:.1f} | {ms['submit']:.1f} | "
+            f"{ms['provider']:.1f} |"
+        )
     lines += ["", "![documents per second by system](throughput.png)"]
     return "\n".join(lines)
 

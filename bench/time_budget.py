@@ -81,8 +81,11 @@ def _server_counters(bench: Bench) -> dict[str, int]:
     with redis.Redis.from_url(bench.stack.env["DOCPIPE_REDIS_URL"]) as client:
         info = client.info("stats", "commandstats")  # one round trip, one moment
     scripts = info.get("cmdstat_evalsha", {}).get("calls", 0)
-    return {"postgres_transactions": int(transactions), "redis_script_calls": int(scripts),
-            "redis_commands": int(info["total_commands_processed"])}  # fmt: skip
+    return {
+        "postgres_transactions": int(transactions),
+        "redis_script_calls": int(scripts),
+        "redis_commands": int(info["total_commands_processed"]),
+    }
 
 
 _CALLS = """
@@ -101,8 +104,12 @@ def _cpu(bench: Bench) -> dict[str, float]:
     """CPU seconds so far of the stack's parts: docpipe's processes (workers, beat, API),
     PostgreSQL, Redis, the fake provider."""
     servers = Servers(bench)
-    groups = {"workers": docpipe_system(servers).processes, "postgres": servers.postgres_pids,
-              "redis": servers.redis_pids, "provider": servers.fake_pids}  # fmt: skip
+    groups = {
+        "workers": docpipe_system(servers).processes,
+        "postgres": servers.postgres_pids,
+        "redis": servers.redis_pids,
+        "provider": servers.fake_pids,
+    }
     return {name: cpu_seconds(pids()) for name, pids in groups.items()}
 
 
@@ -117,29 +124,37 @@ def main() -> None:
     doc_rounds = {doc_id: rounds(text, 4) for doc_id, text in docs}
     ms = f"{args.latency_ms}:{args.latency_ms}"
     with bench_stack(batch_concurrency=c, interactive_concurrency=1, latency_ms=ms) as bench:
-        warm = bench.client.submit_batch([{"id": f"warm{i}", "text": t}
-                                          for i, t in documents(2 * c, "warm")])  # fmt: skip
+        warm = bench.client.submit_batch(
+            [{"id": f"warm{i}", "text": t} for i, t in documents(2 * c, "warm")]
+        )
         wait_for(lambda: bench.client.batch(warm["batch_id"])["status"] == "done", timeout_s=600)
         counted_before = _server_counters(bench)
         cpu_before = _cpu(bench)
         batch_id = bench.client.submit_batch([{"id": i, "text": t} for i, t in docs])["batch_id"]
         # The end is read from the runs' timestamps, not from this poll: poll rarely, as
         # each look at the batch's progress costs the measured machine CPU.
-        wait_for(lambda: bench.client.batch(batch_id)["status"] != "running", timeout_s=3600,
-                 every_s=1.0)  # fmt: skip
+        wait_for(
+            lambda: bench.client.batch(batch_id)["status"] != "running", timeout_s=3600, every_s=1.0
+        )
         counted = {k: v - counted_before[k] for k, v in _server_counters(bench).items()}
         cpu_ms = {k: 1000 * (v - cpu_before[k]) / args.docs for k, v in _cpu(bench).items()}
         counted |= {k: int(v) for k, v in bench.sql(_CALLS, batch_id)[0].items()}
         counted["document_bytes"] = int(bench.scalar(_DOCUMENT_BYTES, batch_id))
         load_average = os.getloadavg()[1]  # the machine's, over about the batch's time
-        elapsed_s = float(bench.scalar(
-            "SELECT extract(epoch FROM max(r.finished_at) - b.created_at) FROM pipeline_run r"
-            " JOIN batch b ON b.id = r.batch_id WHERE b.id = %s GROUP BY b.created_at", batch_id
-        ))  # fmt: skip
-        call_s = float(bench.scalar(
-            "SELECT avg(c.latency_ms) / 1000 FROM llm_call_log c JOIN pipeline_run r"
-            " ON r.id = c.run_id WHERE r.batch_id = %s AND c.status = 'ok'", batch_id
-        ))  # fmt: skip
+        elapsed_s = float(
+            bench.scalar(
+                "SELECT extract(epoch FROM max(r.finished_at) - b.created_at) FROM pipeline_run r"
+                " JOIN batch b ON b.id = r.batch_id WHERE b.id = %s GROUP BY b.created_at",
+                batch_id,
+            )
+        )
+        call_s = float(
+            bench.scalar(
+                "SELECT avg(c.latency_ms) / 1000 FROM llm_call_log c JOIN pipeline_run r"
+                " ON r.id = c.run_id WHERE r.batch_id = %s AND c.status = 'ok'",
+                batch_id,
+            )
+        )
         per_doc = bench.sql(_PER_DOCUMENT, batch_id)
         handoff_s = float(bench.scalar(_HANDOFF, batch_id))
     if len(per_doc) != args.docs:

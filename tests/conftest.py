@@ -1,6 +1,7 @@
 """Shared fixtures: a real PostgreSQL (throwaway, started from the local binaries unless
 DOCPIPE_TEST_POSTGRES_URL names a server to use), migrated once per session and emptied
-before each test that asks for ``db``."""
+before each test that asks for ``db`` (every table the catalog lists: none to keep by hand;
+tests/support/emptying.py says how, at the cost of what the test before left)."""
 
 from __future__ import annotations
 
@@ -15,25 +16,23 @@ from docpipe.settings import Settings
 from docpipe.state.db import Database
 from docpipe.state.migrate import apply_migrations
 from docpipe_dev.localstack import LocalPostgres
-from tests.servers import create_database, service_dir
+from tests.support.emptying import Emptying
+from tests.support.servers import create_database, service_dir
 
-pytest_plugins = ["tests.processes"]
+pytest_plugins = ["tests.support.processes"]
 
-TABLES = (
-    "periodic_job",
-    "outbox",
-    "review_decision",
-    "llm_call_log",
-    "pipeline_step_result",
-    "pipeline_run",
-    "batch",
-    "document_page_image",
-    "document_page",
-    "document_original_chunk",
-    "document",
-    "api_key",
-    "webhook_secret",
-)
+# Fixtures that start docpipe's own processes (celery workers, beat, uvicorn: all through
+# process_group), a browser or a chaos stack. A test that asks for one, however indirectly,
+# is marked `processes`; `make test-fast` runs the others, so a new test lands on the right
+# side of it without anyone keeping a list. A test that starts them another way (a uvicorn of
+# its module's own, `docpipe stack up` as a subprocess) carries the mark itself.
+PROCESS_FIXTURES = frozenset({"process_group", "chromium", "chaos"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.processes)
 
 
 @pytest.fixture(scope="session")
@@ -53,10 +52,18 @@ def database_url(postgres_admin_url: str) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def emptying(database_url: str) -> Emptying:
+    """How to empty every table the migrations made (as the catalog lists them) but their
+    own record of what was applied."""
+    with psycopg.connect(database_url) as conn:
+        return Emptying.read(conn)
+
+
 @pytest.fixture
-def db(database_url: str) -> Iterator[Database]:
+def db(database_url: str, emptying: Emptying) -> Iterator[Database]:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE".encode())
+        emptying.empty(conn)
     database = Database(database_url)
     yield database
     database.close()

@@ -72,10 +72,14 @@ class PlainContext:
         invalid = []
         for model in self.step.models:
             settings = _settings()
-            planned = plan_call(settings.provider_table.model(model), messages, schema,
-                                step=self.step.name,
-                                max_tokens=self.step.max_tokens or settings.default_max_tokens,
-                                reason=RouteReason.PREFERRED)  # fmt: skip
+            planned = plan_call(
+                settings.provider_table.model(model),
+                messages,
+                schema,
+                step=self.step.name,
+                max_tokens=self.step.max_tokens or settings.default_max_tokens,
+                reason=RouteReason.PREFERRED,
+            )
             completion = self.llm.chat(planned.request)
             try:
                 return read_answer(completion, schema, planned)

@@ -10,7 +10,11 @@ never load it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +30,9 @@ from docpipe.state.migrate import apply_migrations
 from docpipe.state.tenants import create_api_key
 from docpipe_dev.localstack import LocalRedis
 from docpipe_dev.processes import beat_argv
-from tests.fakellm import FakeLLM
-from tests.processes import FAST_TIMINGS, ProcessGroup
-from tests.servers import create_database
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import FAST_TIMINGS, ProcessGroup
+from tests.support.servers import create_database
 
 AXE = next((Path(__file__).parent / "vendor").glob("axe-core-*/axe.min.js"))
 CHROMIUM_ARGS = [
@@ -40,6 +44,49 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 TENANT = "acme"
+# Closing a page, a context or the browser waits on Chromium without a time limit of its own.
+CLOSE_WITHIN_S = 60
+
+
+def chromium_pids() -> list[int]:
+    """Chromium's processes started under this test process (through Playwright's driver)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+            parents[int(entry.name)] = int(rest.split()[1])
+            names[int(entry.name)] = name
+
+    def under_us(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return [pid for pid, name in names.items() if "chrom" in name and under_us(pid)]
+
+
+@contextlib.contextmanager
+def chromium_killed_if_stuck() -> Iterator[None]:
+    """A wedged Chromium once held a teardown past pytest's 300 s timeout in CI, failing the
+    run. Past CLOSE_WITHIN_S its processes are killed, which ends Playwright's wait at once."""
+
+    def kill() -> None:
+        for pid in chromium_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    timer = threading.Timer(CLOSE_WITHIN_S, kill)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 # Package scope, not session: Playwright's sync API keeps its event loop marked as running in
@@ -52,7 +99,8 @@ def chromium() -> Iterator[Browser]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
-        browser.close()
+        with chromium_killed_if_stuck():
+            browser.close()
 
 
 @dataclass(frozen=True)
@@ -100,8 +148,13 @@ def ui_stack(
         processes.start_worker("interactive", concurrency=2)
         processes.start_worker("batch", concurrency=1)
         processes.start("beat", beat_argv(), r"beat: Starting")
-        yield UiStack(url, db, create_api_key(db, TENANT, "Ada Reviewer").plaintext,
-                      create_api_key(db, "globex", "Grace").plaintext, processes)  # fmt: skip
+        yield UiStack(
+            url,
+            db,
+            create_api_key(db, TENANT, "Ada Reviewer").plaintext,
+            create_api_key(db, "globex", "Grace").plaintext,
+            processes,
+        )
     finally:
         processes.stop_all()
         db.close()
@@ -123,7 +176,8 @@ def signed_in(chromium: Browser, ui_stack: UiStack) -> Iterator[BrowserContext]:
     sign_in(page, ui_stack)
     page.close()
     yield context
-    context.close()
+    with chromium_killed_if_stuck():
+        context.close()
 
 
 @pytest.fixture
@@ -140,7 +194,8 @@ def page(signed_in: BrowserContext) -> Iterator[Page]:
 
     opened.on("console", on_console)
     yield opened
-    opened.close()
+    with chromium_killed_if_stuck():
+        opened.close()
     assert problems == [], problems
 
 

@@ -15,8 +15,8 @@ from playwright.sync_api import Page, expect
 from docpipe_dev.sample_files import contract_scan
 from tests.browser.conftest import UiStack, axe_violations
 from tests.browser.test_pages import CONTRACT
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 
 def run_in_review(stack: UiStack, fake: FakeLLM, text: str = CONTRACT) -> str:
@@ -27,8 +27,12 @@ def run_in_review(stack: UiStack, fake: FakeLLM, text: str = CONTRACT) -> str:
     fake.add_fault("invented_quote", count=1, step="extract_fields")
     document_id = f"doc-{uuid.uuid4().hex[:8]}"
     text += f"\nReference {document_id}.\n"
-    stored = stack.api("PUT", f"/documents/{document_id}", content=text.encode(),
-                       headers={"Content-Type": "text/plain"})  # fmt: skip
+    stored = stack.api(
+        "PUT",
+        f"/documents/{document_id}",
+        content=text.encode(),
+        headers={"Content-Type": "text/plain"},
+    )
     assert stored.status_code in (200, 201), stored.text
     run_id = str(stack.api("POST", f"/documents/{document_id}/extract").json()["run_id"])
 
@@ -46,7 +50,7 @@ def test_a_review_is_found_in_the_queue_and_its_quotes_shown_in_the_text(
 ) -> None:
     run_id = run_in_review(ui_stack, fake_llm_server)
     page.goto(f"{ui_stack.url}/ui/")
-    page.get_by_role("link", name="Open the review queue").click()
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Reviews").click()
     row = page.get_by_role("row").filter(has_text=run_id[:8])
     expect(row).to_contain_text("extract_fields")
     expect(row).to_contain_text("rule")
@@ -54,7 +58,7 @@ def test_a_review_is_found_in_the_queue_and_its_quotes_shown_in_the_text(
     assert axe_violations(page) == []
     row.get_by_role("link", name=f"Review {run_id[:8]}").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text(run_id)
-    expect(page.get_by_text("✗ unsupported: not found in the document").first).to_be_visible()
+    expect(page.get_by_text("✗ quote not in the document").first).to_be_visible()
     assert axe_violations(page) == []
 
     # A supported value's quote, by its button and by clicking the value itself.
@@ -97,7 +101,7 @@ def test_a_corrected_field_and_an_added_party_are_approved_and_the_run_ends_done
     new_item = parties.locator("[data-item]").last
     new_item.get_by_label(re.compile("^Name")).fill("Gamma Logistics <b>AG</b>")
     new_item.get_by_label(re.compile("^Role")).fill("carrier")
-    page.get_by_role("button", name="Approve").click()
+    page.get_by_role("button", name="Approve", exact=True).click()
     page.wait_for_url(f"{ui_stack.url}/ui/runs/{run_id}")
     expect(page.locator('[data-run="status"]')).to_have_text("done", timeout=60_000)
     result = ui_stack.api("GET", f"/runs/{run_id}").json()
@@ -106,8 +110,9 @@ def test_a_corrected_field_and_an_added_party_are_approved_and_the_run_ends_done
     assert fields["parties"][-1] == {"name": "Gamma Logistics <b>AG</b>", "role": "carrier"}
     (decision,) = result["decisions"]
     assert (decision["action"], decision["reviewer_name"]) == ("approve", "Ada Reviewer")
-    expect(page.get_by_role("cell", name="Gamma Logistics <b>AG</b>", exact=False).first
-           ).to_be_visible()  # fmt: skip
+    expect(
+        page.get_by_role("cell", name="Gamma Logistics <b>AG</b>", exact=False).first
+    ).to_be_visible()
 
 
 def test_an_edit_that_breaks_the_schema_is_shown_next_to_the_field(
@@ -119,7 +124,7 @@ def test_an_edit_that_breaks_the_schema_is_shown_next_to_the_field(
     currency.get_by_label(re.compile("^Currency")).fill("euros")
     page.get_by_label("Term months", exact=True).fill("36")
     with page.expect_response(f"{ui_stack.url}/ui/reviews/{run_id}") as answer:
-        page.get_by_role("button", name="Approve").click()
+        page.get_by_role("button", name="Approve", exact=True).click()
     assert answer.value.status == 422
     expect(page.get_by_role("alert").first).to_contain_text("breaks step extract_fields's schema")
     expect(currency.locator(".field-error")).to_contain_text("does not match")
@@ -140,11 +145,11 @@ def test_a_stale_form_shows_the_409_on_the_page(
     other = page.context.new_page()
     other.goto(f"{ui_stack.url}/ui/reviews/{run_id}")
     other.get_by_label("Why reject it").fill("a duplicate")
-    other.get_by_role("button", name="Reject").click()
+    other.get_by_role("button", name="Reject", exact=True).click()
     other.wait_for_url(f"{ui_stack.url}/ui/runs/{run_id}")
     other.close()
     with page.expect_response(f"{ui_stack.url}/ui/reviews/{run_id}") as answer:
-        page.get_by_role("button", name="Approve").click()
+        page.get_by_role("button", name="Approve", exact=True).click()
     assert answer.value.status == 409
     expect(page.get_by_role("alert")).to_contain_text("Ada Reviewer decided reject")
     expect(page.get_by_role("alert")).to_contain_text("Nothing was decided")
@@ -172,14 +177,21 @@ def test_a_scanned_contracts_review_shows_a_values_quote_boxed_on_the_page_image
     fake_llm_server.reset()
     fake_llm_server.add_fault("invented_quote", count=1, step="extract_fields")
     document_id = f"scan-{uuid.uuid4().hex[:8]}"
-    stored = ui_stack.api("PUT", f"/documents/{document_id}", content=contract_scan(SCANNED),
-                          headers={"Content-Type": "application/pdf"})  # fmt: skip
+    stored = ui_stack.api(
+        "PUT",
+        f"/documents/{document_id}",
+        content=contract_scan(SCANNED),
+        headers={"Content-Type": "application/pdf"},
+    )
     assert stored.status_code in (200, 201), stored.text
     run_id = ui_stack.api("POST", f"/documents/{document_id}/extract").json()["run_id"]
-    wait_until(lambda: ui_stack.api("GET", f"/runs/{run_id}").json()["status"] == "needs_review",
-               timeout_s=120, every_s=0.5)  # fmt: skip
+    wait_until(
+        lambda: ui_stack.api("GET", f"/runs/{run_id}").json()["status"] == "needs_review",
+        timeout_s=120,
+        every_s=0.5,
+    )
     page.goto(f"{ui_stack.url}/ui/reviews/{run_id}")
-    expect(page.locator(".facts")).to_contain_text(f"{document_id} (pdf)")
+    expect(page.locator(".review-head .meta")).to_contain_text(f"{document_id} (pdf)")
     # The page as an image is asked for first (GET /documents/{id}/pages/{n}).
     assert page.locator("#page-image").get_attribute("src") == (
         f"/ui/documents/{document_id}/pages/1"

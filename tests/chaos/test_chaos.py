@@ -15,10 +15,11 @@ import httpx
 import pytest
 import redis
 
+from docpipe_dev.hostile.corpus import CORPUS
 from docpipe_dev.localstack import free_port
 from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv
 from tests.chaos.invariants import CONTRACTS, ChaosStack, check_invariants
-from tests.receivers import RawReceiver
+from tests.support.receivers import RawReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +74,62 @@ def test_random_sigkills_of_workers_during_a_200_document_batch(chaos: ChaosStac
         hanging.stop()
 
 
+# The threads scenario: fewer kills (each takes a whole worker and all its steps).
+_THREADS_KILLS = 10
+
+
+@pytest.mark.threads_pools
+@pytest.mark.timeout(_WARMUP_S + _THREADS_KILLS * (_READY_S + _PAUSE_MAX_S) + _DRAIN_S + 120)
+def test_random_sigkills_of_threads_workers_holding_many_steps_each(chaos: ChaosStack) -> None:
+    """Both lanes on the threads pool, each process holding many steps in flight: whole
+    workers SIGKILLed at random during a 200-document batch (a node loss; there is no pool
+    child to lose). Every run ends done, nothing is paid twice, nothing is lost."""
+    chaos.submit_batch(200)
+    for i in range(10):
+        chaos.client.put_document(f"solo-{i}", CONTRACTS[i].text)
+        chaos.client.extract(f"solo-{i}")
+    rng = random.Random(11)
+    chaos.wait_until(lambda: chaos.steps_done() >= 20, timeout_s=_WARMUP_S)
+    held: list[int] = []
+    while chaos.faults < _THREADS_KILLS:
+        name = rng.choice(["worker-batch", "worker-batch", "worker-interactive"])
+        worker = next(p for p in chaos.stack.processes if p.name == name)
+        assert worker.alive(), f"{name} died on its own:\n{worker.log_text()[-3000:]}"
+        worker.wait_for_log(r"\bready\.", timeout_s=_READY_S)
+        held.append(steps_held_by(chaos, worker.pid))
+        chaos.stack.replace(name, kill=True)
+        chaos.faults += 1
+        time.sleep(rng.uniform(0.5, _PAUSE_MAX_S))
+    chaos.wait_for_all_runs(timeout_s=_DRAIN_S)
+    assert_clean(chaos, f"{_THREADS_KILLS} SIGKILLs of threads workers (steps held: {held})")
+    assert max(held) > 1, f"no kill found more than one step in flight in a process: {held}"
+
+
+@pytest.mark.threads_pools
+def test_a_sigterm_rolling_restart_of_threads_workers_during_a_batch(chaos: ChaosStack) -> None:
+    """SIGTERM drains a threads worker's steps in flight (or hands them back) before it
+    exits; the restarted worker finishes the batch."""
+    chaos.submit_batch(60)
+    chaos.wait_until(lambda: chaos.steps_done() >= 20)
+    for name in ("worker-batch", "worker-interactive", "worker-batch"):
+        chaos.stack.replace(name, kill=False)
+        chaos.faults += 1
+        time.sleep(2)
+    chaos.wait_for_all_runs()
+    assert_clean(chaos, "SIGTERM rolling restart of threads workers")
+
+
+def steps_held_by(chaos: ChaosStack, pid: int) -> int:
+    """Steps running under a lease of the worker process ``pid`` (owner host:pid:nonce)."""
+    return int(
+        chaos.scalar(
+            "SELECT count(*) FROM pipeline_step_result WHERE status = 'running'"
+            " AND split_part(lease_owner, ':', 2) = %s",
+            str(pid),
+        )
+    )
+
+
 def assert_webhooks_cut_off_and_retried(
     chaos: ChaosStack, receiver: RawReceiver, deliveries: int
 ) -> None:
@@ -89,8 +146,9 @@ def assert_webhooks_cut_off_and_retried(
     rows = chaos.sql("SELECT attempts, last_error FROM webhook_delivery")
     assert len(rows) == deliveries
     assert {(r["attempts"], r["last_error"]) for r in rows} <= {
-        (attempts, "timeout"), (attempts, "interrupted"),
-    }  # fmt: skip
+        (attempts, "timeout"),
+        (attempts, "interrupted"),
+    }
     assert len(receiver.connections) >= deliveries * (attempts - 1), "retried"
     deadline_s = float(os.environ["DOCPIPE_WEBHOOK_TIMEOUT_S"])
     chaos.wait_until(lambda: len(receiver.closed()) == len(receiver.connections), timeout_s=30)
@@ -139,8 +197,9 @@ def test_two_beats_then_beat_killed_and_restarted(chaos: ChaosStack) -> None:
     chaos.submit_batch(40)
     stack = chaos.stack
     beat = stack.process("beat")
-    second = ManagedProcess("beat-2", beat_argv(), beat.log_path.with_name("beat-2.log"),
-                            env=beat.env).start()  # fmt: skip
+    second = ManagedProcess(
+        "beat-2", beat_argv(), beat.log_path.with_name("beat-2.log"), env=beat.env
+    ).start()
     try:
         runs_before = chaos.scalar("SELECT runs FROM periodic_job WHERE name = 'sweep_outbox'")
         started = time.monotonic()
@@ -162,9 +221,12 @@ def test_the_api_killed_between_commit_and_publish(chaos: ChaosStack) -> None:
     headers = {"Authorization": f"Bearer {chaos.stack.api_key}"}
     for i in range(10):
         port = free_port()
-        api = ManagedProcess("api-crashing", api_argv(host="127.0.0.1", port=port),
-                             chaos.stack.process("api").log_path.with_name("api-crash.log"),
-                             env=env).start()  # fmt: skip
+        api = ManagedProcess(
+            "api-crashing",
+            api_argv(host="127.0.0.1", port=port),
+            chaos.stack.process("api").log_path.with_name("api-crash.log"),
+            env=env,
+        ).start()
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -297,15 +359,18 @@ def test_reviews_decided_while_workers_are_sigkilled(chaos: ChaosStack) -> None:
     decided: set[str] = set()
 
     def settled() -> bool:
-        waiting = chaos.scalar("SELECT count(*) FROM pipeline_run WHERE status IN "
-                               "('queued', 'running', 'needs_review')")  # fmt: skip
+        waiting = chaos.scalar(
+            "SELECT count(*) FROM pipeline_run WHERE status IN "
+            "('queued', 'running', 'needs_review')"
+        )
         return waiting == 0
 
     deadline = time.monotonic() + 240
     while not settled() and time.monotonic() < deadline:
         for review in chaos.client.reviews(limit="200")["reviews"]:
-            chaos.client.decide(review["run_id"],
-                                {"revision": review["revision"], "action": "approve"})  # fmt: skip
+            chaos.client.decide(
+                review["run_id"], {"revision": review["revision"], "action": "approve"}
+            )
             decided.add(review["run_id"])
             if chaos.faults < 6:  # a decision, then a kill: its next step meets the crash
                 name = rng.choice(["worker-batch", "worker-interactive"])
@@ -317,6 +382,81 @@ def test_reviews_decided_while_workers_are_sigkilled(chaos: ChaosStack) -> None:
     assert decided and chaos.faults > 0, "runs paused for review, and workers were killed"
     once = chaos.sql("SELECT run_id::text, count(*) AS n FROM review_decision GROUP BY run_id")
     assert {r["run_id"] for r in once} == decided and all(r["n"] == 1 for r in once)
-    reviewed = chaos.scalar("SELECT count(*) FROM pipeline_step_result WHERE step = "
-                            "'extract_fields' AND review_decision_id IS NOT NULL")  # fmt: skip
+    reviewed = chaos.scalar(
+        "SELECT count(*) FROM pipeline_step_result WHERE step = "
+        "'extract_fields' AND review_decision_id IS NOT NULL"
+    )
     assert reviewed == len(decided)
+
+
+# The hostile corpus's files a worker reads (the API refuses the others at upload:
+# tests/integration/test_hostile_requests.py, tests/unit/test_extraction.py).
+_READ_BY_WORKERS = [f for f in CORPUS if not f.at_upload]
+
+
+@pytest.mark.timeout(_SCENARIO_TIMEOUT_S)
+@pytest.mark.parametrize(
+    "pool", ["prefork", pytest.param("threads", marks=pytest.mark.threads_pools)]
+)
+def test_hostile_documents_mixed_into_a_batch_fail_with_their_kind_and_no_worker_dies(
+    chaos: ChaosStack, pool: str
+) -> None:
+    """Under prefork each pool process meets several hostile files; under threads every
+    file of the batch is read at once in the one process of the batch lane."""
+    headers = {"Authorization": f"Bearer {chaos.stack.api_key}"}
+    with httpx.Client(base_url=chaos.stack.api_url, headers=headers, timeout=120) as api:
+        for hostile in _READ_BY_WORKERS:
+            stored = api.put(f"/documents/hostile-{hostile.name}", content=hostile.make())
+            assert stored.status_code == 201, (hostile.name, stored.text)
+    pools = {}
+    for name in ("worker-batch", "worker-interactive"):
+        chaos.stack.process(name).wait_for_log(r"\bready\.", timeout_s=60)
+        # A threads worker's children are the readers of PDFs, which come and go.
+        pools[name] = sorted(children(chaos.stack.process(name).pid)) if pool == "prefork" else []
+    # One hostile document after every second good one: each pool process meets several.
+    documents: list[dict[str, str]] = []
+    good = iter(range(len(CONTRACTS)))
+    for hostile in _READ_BY_WORKERS:
+        for i in (next(good), next(good)):
+            documents.append({"id": f"doc-{i}", "text": CONTRACTS[i].text})
+        documents.append({"id": f"hostile-{hostile.name}"})
+    batch_id = str(chaos.client.submit_batch(documents)["batch_id"])
+    chaos.wait_for_all_runs()
+    runs = {
+        r["document_id"]: r
+        for r in chaos.sql(
+            "SELECT r.id::text, r.document_id, r.status, r.error, s.status AS read"
+            " FROM pipeline_run r JOIN pipeline_step_result s"
+            " ON s.run_id = r.id AND s.step = 'extract_text' WHERE r.batch_id = %s",
+            batch_id,
+        )
+    }
+    assert len(runs) == len(documents)
+    hostile_runs = {f"hostile-{f.name}" for f in _READ_BY_WORKERS}
+    result = check_invariants(
+        chaos,
+        f"hostile documents mixed into a batch ({pool})",
+        judged_apart=[runs[d]["id"] for d in hostile_runs],
+    )
+    assert result.problems == []
+    ended = {}
+    for hostile in _READ_BY_WORKERS:
+        run = runs[f"hostile-{hostile.name}"]
+        if hostile.kind is None:  # read within its bounds: a document like any other
+            ended[hostile.name] = run["read"]
+        else:
+            kind = (run["error"] or "").split(":", 1)[0]
+            # A file that may meet the time bound before its own on a busy machine.
+            ended[hostile.name] = (run["status"], hostile.kind if kind == hostile.or_kind else kind)
+    assert ended == {
+        f.name: "done" if f.kind is None else ("failed", f.kind) for f in _READ_BY_WORKERS
+    }
+    assert all(r["status"] == "done" for d, r in runs.items() if d not in hostile_runs)
+    for name, before in pools.items():
+        worker = chaos.stack.process(name)
+        assert worker.alive(), f"{name} died:\n{worker.log_text()[-3000:]}"
+        if pool == "prefork":
+            assert sorted(children(worker.pid)) == before, f"a process of {name}'s pool died"
+    logs = worker_logs(chaos)
+    assert "WorkerLostError" not in logs
+    assert "restarting this worker process" not in logs, "a threads worker past a limit"

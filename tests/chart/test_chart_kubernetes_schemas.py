@@ -5,27 +5,34 @@ strict validation (unknown fields refused): core kinds against Kubernetes' OpenA
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import kubernetes_validate
 import pytest
-from cloudcoil.models.keda import v1alpha1 as keda
-from cloudcoil.models.prometheus_operator import v1 as monitoring
 from pydantic import BaseModel
 
 from tests.chart.helm import KUBE_VERSION, Obj, render, value_sets
 
-CRD_MODELS: dict[tuple[str, str], type[BaseModel]] = {
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): monitoring.ServiceMonitor,
-    ("monitoring.coreos.com/v1", "PodMonitor"): monitoring.PodMonitor,
-    ("monitoring.coreos.com/v1", "PrometheusRule"): monitoring.PrometheusRule,
-    ("keda.sh/v1alpha1", "ScaledObject"): keda.ScaledObject,
-    ("keda.sh/v1alpha1", "TriggerAuthentication"): keda.TriggerAuthentication,
-}
+
+@cache
+def crd_models() -> dict[tuple[str, str], type[BaseModel]]:
+    # Imported when a test runs, not when the suite is collected: the two model packages
+    # take seconds to import, which make test-fast (that leaves the chart out) would pay.
+    from cloudcoil.models.keda import v1alpha1 as keda
+    from cloudcoil.models.prometheus_operator import v1 as monitoring
+
+    return {
+        ("monitoring.coreos.com/v1", "ServiceMonitor"): monitoring.ServiceMonitor,
+        ("monitoring.coreos.com/v1", "PodMonitor"): monitoring.PodMonitor,
+        ("monitoring.coreos.com/v1", "PrometheusRule"): monitoring.PrometheusRule,
+        ("keda.sh/v1alpha1", "ScaledObject"): keda.ScaledObject,
+        ("keda.sh/v1alpha1", "TriggerAuthentication"): keda.TriggerAuthentication,
+    }
 
 
 def validate_custom_resource(obj: Obj) -> None:
-    model = CRD_MODELS[(obj["apiVersion"], obj["kind"])]
+    model = crd_models()[(obj["apiVersion"], obj["kind"])]
     parsed = model.model_validate(obj)
     round_trip = parsed.model_dump(mode="json", by_alias=True, exclude_none=True)
     assert normalised(round_trip) == normalised(obj), f"unknown or mistyped fields in {obj['kind']}"
@@ -48,7 +55,7 @@ def test_every_rendered_object_is_valid_kubernetes(name: str) -> None:
     objects = render(values, api_versions=api_versions)
     assert objects
     for obj in objects:
-        if (obj["apiVersion"], obj["kind"]) in CRD_MODELS:
+        if (obj["apiVersion"], obj["kind"]) in crd_models():
             validate_custom_resource(obj)
         else:
             kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)

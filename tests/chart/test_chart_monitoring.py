@@ -53,10 +53,11 @@ def test_monitors_scrape_the_ports_named_metrics() -> None:
     assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == ["metrics"]
     # The ServiceMonitor selects the API's metrics Service, never the public one.
     selected = [
-        service for service in of_kind(objects, "Service")
+        service
+        for service in of_kind(objects, "Service")
         if service_monitor["spec"]["selector"]["matchLabels"].items()
         <= service["metadata"]["labels"].items()
-    ]  # fmt: skip
+    ]
     assert [s["metadata"]["name"] for s in selected] == ["docpipe-api-metrics"]
     assert selected[0]["spec"]["ports"] == [
         {"name": "metrics", "port": 9808, "targetPort": "metrics", "protocol": "TCP"}
@@ -105,8 +106,10 @@ def test_keda_scales_each_pool_on_its_lane_queue_and_owns_its_replicas() -> None
     objects = render(values, api_versions=api_versions)
     scaled = {o["spec"]["scaleTargetRef"]["name"]: o for o in of_kind(objects, "ScaledObject")}
     assert set(scaled) == {"docpipe-worker-interactive", "docpipe-worker-batch"}
-    for name, lane_queue in (("docpipe-worker-interactive", "llm_interactive"),
-                             ("docpipe-worker-batch", "llm_batch")):  # fmt: skip
+    for name, lane_queue in (
+        ("docpipe-worker-interactive", "llm_interactive"),
+        ("docpipe-worker-batch", "llm_batch"),
+    ):
         trigger = scaled[name]["spec"]["triggers"][0]
         assert trigger["type"] == "redis"
         assert trigger["metadata"]["listName"] == lane_queue
@@ -143,8 +146,9 @@ def metrics_rules(objects: list[Obj]) -> dict[str, list[Obj]]:
 
 def test_metrics_ports_admit_only_the_monitoring_namespace_by_default() -> None:
     objects = render()
-    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name":
-                                                        "monitoring"}}}  # fmt: skip
+    monitoring = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    }
     assert metrics_rules(objects) == {c: [monitoring] for c in ("api", "worker", "beat")}
     # The API's public port stays open to clients, and is a rule of its own.
     api = named(objects, "NetworkPolicy", "docpipe-api")["spec"]["ingress"]
@@ -153,11 +157,15 @@ def test_metrics_ports_admit_only_the_monitoring_namespace_by_default() -> None:
 
 def test_the_scrapers_can_be_narrowed_to_some_pods_or_replaced() -> None:
     prometheus = {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
-    narrowed = render({"networkPolicy": {"metricsNamespace": "observability",
-                                         "metricsPodSelector": prometheus}})  # fmt: skip
-    expected = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name":
-                                                       "observability"}},
-                 "podSelector": prometheus}]  # fmt: skip
+    narrowed = render(
+        {"networkPolicy": {"metricsNamespace": "observability", "metricsPodSelector": prometheus}}
+    )
+    expected = [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+            "podSelector": prometheus,
+        }
+    ]
     assert set(metrics_rules(narrowed)) == {"api", "worker", "beat"}
     assert all(peers == expected for peers in metrics_rules(narrowed).values())
     values, api_versions = value_sets()["keda-hpa-monitoring"]

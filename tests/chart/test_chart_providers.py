@@ -16,13 +16,34 @@ from docpipe.settings import Settings
 from tests.chart.helm import chart, env_of, named, pod_specs, render
 
 PROVIDERS = [
-    {"name": "openai", "base_url": "https://api.openai.com/v1", "output_mode": "json_schema",
-     "models": {"gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.6, "rpm": 500,
-                                "tpm": 200000, "speed": "fast", "fallback": "backup-large"}}},
-    {"name": "local-vllm", "base_url": "http://vllm.llm.svc:8000/v1", "max_concurrency": 8,
-     "models": {"backup-large": {"input_per_mtok": 0, "output_per_mtok": 0,
-                                 "upstream_name": "Qwen/Qwen2.5-7B-Instruct"}}},
-]  # fmt: skip
+    {
+        "name": "openai",
+        "base_url": "https://api.openai.com/v1",
+        "output_mode": "json_schema",
+        "models": {
+            "gpt-4o-mini": {
+                "input_per_mtok": 0.15,
+                "output_per_mtok": 0.6,
+                "rpm": 500,
+                "tpm": 200000,
+                "speed": "fast",
+                "fallback": "backup-large",
+            }
+        },
+    },
+    {
+        "name": "local-vllm",
+        "base_url": "http://vllm.llm.svc:8000/v1",
+        "max_concurrency": 8,
+        "models": {
+            "backup-large": {
+                "input_per_mtok": 0,
+                "output_per_mtok": 0,
+                "upstream_name": "Qwen/Qwen2.5-7B-Instruct",
+            }
+        },
+    },
+]
 VALUES = {
     "fakeLlm": {"enabled": False},
     "config": {"llmBaseUrl": "", "providers": PROVIDERS},
@@ -56,8 +77,10 @@ def test_what_renders_is_accepted_by_the_library_at_start_up(
 ) -> None:
     objects = render(VALUES)
     env = dict(named(objects, "ConfigMap", "docpipe")["data"])
-    env |= {k: base64.b64decode(v).decode()
-            for k, v in named(objects, "Secret", "docpipe")["data"].items()}  # fmt: skip
+    env |= {
+        k: base64.b64decode(v).decode()
+        for k, v in named(objects, "Secret", "docpipe")["data"].items()
+    }
     for key in [k for k in os.environ if k.startswith("DOCPIPE_")]:
         monkeypatch.delenv(key)
     for key, value in env.items():
@@ -73,11 +96,14 @@ def test_what_renders_is_accepted_by_the_library_at_start_up(
         {"base_url": "http://x/v1", "models": {}},  # no name
         {"name": "Bad Name", "base_url": "http://x/v1", "models": {"m": {}}},
         {"name": "a", "base_url": "http://x/v1", "models": {"m": {"input_per_mtok": 1}}},
-        {"name": "a", "base_url": "http://x/v1", "models": {"m": {
-            "input_per_mtok": 1, "output_per_mtok": 1, "speed": "warp"}}},
+        {
+            "name": "a",
+            "base_url": "http://x/v1",
+            "models": {"m": {"input_per_mtok": 1, "output_per_mtok": 1, "speed": "warp"}},
+        },
         {"name": "a", "base_url": "http://x/v1", "apiKey": "sk-in-values", "models": {}},
     ],
-)  # fmt: skip
+)
 def test_the_schema_refuses_malformed_providers(provider: dict[str, Any]) -> None:
     with pytest.raises(helm_python.HelmValuesError):
         chart().validate_schema({"config": {"providers": [provider]}})

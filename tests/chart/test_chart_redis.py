@@ -71,11 +71,10 @@ def bundled_redis(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int
     (tmp_path / "redis.conf").write_text(conf)
     port = free_port()
     server = subprocess.Popen(
-        ["redis-server", str(tmp_path / "redis.conf"), "--port", str(port),
-         "--bind", "127.0.0.1"],
+        ["redis-server", str(tmp_path / "redis.conf"), "--port", str(port), "--bind", "127.0.0.1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    )
     try:
         yield server, port, secret
     finally:

@@ -16,10 +16,18 @@ from tests.chart.helm import chart, named, render, value_sets
 # Settings that are not plain ConfigMap entries: credentials (the Secret), the liveness file
 # (set per container), prices and the provider URL (their own config keys).
 NOT_IN_CONFIGMAP = {
-    "database_url", "lease_database_url", "redis_url", "llm_api_key", "secrets_key",
-    "liveness_file", "model_prices", "llm_base_url", "pipeline_modules", "pipelines_dir",
+    "database_url",
+    "lease_database_url",
+    "redis_url",
+    "llm_api_key",
+    "secrets_key",
+    "liveness_file",
+    "model_prices",
+    "llm_base_url",
+    "pipeline_modules",
+    "pipelines_dir",
     "providers",
-}  # fmt: skip
+}
 
 
 def field_of(env: str) -> str:
@@ -32,12 +40,26 @@ def test_every_library_setting_is_exposed_by_the_chart() -> None:
     # container (workers and beat); prices from config.modelPrices, pipeline modules from
     # config.pipelineModules, the pipelines folder from `pipelines` (each rendered when set);
     # the metrics server listens on every interface by default, as a pod's must; the OCR
-    # page time limit is rendered when set (unset: half the soft time limit).
+    # page time limit is rendered when set (unset: half the soft time limit), and so is the
+    # PDF page time limit (unset: a third of it); the worker pool's kind is set per
+    # worker Deployment (workers.<lane>.pool).
     exposed = {field_of(env) for env in data} | {
-        "database_url", "lease_database_url", "redis_url", "llm_api_key", "secrets_key",
-        "liveness_file", "metrics_port", "model_prices", "metrics_host", "pipeline_modules",
-        "pipelines_dir", "providers", "ocr_page_timeout_s",
-    }  # fmt: skip
+        "database_url",
+        "lease_database_url",
+        "redis_url",
+        "llm_api_key",
+        "secrets_key",
+        "liveness_file",
+        "metrics_port",
+        "model_prices",
+        "metrics_host",
+        "pipeline_modules",
+        "pipelines_dir",
+        "providers",
+        "ocr_page_timeout_s",
+        "pdf_page_timeout_s",
+        "worker_pool",
+    }
     missing = set(Settings.model_fields) - exposed
     assert missing == set(), f"add to the chart's config (values, schema, helpers): {missing}"
 
@@ -88,7 +110,11 @@ def test_rendered_configuration_is_accepted_by_the_library(
 
 def test_chart_config_keys_match_the_values_file() -> None:
     values_config = set(chart().values["config"]) - {
-        "llmBaseUrl", "modelPrices", "pipelineModules", "extraEnv", "providers"
-    }  # fmt: skip
+        "llmBaseUrl",
+        "modelPrices",
+        "pipelineModules",
+        "extraEnv",
+        "providers",
+    }
     data = named(render(), "ConfigMap", "docpipe")["data"]
     assert len(values_config) == len(data) - 1  # DOCPIPE_LLM_BASE_URL has its own key

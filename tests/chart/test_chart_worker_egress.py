@@ -13,9 +13,22 @@ import pytest
 from tests.chart.helm import KUBE_VERSION, Obj, named, render, values_file
 
 # Addresses a worker must never reach through the provider's or the webhooks' rule.
-INTERNAL = ["10.1.2.3", "172.20.0.1", "192.168.0.10", "127.0.0.1", "169.254.169.254",
-            "100.64.0.1", "0.0.0.1", "224.0.0.251", "::1", "fd00:ec2::254", "fe80::1",
-            "::ffff:10.0.0.1", "64:ff9b::a00:1", "168.63.129.16"]  # fmt: skip
+INTERNAL = [
+    "10.1.2.3",
+    "172.20.0.1",
+    "192.168.0.10",
+    "127.0.0.1",
+    "169.254.169.254",
+    "100.64.0.1",
+    "0.0.0.1",
+    "224.0.0.251",
+    "::1",
+    "fd00:ec2::254",
+    "fe80::1",
+    "::ffff:10.0.0.1",
+    "64:ff9b::a00:1",
+    "168.63.129.16",
+]
 PUBLIC = ["93.184.215.14", "8.8.8.8", "2606:4700::1111"]
 
 
@@ -37,14 +50,21 @@ def reachable(peers: list[Obj], address: str) -> bool:
 
 
 def rule_to_port(policy: Obj, port: int) -> Obj:
-    return next(r for r in policy["spec"]["egress"]
-                if any(p["port"] == port for p in r.get("ports", [])))  # fmt: skip
+    return next(
+        r for r in policy["spec"]["egress"] if any(p["port"] == port for p in r.get("ports", []))
+    )
 
 
 def webhook_rule(policy: Obj) -> Obj | None:
     """The rule to public addresses on any port: the webhooks'."""
-    return next((r for r in policy["spec"]["egress"]
-                 if "ports" not in r and "ipBlock" in r.get("to", [{}])[0]), None)  # fmt: skip
+    return next(
+        (
+            r
+            for r in policy["spec"]["egress"]
+            if "ports" not in r and "ipBlock" in r.get("to", [{}])[0]
+        ),
+        None,
+    )
 
 
 def test_workers_reach_dns_and_the_bundled_stores_only_by_their_pods() -> None:
@@ -91,15 +111,29 @@ def test_the_fake_provider_is_reached_by_its_pods_on_its_port() -> None:
 def test_external_stores_an_in_cluster_provider_and_extra_rules_are_configurable() -> None:
     database = [{"ipBlock": {"cidr": "10.0.5.0/24"}}]
     provider = [{"namespaceSelector": {"matchLabels": {"name": "vllm"}}}]
-    collector = {"to": [{"namespaceSelector": {"matchLabels": {"name": "otel"}}}],
-                 "ports": [{"port": 4318, "protocol": "TCP"}]}  # fmt: skip
-    policy = worker_policy({
-        "postgresql": {"enabled": False}, "redis": {"enabled": False},
-        "secrets": {"databaseUrl": "postgresql://u:p@10.0.5.4:6432/d", "redisUrl": "redis://r:6379/0"},
-        "networkPolicy": {"workerEgress": {"databaseTo": database, "databasePort": 6432,
-                                           "providerTo": provider, "providerPorts": [8000],
-                                           "extraEgress": [collector]}},
-    })  # fmt: skip
+    collector = {
+        "to": [{"namespaceSelector": {"matchLabels": {"name": "otel"}}}],
+        "ports": [{"port": 4318, "protocol": "TCP"}],
+    }
+    policy = worker_policy(
+        {
+            "postgresql": {"enabled": False},
+            "redis": {"enabled": False},
+            "secrets": {
+                "databaseUrl": "postgresql://u:p@10.0.5.4:6432/d",
+                "redisUrl": "redis://r:6379/0",
+            },
+            "networkPolicy": {
+                "workerEgress": {
+                    "databaseTo": database,
+                    "databasePort": 6432,
+                    "providerTo": provider,
+                    "providerPorts": [8000],
+                    "extraEgress": [collector],
+                }
+            },
+        }
+    )
     assert rule_to_port(policy, 6432)["to"] == database
     assert "to" not in rule_to_port(policy, 6379), "any peer, on Redis' port only"
     assert rule_to_port(policy, 8000)["to"] == provider

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import helm_python
 import jmespath
 import pytest
 
@@ -51,8 +52,12 @@ def test_beat_is_a_singleton_replaced_with_recreate(rendered: list[Obj]) -> None
     beat = named(rendered, "Deployment", "docpipe-beat")
     assert beat["spec"]["replicas"] == 1
     assert beat["spec"]["strategy"] == {"type": "Recreate"}
-    assert not [o for o in rendered if o["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")
-                and o["spec"]["scaleTargetRef"]["name"] == beat["metadata"]["name"]]  # fmt: skip
+    assert not [
+        o
+        for o in rendered
+        if o["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")
+        and o["spec"]["scaleTargetRef"]["name"] == beat["metadata"]["name"]
+    ]
 
 
 def test_worker_grace_period_outlasts_the_hard_time_limit_and_the_soft_shutdown(
@@ -222,9 +227,14 @@ def test_migrations_run_as_a_post_install_hook_by_default() -> None:
 def test_bundled_services_get_generated_credentials_in_one_secret() -> None:
     secret = named(render(), "Secret", "docpipe")
     assert set(secret["data"]) == {
-        "DOCPIPE_DATABASE_URL", "DOCPIPE_REDIS_URL", "DOCPIPE_LLM_API_KEY",
-        "DOCPIPE_SECRETS_KEY", "postgres-password", "redis-password", "redis-auth.conf",
-    }  # fmt: skip
+        "DOCPIPE_DATABASE_URL",
+        "DOCPIPE_REDIS_URL",
+        "DOCPIPE_LLM_API_KEY",
+        "DOCPIPE_SECRETS_KEY",
+        "postgres-password",
+        "redis-password",
+        "redis-auth.conf",
+    }
 
 
 def test_kind_values_point_the_workers_at_the_fake_provider() -> None:
@@ -239,3 +249,20 @@ def test_kind_values_point_the_workers_at_the_fake_provider() -> None:
     assert {(c["image"].rsplit(":", 1)[1], c["imagePullPolicy"]) for c in ours} == {
         ("dev", "Never")
     }
+
+
+def test_a_pool_of_threads_is_chosen_per_worker_deployment() -> None:
+    rendered = render({"workers": {"batch": {"pool": "threads"}}})
+    pools = {
+        d["metadata"]["labels"]["docpipe.io/pool"]: env_of(
+            d["spec"]["template"]["spec"]["containers"][0]
+        )
+        for d in of_kind(rendered, "Deployment")
+        if "docpipe.io/pool" in d["metadata"]["labels"]
+    }
+    assert {lane: env["DOCPIPE_WORKER_POOL"] for lane, env in pools.items()} == {
+        "interactive": "prefork",
+        "batch": "threads",
+    }
+    with pytest.raises(helm_python.HelmError, match="pool"):
+        render({"workers": {"batch": {"pool": "gevent"}}})

@@ -32,12 +32,23 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reached for the network would fail."""
     target = tmp_path_factory.mktemp("site")
     nowhere = "http://127.0.0.1:9"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "HTTP_PROXY": nowhere,
-           "HTTPS_PROXY": nowhere, "http_proxy": nowhere, "https_proxy": nowhere}  # fmt: skip
+    env = {
+        **os.environ,
+        "NO_MKDOCS_2_WARNING": "1",
+        "HTTP_PROXY": nowhere,
+        "HTTPS_PROXY": nowhere,
+        "http_proxy": nowhere,
+        "https_proxy": nowhere,
+    }
     built = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(target)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     return target
 
@@ -53,6 +64,7 @@ def test_everything_is_documented() -> None:
     assert missing == [], "\n".join(missing)
 
 
+@pytest.mark.slow  # the site build (make lint builds it too)
 def test_the_reference_pages_list_what_the_code_has(site: Path) -> None:
     settings_page = text_of(site, "reference/settings")
     for name, field in Settings.model_fields.items():
@@ -62,8 +74,10 @@ def test_the_reference_pages_list_what_the_code_has(site: Path) -> None:
     metrics_page = text_of(site, "reference/metrics")
     assert all(m.name in metrics_page for m in metrics.recorded() + metrics.scraped())
     cli_page = text_of(site, "reference/cli")
-    assert all(f"docpipe {c}" in cli_page for c in ("submit", "results", "batch cancel",
-                                                   "api-key revoke", "completion"))  # fmt: skip
+    assert all(
+        f"docpipe {c}" in cli_page
+        for c in ("submit", "results", "batch cancel", "api-key revoke", "completion")
+    )
     runbook = (site / "operations/runbook/index.html").read_text()
     for name, alert in alerts.alerts().items():
         assert f'id="{name.lower()}"' in runbook, name
@@ -86,11 +100,12 @@ def test_the_checks_name_what_is_missing_and_what_to_add(
     monkeypatch.setattr(Settings, "model_fields", fields)
     assert settings.undocumented() == [
         "setting DOCPIPE_LEASE_TTL_S has no description: add Field(description=...) to "
-        "`lease_ttl_s` in libs/common/src/docpipe/settings.py"
+        "`lease_ttl_s` in libs/common/src/docpipe/settings/leases.py"
     ]
 
-    monkeypatch.setattr(observability_metrics, "REVIEWS_DECIDED", "docpipe_reviews_decided_total",
-                        raising=False)  # fmt: skip
+    monkeypatch.setattr(
+        observability_metrics, "REVIEWS_DECIDED", "docpipe_reviews_decided_total", raising=False
+    )
     assert metrics.undocumented() == [
         "metric docpipe_reviews_decided_total is named in docpipe/observability/metrics.py "
         "but neither Metrics nor SCRAPED_GAUGES declares it: create it in Metrics.__init__, "
@@ -163,6 +178,7 @@ OLD_README_SECTIONS = {
 }
 
 
+@pytest.mark.slow  # the site build (make lint builds it too)
 def test_every_section_the_readme_had_has_a_page(site: Path) -> None:
     for heading, home in OLD_README_SECTIONS.items():
         page, _, anchor = home.partition("#")

@@ -11,16 +11,19 @@ import pytest
 from docpipe.state.db import Database
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.factories import scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.factories import scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 CONTRACT = sample_contracts(1)[0]
 
 
 def put_contract(api: str) -> None:
-    response = httpx.put(f"{api}/documents/contract-1", content=CONTRACT.text.encode(),
-                         headers={"Content-Type": "text/plain"})  # fmt: skip
+    response = httpx.put(
+        f"{api}/documents/contract-1",
+        content=CONTRACT.text.encode(),
+        headers={"Content-Type": "text/plain"},
+    )
     assert response.status_code in (200, 201), response.text
 
 

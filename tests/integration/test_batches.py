@@ -23,10 +23,10 @@ from docpipe.state.batches import BatchDocument, create_batch, stop_batch
 from docpipe.state.db import Database
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.factories import new_run, scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
-from tests.receivers import recording_receiver
+from tests.support.factories import new_run, scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
+from tests.support.receivers import recording_receiver
 
 CONTRACTS = sample_contracts(120)
 SECRETS_KEY = Fernet.generate_key().decode()
@@ -86,8 +86,10 @@ def test_a_batch_of_120_documents_is_accepted_at_once_and_fills_only_the_window(
     assert status["runs_by_status"] == {"queued": 120}
     # Each text document's extract_text is done as its run is created.
     assert (status["waiting_admission"], status["steps_done"], status["steps_total"]) == (
-        112, 120, 480,
-    )  # fmt: skip
+        112,
+        120,
+        480,
+    )
     assert status["status"] == "running"
     again = submit(client, batch_body(120), key="b-1")
     assert again["created"] is False
@@ -194,8 +196,15 @@ def test_oversized_and_non_json_batches_are_refused(
 
 
 def admitted(db: Database, tenant: str | None = None) -> int:
-    return int(scalar(db, "SELECT count(*) FROM pipeline_run WHERE admitted_at IS NOT NULL"
-                          " AND (%s::text IS NULL OR tenant_id = %s)", tenant, tenant))  # fmt: skip
+    return int(
+        scalar(
+            db,
+            "SELECT count(*) FROM pipeline_run WHERE admitted_at IS NOT NULL"
+            " AND (%s::text IS NULL OR tenant_id = %s)",
+            tenant,
+            tenant,
+        )
+    )
 
 
 def finish_admitted(db: Database, tenant: str, count: int) -> None:
@@ -224,8 +233,14 @@ def test_admission_fills_only_the_window_and_enqueues_first_steps(
 def create(db: Database, tenant: str, count: int, prefix: str) -> None:
     documents = [BatchDocument(f"{prefix}-{i}", CONTRACTS[i].text) for i in range(count)]
     with db.transaction() as tx:
-        create_batch(tx, tenant_id=tenant, pipeline=DOCUMENT_EXTRACT, documents=documents,
-                     idempotency_key=prefix, request={"prefix": prefix})  # fmt: skip
+        create_batch(
+            tx,
+            tenant_id=tenant,
+            pipeline=DOCUMENT_EXTRACT,
+            documents=documents,
+            idempotency_key=prefix,
+            request={"prefix": prefix},
+        )
 
 
 def test_admission_serves_the_least_served_tenant_first(db: Database, settings: Settings) -> None:
@@ -252,9 +267,13 @@ def test_admission_alternates_between_batches_of_one_tenant(
     create(db, "a", 20, "second")
     admit_batch_runs(db, window)
     with db.session() as s:
-        counts = [r["n"] for r in s.conn.execute(
-            b"SELECT count(*) AS n FROM pipeline_run WHERE admitted_at IS NOT NULL"
-            b" GROUP BY batch_id").fetchall()]  # fmt: skip
+        counts = [
+            r["n"]
+            for r in s.conn.execute(
+                b"SELECT count(*) AS n FROM pipeline_run WHERE admitted_at IS NOT NULL"
+                b" GROUP BY batch_id"
+            ).fetchall()
+        ]
     assert sorted(counts) == [3, 3]
 
 
@@ -266,14 +285,22 @@ def test_admission_takes_the_head_of_a_big_backlog_and_single_batch_lane_runs(
     single = new_run(db, tenant_id="b", lane="batch")
     admit_batch_runs(db, window)
     # Tenant b's one run (no batch) is a queue of its own, served like a batch would be.
-    assert scalar(db, "SELECT admitted_at IS NOT NULL FROM pipeline_run WHERE id = %s",
-                  single.run_id) is True  # fmt: skip
+    assert (
+        scalar(db, "SELECT admitted_at IS NOT NULL FROM pipeline_run WHERE id = %s", single.run_id)
+        is True
+    )
     # The big batch goes in creation order: its first runs, not any 3 of the 60.
-    first_three = scalar(db, "SELECT array_agg(id::text ORDER BY id::text) FROM (SELECT id"
-                             " FROM pipeline_run WHERE batch_id IS NOT NULL"
-                             " ORDER BY created_at, id LIMIT 3) f")  # fmt: skip
-    taken = scalar(db, "SELECT array_agg(id::text ORDER BY id::text) FROM pipeline_run"
-                       " WHERE batch_id IS NOT NULL AND admitted_at IS NOT NULL")  # fmt: skip
+    first_three = scalar(
+        db,
+        "SELECT array_agg(id::text ORDER BY id::text) FROM (SELECT id"
+        " FROM pipeline_run WHERE batch_id IS NOT NULL"
+        " ORDER BY created_at, id LIMIT 3) f",
+    )
+    taken = scalar(
+        db,
+        "SELECT array_agg(id::text ORDER BY id::text) FROM pipeline_run"
+        " WHERE batch_id IS NOT NULL AND admitted_at IS NOT NULL",
+    )
     assert taken == first_three
 
 
@@ -365,12 +392,18 @@ def test_a_big_batch_is_cancelled_while_its_workers_keep_paying_for_calls(
     cancelled = client.post(f"/batches/{batch_id}/cancel")
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["status"] == "cancelled"
-    active = scalar(db, "SELECT count(*) FROM pipeline_run WHERE batch_id = %s"
-                        " AND status IN ('queued', 'running')", batch_id)  # fmt: skip
+    active = scalar(
+        db,
+        "SELECT count(*) FROM pipeline_run WHERE batch_id = %s AND status IN ('queued', 'running')",
+        batch_id,
+    )
     assert active == 0
-    pending = scalar(db, "SELECT count(*) FROM pipeline_step_result s JOIN pipeline_run r"
-                         " ON r.id = s.run_id WHERE r.batch_id = %s AND s.status = 'pending'",
-                     batch_id)  # fmt: skip
+    pending = scalar(
+        db,
+        "SELECT count(*) FROM pipeline_step_result s JOIN pipeline_run r"
+        " ON r.id = s.run_id WHERE r.batch_id = %s AND s.status = 'pending'",
+        batch_id,
+    )
     assert pending == 0
 
 
@@ -380,8 +413,9 @@ def test_a_cancel_that_cannot_lock_a_run_changes_nothing_and_says_retry(
     client = make_api_client()
     batch_id = submit(client, batch_body(3))["batch_id"]
     with db.transaction() as held:  # another writer keeps one run locked past every retry
-        held.conn.execute(b"SELECT 1 FROM pipeline_run WHERE batch_id = %s LIMIT 1 FOR UPDATE",
-                          (batch_id,))  # fmt: skip
+        held.conn.execute(
+            b"SELECT 1 FROM pipeline_run WHERE batch_id = %s LIMIT 1 FOR UPDATE", (batch_id,)
+        )
         busy = client.post(f"/batches/{batch_id}/cancel")
     assert busy.status_code == 503
     assert "nothing changed, retry" in busy.json()["detail"]
@@ -418,31 +452,46 @@ def test_a_finished_run_and_batch_call_their_webhooks_signed_with_retries(
     fake_llm: FakeLLM,
     batch_stack: Callable[..., None],
 ) -> None:
-    webhooks = {"webhooks_enabled": "true", "secrets_key": SECRETS_KEY,
-                "webhook_allowed_destinations": "127.0.0.1/32"}  # fmt: skip
+    webhooks = {
+        "webhooks_enabled": "true",
+        "secrets_key": SECRETS_KEY,
+        "webhook_allowed_destinations": "127.0.0.1/32",
+    }
     client = make_api_client(**webhooks)
     secret = client.post("/webhook-secret").json()["secret"]
     with recording_receiver(500) as (url, handler):
         batch_id = submit(client, batch_body(2, callback_url=url))["batch_id"]
-        batch_stack(DOCPIPE_WEBHOOK_RETRY_BASE_S="0.2",
-                    **{f"DOCPIPE_{k.upper()}": v for k, v in webhooks.items()})  # fmt: skip
-        wait_until(lambda: (client.get(f"/batches/{batch_id}").json()["webhook"] or {})
-                   .get("status") == "delivered", timeout_s=60)  # fmt: skip
+        batch_stack(
+            DOCPIPE_WEBHOOK_RETRY_BASE_S="0.2",
+            **{f"DOCPIPE_{k.upper()}": v for k, v in webhooks.items()},
+        )
+        wait_until(
+            lambda: (
+                (client.get(f"/batches/{batch_id}").json()["webhook"] or {}).get("status")
+                == "delivered"
+            ),
+            timeout_s=60,
+        )
     webhook = client.get(f"/batches/{batch_id}").json()["webhook"]
     assert (webhook["attempts"], webhook["last_status"]) == (2, 200), "the 500 was retried"
     failed, delivered = handler.received
     assert failed.headers["webhook-id"] == delivered.headers["webhook-id"], "one message id"
     event = Webhook(secret).verify(delivered.body, delivered.headers)
     assert (event["event"], event["batch_id"], event["status"]) == (
-        "batch.ended", batch_id, "done",
-    )  # fmt: skip
+        "batch.ended",
+        batch_id,
+        "done",
+    )
     assert event["runs_by_status"] == {"done": 2}
 
 
 def test_steps_are_the_pipelines_steps() -> None:
     assert DOCUMENT_EXTRACT.step_names == [
-        "extract_text", "extract_sections", "extract_fields", "summarize"
-    ]  # fmt: skip
+        "extract_text",
+        "extract_sections",
+        "extract_fields",
+        "summarize",
+    ]
 
 
 def test_stopping_a_batch_ends_its_runs_and_steps_once_and_only_for_its_tenant(
@@ -472,10 +521,12 @@ def test_a_run_of_a_cancelled_batch_cannot_be_retried_but_one_of_a_done_batch_re
     batch_id = str(scalar(db, "SELECT id FROM batch"))
     run_ids = sorted(run_ids_of(db, batch_id))
     with db.session() as s:  # one run finished, then the batch was cancelled
-        s.conn.execute(b"UPDATE pipeline_step_result SET status = 'done' WHERE run_id = %s",
-                       (run_ids[0],))  # fmt: skip
-        s.conn.execute(b"UPDATE pipeline_run SET status = 'done', steps_done = 3 WHERE id = %s",
-                       (run_ids[0],))  # fmt: skip
+        s.conn.execute(
+            b"UPDATE pipeline_step_result SET status = 'done' WHERE run_id = %s", (run_ids[0],)
+        )
+        s.conn.execute(
+            b"UPDATE pipeline_run SET status = 'done', steps_done = 3 WHERE id = %s", (run_ids[0],)
+        )
     stop_batch(db, "a", batch_id, status="cancelled", reason="test")
     with pytest.raises(ConflictError, match="cancelled; its runs stay stopped"):
         runs.restart_run(db, "a", run_ids[1], None, pipelines=catalog())

@@ -34,8 +34,8 @@ from docpipe_dev.big_requests import (
 )
 from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.processes import ManagedProcess, api_argv
-from tests.factories import scalar
-from tests.processes import ProcessFactory, wait_until
+from tests.support.factories import scalar
+from tests.support.processes import ProcessFactory, wait_until
 
 MB = 1_000_000
 MIB = 1024 * 1024
@@ -180,14 +180,21 @@ def _stored_document(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"start_at": "9999-12-31T23:59:59Z"}, "too far ahead: at most 604800 s (7 days, "
-         "DOCPIPE_MAX_START_DELAY_S) from now"),
-        ({"deadline_s": 8 * 86_400}, "deadline_s=691200 is beyond the limit of 604800 s "
-         "(7 days, DOCPIPE_MAX_DEADLINE_S)"),
-        ({"budget_usd": "100.01"}, "budget_usd=100.01 is more than a run may cost: the limit "
-         "is 100 (DOCPIPE_MAX_RUN_BUDGET_USD)"),
+        (
+            {"start_at": "9999-12-31T23:59:59Z"},
+            "too far ahead: at most 604800 s (7 days, DOCPIPE_MAX_START_DELAY_S) from now",
+        ),
+        (
+            {"deadline_s": 8 * 86_400},
+            "deadline_s=691200 is beyond the limit of 604800 s (7 days, DOCPIPE_MAX_DEADLINE_S)",
+        ),
+        (
+            {"budget_usd": "100.01"},
+            "budget_usd=100.01 is more than a run may cost: the limit "
+            "is 100 (DOCPIPE_MAX_RUN_BUDGET_USD)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_run_too_far_ahead_or_too_dear_is_refused_with_the_setting_named(
     make_api_client: Callable[..., TestClient],
     db: Database,

@@ -23,9 +23,9 @@ from docpipe.state.outbox import publish_outbox
 from docpipe_dev.localstack import LocalRedis
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.factories import new_run, scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.factories import new_run, scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 CONTRACT = max(sample_contracts(8), key=lambda c: c.text.count("\n"))
 SECTIONS = "extract_sections"  # one provider call, made by the step's own thread

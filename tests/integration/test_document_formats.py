@@ -19,14 +19,16 @@ from docpipe.settings import Settings
 from docpipe.state import documents
 from docpipe.state.db import Database
 from docpipe.state.documents import ORIGINAL_CHUNK_BYTES
+from docpipe_dev import word_xml
+from docpipe_dev.hostile import pdf as hostile_pdf
+from docpipe_dev.hostile import word as hostile_word
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.sample_files import contract_pdf_with_photos, contract_scan
 from docpipe_dev.samples import sample_contracts
-from tests import document_files as files
-from tests import word_files
-from tests.factories import scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support import document_files as files
+from tests.support.factories import scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "word"
 ENDED = ("done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded")
@@ -43,13 +45,20 @@ ONE_PAGE_CONTRACT = (
 
 
 def upload(api: str, document_id: str, data: bytes, content_type: str) -> httpx.Response:
-    return httpx.put(f"{api}/documents/{document_id}", content=data,
-                     headers={"Content-Type": content_type}, timeout=30)  # fmt: skip
+    return httpx.put(
+        f"{api}/documents/{document_id}",
+        content=data,
+        headers={"Content-Type": content_type},
+        timeout=30,
+    )
 
 
 def start_run(api: str, document_id: str) -> str:
-    started = httpx.post(f"{api}/documents/{document_id}/extract",
-                         headers={"Idempotency-Key": document_id}, timeout=10)  # fmt: skip
+    started = httpx.post(
+        f"{api}/documents/{document_id}/extract",
+        headers={"Idempotency-Key": document_id},
+        timeout=10,
+    )
     assert started.status_code == 202, started.text
     return str(started.json()["run_id"])
 
@@ -81,14 +90,21 @@ def test_each_format_ends_done_with_the_fields_of_its_text(
     start_worker("interactive", concurrency=2, **SLOW_OCR)
     start_beat()
     # Whatever Content-Type a client sends with a file, its bytes say what it is.
-    sent_as = {"text": "text/plain", "pdf": "application/octet-stream",
-               "docx": "application/pdf", "scan": "application/pdf",
-               "sideways": "application/pdf"}  # fmt: skip
+    sent_as = {
+        "text": "text/plain",
+        "pdf": "application/octet-stream",
+        "docx": "application/pdf",
+        "scan": "application/pdf",
+        "sideways": "application/pdf",
+    }
     runs = {}
     for fmt, content_type in sent_as.items():
         # Fed into the scanner on its side: its lines run up the page.
-        data = (contract_scan(CONTRACT.text, turned=270) if fmt == "sideways"
-                else files.contract_as(fmt, CONTRACT.text))  # fmt: skip
+        data = (
+            contract_scan(CONTRACT.text, turned=270)
+            if fmt == "sideways"
+            else files.contract_as(fmt, CONTRACT.text)
+        )
         stored = upload(api, f"contract-{fmt}", data, content_type)
         assert stored.status_code == 201, stored.text
         assert stored.json()["format"] == (fmt if fmt in ("text", "pdf", "docx") else "pdf")
@@ -127,10 +143,19 @@ def test_each_format_ends_done_with_the_fields_of_its_text(
     )
     # Every page was read once; a text layer's score is kept with the page, a scan has none.
     assert scalar(db, "SELECT max(attempts) FROM document_page") == 1
-    assert scalar(db, "SELECT min(text_layer_score) FROM document_page WHERE "
-                  "document_id = 'contract-pdf'") > 0.95  # fmt: skip
-    assert scalar(db, "SELECT count(text_layer_score) FROM document_page WHERE "
-                  "document_id = 'contract-scan'") == 0  # fmt: skip
+    assert (
+        scalar(
+            db, "SELECT min(text_layer_score) FROM document_page WHERE document_id = 'contract-pdf'"
+        )
+        > 0.95
+    )
+    assert (
+        scalar(
+            db,
+            "SELECT count(text_layer_score) FROM document_page WHERE document_id = 'contract-scan'",
+        )
+        == 0
+    )
 
 
 def test_a_scan_that_could_not_be_read_ends_in_review_naming_its_pages(
@@ -188,8 +213,10 @@ def test_a_worker_killed_during_ocr_redoes_only_the_page_in_flight(
     pages = status["result"]["extract_text"]["pages"]
     assert read_before < pages, "the kill came before the last page"
     with db.session() as s:
-        attempts = [r["attempts"] for r in s.conn.execute(
-            b"SELECT attempts FROM document_page ORDER BY page").fetchall()]  # fmt: skip
+        attempts = [
+            r["attempts"]
+            for r in s.conn.execute(b"SELECT attempts FROM document_page ORDER BY page").fetchall()
+        ]
     # Each page was read once, but the one on Tesseract when the worker died: twice.
     assert len(attempts) == pages
     assert sorted(attempts) == [1] * (pages - in_flight) + [2] * in_flight
@@ -208,8 +235,12 @@ def test_a_50_mb_pdf_goes_through_upload_extraction_and_the_pipeline(
     start_beat()
     big = contract_pdf_with_photos(CONTRACT.text, Settings().max_pdf_bytes)
     assert len(big) > 49_000_000
-    stored = httpx.put(f"{api}/documents/big", content=big, timeout=120,
-                       headers={"Content-Type": "application/pdf"})  # fmt: skip
+    stored = httpx.put(
+        f"{api}/documents/big",
+        content=big,
+        timeout=120,
+        headers={"Content-Type": "application/pdf"},
+    )
     assert stored.status_code == 201, stored.text
     assert (stored.json()["size_bytes"], stored.json()["format"]) == (len(big), "pdf")
     status = final_status(api, start_run(api, "big"))
@@ -225,8 +256,11 @@ BAD_FILES: list[tuple[str, str, Callable[[], bytes]]] = [
     ("format_mismatch", "pdf-header-on-text", files.pdf_header_on_text),
     ("too_many_pages", "three-pages", lambda: files.pdf_of_pages(["1. ONE\nText."] * 3)),
     ("decompression_bomb", "hidden-bomb", files.docx_hiding_a_bomb),
-    ("too_complex", "ten-thousand-text-boxes", word_files.many_text_boxes),
-    ("too_complex", "tables-a-thousand-deep", word_files.deeply_nested_tables),
+    ("too_complex", "ten-thousand-text-boxes", hostile_word.many_text_boxes),
+    ("too_complex", "tables-a-thousand-deep", hostile_word.deeply_nested_tables),
+    ("too_complex", "a-span-of-a-billion-columns", hostile_word.huge_grid_span),
+    ("too_much_text", "merged-down-five-thousand-rows", hostile_word.merged_down),
+    ("page_too_large", "ten-km-square-page", hostile_pdf.huge_page),
     ("empty_text", "blank", files.blank_pdf),
 ]
 
@@ -263,12 +297,17 @@ def test_every_bad_file_fails_with_its_own_kind_and_leaves_nothing_running(
 @pytest.mark.parametrize(
     ("body", "content_type", "status", "message"),
     [
-        (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "image/png", 415, "PDF or DOCX"),
-        (b"\x00\x01binary", "application/octet-stream", 415, "PDF or DOCX"),
-        (files.not_a_docx_zip(), "application/zip", 415, "PDF or DOCX"),
+        (
+            b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4,
+            "image/png",
+            422,
+            "the PNG cannot be read: corrupt: the image cannot be decoded (its header is damaged)",
+        ),
+        (b"\x00\x01binary", "application/octet-stream", 415, "send PDF, Word (DOCX), PNG"),
+        (files.not_a_docx_zip(), "application/zip", 415, "send PDF, Word (DOCX), PNG"),
         (files.docx_declaring_a_bomb(), "application/octet-stream", 422, "decompression_bomb"),
     ],
-    ids=["image", "binary", "zip-without-word-document", "declared-bomb"],
+    ids=["damaged-image", "binary", "zip-without-word-document", "declared-bomb"],
 )
 def test_files_the_api_can_judge_at_upload_are_refused(
     make_api_client: Callable[..., TestClient],
@@ -288,23 +327,25 @@ def test_files_the_api_can_judge_at_upload_are_refused(
 def test_each_format_is_held_to_its_own_size_limit_with_413_naming_it(
     make_api_client: Callable[..., TestClient], db: Database
 ) -> None:
-    client = make_api_client(max_document_bytes=100, max_pdf_bytes=30_000,
-                             max_docx_bytes=8_000)  # fmt: skip
+    client = make_api_client(max_document_bytes=100, max_pdf_bytes=30_000, max_docx_bytes=8_000)
     pdf, scan = files.contract_as("pdf", CONTRACT.text), files.contract_as("scan", CONTRACT.text)
     docx = (FIXTURES / "features.docx").read_bytes()
     assert len(pdf) < 30_000 < len(scan) and len(docx) > 8_000
     # A PDF or DOCX far over the text limit is stored: text's limit is not theirs.
-    small_docx = word_files.word_file(word_files.p("1. TERM"))
+    small_docx = word_xml.word_file(word_xml.p("1. TERM"))
     for name, data in (("pdf", pdf), ("small-docx", small_docx)):
         assert client.put(f"/documents/{name}", content=data).status_code == 201, name
-    cases = [(scan, "30000 bytes for a PDF (DOCPIPE_MAX_PDF_BYTES)"),
-             (docx, "8000 bytes for a DOCX (DOCPIPE_MAX_DOCX_BYTES)"),
-             (b"x" * 101, "100 bytes for a text (DOCPIPE_MAX_DOCUMENT_BYTES)")]  # fmt: skip
+    cases = [
+        (scan, "30000 bytes for a PDF (DOCPIPE_MAX_PDF_BYTES)"),
+        (docx, "8000 bytes for a DOCX (DOCPIPE_MAX_DOCX_BYTES)"),
+        (b"x" * 101, "100 bytes for a text (DOCPIPE_MAX_DOCUMENT_BYTES)"),
+    ]
     for data, limit in cases:
         # Declared: refused from Content-Length; chunked: as soon as the body passes it.
         for body in (data, iter([data[i : i + 4096] for i in range(0, len(data), 4096)])):
-            refused = client.put("/documents/big", content=body,
-                                 headers={"Content-Type": "text/plain"})  # fmt: skip
+            refused = client.put(
+                "/documents/big", content=body, headers={"Content-Type": "text/plain"}
+            )
             assert refused.status_code == 413, limit
             assert limit in refused.json()["detail"]
     assert scalar(db, "SELECT count(*) FROM document") == 2
@@ -328,9 +369,12 @@ def test_a_file_is_stored_in_chunks_and_read_back_whole(
     assert (body["size_bytes"], body["format"]) == (len(data), "pdf")
     # A file stored before migration 0020 kept its bytes in document.original.
     with db.transaction() as tx:
-        tx.conn.execute(b"INSERT INTO document (tenant_id, id, content, content_sha256, "
-                        b"size_bytes, format, original) VALUES ('default', 'old', '', 'x', "
-                        b"%s, 'pdf', %s)", (len(scan), scan))  # fmt: skip
+        tx.conn.execute(
+            b"INSERT INTO document (tenant_id, id, content, content_sha256, "
+            b"size_bytes, format, original) VALUES ('default', 'old', '', 'x', "
+            b"%s, 'pdf', %s)",
+            (len(scan), scan),
+        )
     assert copied(db, "old") == scan
 
 
@@ -351,7 +395,14 @@ def test_the_same_file_again_is_a_no_op_and_other_bytes_a_conflict(
     assert (first.status_code, again.status_code) == (201, 200)
     body = first.json()
     assert (body["format"], body["extracted"], body["pages"], body["ocr"]) == (
-        "pdf", False, None, None)  # fmt: skip
-    other = client.put("/documents/c", content=files.contract_as("docx", CONTRACT.text),
-                       headers={"Content-Type": "application/pdf"})  # fmt: skip
+        "pdf",
+        False,
+        None,
+        None,
+    )
+    other = client.put(
+        "/documents/c",
+        content=files.contract_as("docx", CONTRACT.text),
+        headers={"Content-Type": "application/pdf"},
+    )
     assert other.status_code == 409

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key
-from tests.factories import scalar
+from tests.support.factories import scalar
 
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
 
@@ -19,8 +19,11 @@ def bearer(db: Database, tenant: str) -> dict[str, str]:
 
 
 def store(client: TestClient, document_id: str, headers: dict[str, str]) -> None:
-    stored = client.put(f"/documents/{document_id}", content=TEXT.encode(),
-                        headers={"Content-Type": "text/plain", **headers})  # fmt: skip
+    stored = client.put(
+        f"/documents/{document_id}",
+        content=TEXT.encode(),
+        headers={"Content-Type": "text/plain", **headers},
+    )
     assert stored.status_code == 201
 
 

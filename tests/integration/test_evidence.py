@@ -13,8 +13,8 @@ from docpipe.pipelines.evidence import normalised
 from docpipe.state.db import Database
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 CONTRACT = sample_contracts(2)[1]
 ENDED = ("done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded")
@@ -22,8 +22,11 @@ ENDED = ("done", "failed", "needs_review", "cancelled", "expired", "budget_excee
 
 def extract(api: str) -> dict[str, Any]:
     """Upload the contract, start document_extract and wait for the run to end."""
-    stored = httpx.put(f"{api}/documents/contract", content=CONTRACT.text.encode(),
-                       headers={"Content-Type": "text/plain"})  # fmt: skip
+    stored = httpx.put(
+        f"{api}/documents/contract",
+        content=CONTRACT.text.encode(),
+        headers={"Content-Type": "text/plain"},
+    )
     assert stored.status_code == 201, stored.text
     assert stored.json()["sha256"] == hashlib.sha256(CONTRACT.text.encode()).hexdigest()
     started = httpx.post(f"{api}/documents/contract/extract")
@@ -75,8 +78,8 @@ def test_an_invented_quote_is_flagged_and_the_run_pauses_for_review_after_its_st
     run = extract(api)
     assert run["status"] == "needs_review"
     assert run["error"].startswith(
-        f"unsupported_evidence: {len(CONTRACT.expected)} value(s) whose quote is not in the "
-        "document (parties, "
+        f"unsupported_evidence: {len(CONTRACT.expected)} value(s) their quote does not "
+        "support: parties (quote not in the document), "
     )
     # It pauses after the step that read the values; the summary waits for a person.
     assert (run["steps_done"], run["steps_total"]) == (3, 4)

@@ -10,7 +10,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.fakellm import FakeLLM, start_fake_llm
+from tests.support.fakellm import FakeLLM, start_fake_llm
 
 SYSTEM = {"role": "system", "content": "You read invoices."}
 USER = {"role": "user", "content": "Invoice INV-20931 from Acme Ltd, total 1,250.00 EUR."}
@@ -93,8 +93,9 @@ def test_a_schema_strict_mode_refuses_is_a_400_the_client_raises(client: openai.
 
 def test_errors_map_to_the_clients_exceptions(client: openai.OpenAI, fake_server: FakeLLM) -> None:
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=fake_server.url + "/v1", api_key="wrong", max_retries=0)\
-            .models.list()  # fmt: skip
+        openai.OpenAI(
+            base_url=fake_server.url + "/v1", api_key="wrong", max_retries=0
+        ).models.list()
     fake_server.add_fault("429", retry_after=3)
     with pytest.raises(openai.RateLimitError) as limited:
         client.chat.completions.create(model="m", messages=[SYSTEM, USER])  # type: ignore[list-item]

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from docpipe_dev.samples import sample_contracts
-from tests.fakellm import FakeLLM, start_fake_llm
+from tests.support.fakellm import FakeLLM, start_fake_llm
 
 MODEL = "fake-model"
 CONTRACT = sample_contracts(1)[0]
@@ -190,9 +190,12 @@ def test_requests_the_steps_cannot_use_answer_400(
     refused = chat(fake, step, content)
     assert refused.status_code == 400
     assert refused.json() == {
-        "error": {"message": refused.json()["error"]["message"], "type": "invalid_request_error",
-                  "code": code}
-    }  # fmt: skip
+        "error": {
+            "message": refused.json()["error"]["message"],
+            "type": "invalid_request_error",
+            "code": code,
+        }
+    }
 
 
 @pytest.mark.parametrize(
@@ -206,13 +209,15 @@ def test_malformed_request_bodies_answer_400(fake: FakeLLM, body: bytes) -> None
 
 
 def test_latency_is_waited_concurrently(fake: FakeLLM) -> None:
-    fake.configure(latency_ms=[300, 300])
+    # One second each: waited one after another, 20 requests take 20 s; concurrently about 1.
+    # Half of the one-after-another time leaves room for any machine's load.
+    fake.configure(latency_ms=[1000, 1000])
     started = time.monotonic()
     with ThreadPoolExecutor(20) as pool:
         responses = list(pool.map(lambda _: chat(fake, "summarize", '{"fields": {}}'), range(20)))
     elapsed = time.monotonic() - started
     assert [response.status_code for response in responses] == [200] * 20
-    assert 0.3 <= elapsed < 2.0, f"20 requests of 300 ms took {elapsed:.2f}s"
+    assert 1.0 <= elapsed < 10.0, f"20 requests of 1 s took {elapsed:.2f}s"
 
 
 def test_stats_count_requests_by_step_and_status(fake: FakeLLM) -> None:
@@ -231,14 +236,27 @@ def test_stats_count_requests_by_step_and_status(fake: FakeLLM) -> None:
 
 def test_reset_restores_the_start_up_settings(fake: FakeLLM) -> None:
     unlimited = {"tpm": 0, "model_limits": {}, "rate_headers": True}
+    # The batch interface's start-up settings (as the provider documents its limits).
+    unlimited |= {
+        "batch_completion_s": 5.0,
+        "batch_window_s": None,
+        "batch_max_requests": 50_000,
+        "batch_max_bytes": 200 * 1024 * 1024,
+    }
     assert fake.configure(latency_ms=[5, 10], rpm=120) == {
-        "latency_ms": [5, 10], "rpm": 120, "burst": 0, **unlimited,
-    }  # fmt: skip
+        "latency_ms": [5, 10],
+        "rpm": 120,
+        "burst": 0,
+        **unlimited,
+    }
     fake.add_fault("500")
     fake.reset()
     assert fake.control("GET", "/control/config") == {
-        "latency_ms": [0, 0], "rpm": 0, "burst": 0, **unlimited,
-    }  # fmt: skip
+        "latency_ms": [0, 0],
+        "rpm": 0,
+        "burst": 0,
+        **unlimited,
+    }
     assert fake.pending_faults() == []
     assert fake.stats()["requests_total"] == 0
 

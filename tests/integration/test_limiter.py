@@ -6,16 +6,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 import pytest
 import redis
 
+from docpipe.broker.transport import redis_client
 from docpipe.errors import TransientLLMError
 from docpipe.providers.client import Completion
-from docpipe.providers.limiter import ProviderLimiter
+from docpipe.providers.limiter import CallTicket, ProviderLimiter
 from docpipe.settings import Settings
 from docpipe_dev.localstack import LocalRedis
-from tests.factories import script_calls
+from tests.support.factories import script_calls
+from tests.support.processes import wait_until
 
 MODEL = "gpt-4o-mini"
 
@@ -27,8 +30,9 @@ def limiter(broker: redis.Redis, **overrides: object) -> ProviderLimiter:
 
 @pytest.fixture
 def client(broker: redis.Redis, redis_server: LocalRedis) -> Iterator[redis.Redis]:
-    """A client whose pool (used from several threads here) is fully closed afterwards."""
-    own = redis.Redis.from_url(redis_server.url)
+    """A client as a worker makes it (used from several threads here), fully closed
+    afterwards."""
+    own = redis_client(Settings(redis_url=redis_server.url))
     yield own
     own.connection_pool.disconnect()
 
@@ -38,6 +42,7 @@ def test_concurrency_is_capped_across_processes(client: redis.Redis) -> None:
     in_flight = 0
     peak = 0
     lock = threading.Lock()
+    release = threading.Event()
 
     def call(gate: ProviderLimiter) -> None:
         nonlocal in_flight, peak
@@ -45,16 +50,61 @@ def test_concurrency_is_capped_across_processes(client: redis.Redis) -> None:
             with lock:
                 in_flight += 1
                 peak = max(peak, in_flight)
-            time.sleep(0.05)
+            release.wait(timeout=30)
             with lock:
                 in_flight -= 1
+
+    def three_hold_and_thirteen_wait() -> bool:
+        state = workers[0].state()
+        return (in_flight, state.in_flight, state.waiting_interactive) == (3, 3, 13)
 
     threads = [threading.Thread(target=call, args=(workers[i % 4],)) for i in range(16)]
     for t in threads:
         t.start()
+    try:
+        wait_until(three_hold_and_thirteen_wait, timeout_s=10, every_s=0.01)
+    finally:
+        release.set()
+        for t in threads:
+            t.join()
+    assert peak == 3
+
+
+def test_hundreds_of_threads_of_two_processes_stay_within_the_limits(
+    client: redis.Redis,
+) -> None:
+    """Two threads workers of 200 slots each, every slot calling at once: never more calls
+    than max_concurrency hold a slot, no more than the bucket allows start, every call gets
+    through, and no slot is left held."""
+    gates = [
+        limiter(client, provider_max_concurrency=25, provider_rpm=12_000, provider_burst=50)
+        for _ in range(2)
+    ]  # 200/s after a burst of 50
+    in_flight = peak = done = 0
+    lock = threading.Lock()
+    started = time.monotonic()
+
+    def call(gate: ProviderLimiter) -> None:
+        nonlocal in_flight, peak, done
+        with gate.slot(MODEL, "batch"):
+            with lock:
+                in_flight += 1
+                peak = max(peak, in_flight)
+            time.sleep(0.02)
+            with lock:
+                in_flight -= 1
+                done += 1
+
+    threads = [threading.Thread(target=call, args=(gates[i % 2],)) for i in range(400)]
+    for t in threads:
+        t.start()
     for t in threads:
         t.join()
-    assert peak == 3
+    elapsed = time.monotonic() - started
+    assert done == 400
+    assert peak <= 25
+    assert elapsed >= (400 - 50) / 200, "the bucket let more through than its rate"
+    assert gates[0].state().in_flight == 0
 
 
 def test_the_rate_is_a_shared_token_bucket(client: redis.Redis) -> None:
@@ -84,15 +134,14 @@ def test_interactive_calls_go_before_waiting_batch_calls(client: redis.Redis) ->
     def call(lane: str) -> None:
         with gate.slot(MODEL, lane):
             order.append(lane)
-            time.sleep(0.02)
 
     batch = [threading.Thread(target=call, args=("batch",)) for _ in range(3)]
     for t in batch:
         t.start()
-    time.sleep(0.2)  # the batch calls are waiting
+    wait_until(lambda: gate.state().waiting_batch == 3, timeout_s=10, every_s=0.01)
     interactive = threading.Thread(target=call, args=("interactive",))
     interactive.start()
-    time.sleep(0.2)
+    wait_until(lambda: gate.state().waiting_interactive == 1, timeout_s=10, every_s=0.01)
     holder.__exit__(None, None, None)
     for t in [*batch, interactive]:
         t.join()
@@ -101,8 +150,9 @@ def test_interactive_calls_go_before_waiting_batch_calls(client: redis.Redis) ->
 
 
 def test_batch_leaves_a_reserve_of_concurrency_to_interactive_calls(client: redis.Redis) -> None:
-    gate = limiter(client, provider_max_concurrency=4, limiter_interactive_reserve=0.25,
-                   limiter_max_wait_s=0.3)  # fmt: skip
+    gate = limiter(
+        client, provider_max_concurrency=4, limiter_interactive_reserve=0.25, limiter_max_wait_s=0.3
+    )
     held = [gate.slot(MODEL, "batch") for _ in range(3)]
     for slot in held:
         slot.__enter__()
@@ -128,10 +178,13 @@ def test_a_429_halves_the_rate_pauses_everyone_and_success_brings_it_back(
     # While calls succeed, a quarter of the configured rate comes back per second.
     partly = gate.state().allowed_rpm
     assert 300 < partly < 600
-    time.sleep(2)
-    with gate.slot(MODEL, "interactive"):
-        pass
-    assert gate.state().allowed_rpm == pytest.approx(600)
+
+    def recovered() -> bool:
+        with gate.slot(MODEL, "interactive"):
+            pass
+        return gate.state().allowed_rpm == pytest.approx(600)
+
+    wait_until(recovered, timeout_s=10, every_s=0.1)  # a quarter a second: 2 s at least
 
 
 def test_concurrent_429s_are_one_congestion_signal(client: redis.Redis) -> None:
@@ -165,10 +218,17 @@ def test_a_caller_that_cannot_get_a_slot_in_time_gives_up_transiently(
 
 
 def test_a_crashed_holder_frees_its_slot_after_the_slot_ttl(client: redis.Redis) -> None:
-    gate = limiter(client, provider_max_concurrency=1, llm_timeout_s=0.5,
-                   task_soft_time_limit_s=10.0, limiter_max_wait_s=8.0,
-                   database_statement_timeout_s=5.0, database_socket_timeout_s=5.0,
-                   database_pool_timeout_s=5.0, webhook_timeout_s=5.0)  # fmt: skip
+    gate = limiter(
+        client,
+        provider_max_concurrency=1,
+        llm_timeout_s=0.5,
+        task_soft_time_limit_s=10.0,
+        limiter_max_wait_s=8.0,
+        database_statement_timeout_s=5.0,
+        database_socket_timeout_s=5.0,
+        database_pool_timeout_s=5.0,
+        webhook_timeout_s=5.0,
+    )
     crashed = gate.slot(MODEL, "interactive")
     crashed.__enter__()  # never released: its worker died
     started = time.monotonic()
@@ -196,6 +256,17 @@ def test_without_redis_calls_are_let_through_at_once_and_say_so(
     assert "provider limiter unavailable; calling without it" in caplog.text
 
 
+def entered(slot: AbstractContextManager[CallTicket]) -> AbstractContextManager[CallTicket] | None:
+    """``slot`` taken, or None while the limiter makes its caller wait (throttled)."""
+    try:
+        slot.__enter__()
+    except TransientLLMError as refused:
+        if refused.kind != "throttled":
+            raise
+        return None
+    return slot
+
+
 def fail_with(gate: ProviderLimiter, kind: str) -> TransientLLMError:
     error = TransientLLMError("down", kind=kind)
     with pytest.raises(TransientLLMError), gate.slot(MODEL, "interactive"):
@@ -206,17 +277,16 @@ def fail_with(gate: ProviderLimiter, kind: str) -> TransientLLMError:
 def test_a_provider_outage_opens_the_breaker_and_probes_go_out_one_at_a_time(
     client: redis.Redis,
 ) -> None:
-    gate = limiter(client, limiter_breaker_failures=3, limiter_breaker_probe_s=0.5,
-                   limiter_max_wait_s=0.2)  # fmt: skip
+    gate = limiter(
+        client, limiter_breaker_failures=3, limiter_breaker_probe_s=0.5, limiter_max_wait_s=0.2
+    )
     for _ in range(3):  # three calls in a row find the provider down: they count
         assert fail_with(gate, "connection").counts_as_attempt
     with pytest.raises(TransientLLMError) as caught, gate.slot(MODEL, "interactive"):
         pass
     assert caught.value.kind == "throttled", "everyone waits while the breaker is open"
-    time.sleep(0.5)
-    # The pause is over: exactly one caller is let through as the probe ...
-    probe = gate.slot(MODEL, "interactive")
-    probe.__enter__()
+    # Once the pause is over, exactly one caller is let through as the probe ...
+    probe = wait_until(lambda: entered(gate.slot(MODEL, "interactive")), timeout_s=10)
     with pytest.raises(TransientLLMError) as waiting, gate.slot(MODEL, "batch"):
         pass
     assert waiting.value.kind == "throttled"
@@ -224,16 +294,23 @@ def test_a_provider_outage_opens_the_breaker_and_probes_go_out_one_at_a_time(
     still_down = TransientLLMError("down", kind="timeout")
     assert probe.__exit__(type(still_down), still_down, None) is False
     assert not still_down.counts_as_attempt
-    time.sleep(0.5)
-    with gate.slot(MODEL, "interactive"):  # the next probe succeeds: the breaker closes
-        pass
+    # The next probe, after the next pause, succeeds: the breaker closes.
+    next_probe = wait_until(lambda: entered(gate.slot(MODEL, "interactive")), timeout_s=10)
+    next_probe.__exit__(None, None, None)
     with gate.slot(MODEL, "batch"), gate.slot(MODEL, "interactive"):
         pass
 
 
 def answered(tokens_used: int, **rate_limits: float) -> Completion:
-    return Completion(content="{}", model=MODEL, input_tokens=tokens_used, output_tokens=0,
-                      latency_s=0.01, http_status=200, rate_limits=rate_limits)  # fmt: skip
+    return Completion(
+        content="{}",
+        model=MODEL,
+        input_tokens=tokens_used,
+        output_tokens=0,
+        latency_s=0.01,
+        http_status=200,
+        rate_limits=rate_limits,
+    )
 
 
 def test_a_tokens_per_minute_bucket_paces_calls_once_its_minute_is_spent(
@@ -266,8 +343,13 @@ def test_the_providers_headers_state_the_limit_and_what_is_left_before_any_429(
 ) -> None:
     gate = limiter(client, limiter_max_wait_s=5.0)  # no limit configured at all
     with gate.slot(MODEL, "interactive", 50) as ticket:
-        ticket.completion = answered(50, limit_requests=60, remaining_requests=0,
-                                     limit_tokens=60_000, remaining_tokens=59_000)  # fmt: skip
+        ticket.completion = answered(
+            50,
+            limit_requests=60,
+            remaining_requests=0,
+            limit_tokens=60_000,
+            remaining_tokens=59_000,
+        )
     (requests,) = [b for b in gate.bucket_states() if b.kind == "requests"]
     assert (requests.model, requests.limit_per_min) == (MODEL, 60)
     started = time.monotonic()

@@ -20,10 +20,10 @@ from docpipe.state.db import Database
 from docpipe_dev.localstack import LocalRedis
 from docpipe_dev.partition import NetworkNamespace, TcpForwarder
 from docpipe_dev.processes import ManagedProcess, worker_argv
-from tests.factories import scalar
-from tests.fakellm import FakeLLM
 from tests.integration.test_workers import calls, submit, wait_for_end
-from tests.processes import wait_until
+from tests.support.factories import scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 StartWorker = Callable[..., ManagedProcess]
 STEP2 = "extract_fields"
@@ -32,8 +32,11 @@ STEP2 = "extract_fields"
 LONG_LEASE = {"DOCPIPE_LEASE_TTL_S": "10", "DOCPIPE_HEARTBEAT_INTERVAL_S": "2"}
 # The partitioned worker's calls are answered once it is back (within its call timeout), so
 # that it does try to carry on with a step that is no longer its own.
-PATIENT = {"DOCPIPE_LLM_TIMEOUT_S": "15", "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "30",
-           "DOCPIPE_TASK_TIME_LIMIT_S": "50"}  # fmt: skip
+PATIENT = {
+    "DOCPIPE_LLM_TIMEOUT_S": "15",
+    "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "30",
+    "DOCPIPE_TASK_TIME_LIMIT_S": "50",
+}
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,9 @@ def step2_lease(db: Database) -> Lease | None:
     with db.session() as s:
         row = s.conn.execute(
             b"SELECT lease_owner, attempt, started_at, lease_expires_at FROM pipeline_step_result"
-            b" WHERE step = %s AND status = 'running'", (STEP2,),
-        ).fetchone()  # fmt: skip
+            b" WHERE step = %s AND status = 'running'",
+            (STEP2,),
+        ).fetchone()
     return Lease(*row.values()) if row else None
 
 
@@ -80,8 +84,9 @@ def test_a_killed_worker_loses_its_step_to_the_other_one_before_its_lease_expire
     victim = next(w for w in workers if w.pid == parent_of(first.pid))
     victim.kill_group()  # parent and pool process: no one puts its message back
 
-    second = wait_until(lambda: (lease := step2_lease(db)) and lease.attempt == 2 and lease,
-                        timeout_s=30)  # fmt: skip
+    second = wait_until(
+        lambda: (lease := step2_lease(db)) and lease.attempt == 2 and lease, timeout_s=30
+    )
     assert second.started_at < first.expires_at, "handed on before the lease could expire"
     survivor = next(w for w in workers if w is not victim)
     assert parent_of(second.pid) == survivor.pid
@@ -101,10 +106,14 @@ def cut_off_worker(
     """An interactive worker in a network namespace of its own, reaching this test's
     PostgreSQL, Redis and provider through forwarders on the host's end of its veth."""
     with NetworkNamespace() as ns:
-        ports = {"pg": psycopg.conninfo.conninfo_to_dict(database_url)["port"],
-                 "redis": redis_server.port, "llm": fake_llm_server.port}  # fmt: skip
-        forwarders = {name: TcpForwarder(ns.host_address, int(port))
-                      for name, port in ports.items()}  # fmt: skip
+        ports = {
+            "pg": psycopg.conninfo.conninfo_to_dict(database_url)["port"],
+            "redis": redis_server.port,
+            "llm": fake_llm_server.port,
+        }
+        forwarders = {
+            name: TcpForwarder(ns.host_address, int(port)) for name, port in ports.items()
+        }
         try:
             env = {
                 **stack_env,
@@ -144,8 +153,9 @@ def test_a_partitioned_worker_loses_its_step_after_its_lease_expires_and_is_refu
     assert first is not None and parent_of(first.pid) == partitioned.pid
     other = start_worker(concurrency=1, **PATIENT)
 
-    second = wait_until(lambda: (lease := step2_lease(db)) and lease.attempt == 2 and lease,
-                        timeout_s=60)  # fmt: skip
+    second = wait_until(
+        lambda: (lease := step2_lease(db)) and lease.attempt == 2 and lease, timeout_s=60
+    )
     assert parent_of(second.pid) == other.pid
     # Its session looked alive (no FIN crossed the partition): the lease had to expire.
     assert second.started_at >= first.expires_at
@@ -155,7 +165,12 @@ def test_a_partitioned_worker_loses_its_step_after_its_lease_expires_and_is_refu
     wait_until(lambda: re.search(refused, partitioned.log_text()), timeout_s=60)
     assert wait_for_end(db, run_id) == "done"
     assert scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = %s", STEP2) == 2
-    late = scalar(db, "SELECT count(*) FROM llm_call_log WHERE step = %s AND step_attempt = 1"
-                      " AND created_at > %s", STEP2, second.started_at)  # fmt: skip
+    late = scalar(
+        db,
+        "SELECT count(*) FROM llm_call_log WHERE step = %s AND step_attempt = 1"
+        " AND created_at > %s",
+        STEP2,
+        second.started_at,
+    )
     assert late == 0, "the partitioned worker sent no call once the step was taken over"
     assert calls(db, run_id, "extract_sections") == 1

@@ -20,7 +20,7 @@ from docpipe.state.migrate import (
     migrations,
 )
 from docpipe_dev.localstack import postgres_bindir
-from tests.servers import create_database
+from tests.support.servers import create_database
 
 
 def schema_dump(url: str) -> str:
@@ -36,6 +36,9 @@ def schema_dump(url: str) -> str:
             "--no-privileges",
             "--exclude-table",
             "docpipe_migration*",
+            # The call log's weekly partitions are named after the week they were made in.
+            "--exclude-table",
+            "llm_call_log_p2*",
             url,
         ],
         check=True,
@@ -150,8 +153,9 @@ def test_a_concurrent_index_migration_applies_outside_a_transaction_and_is_recor
     postgres_admin_url: str, tmp_path: Path
 ) -> None:
     url = create_database(postgres_admin_url, "docpipe_concurrently")
-    folder = write_migrations(tmp_path / "m", **{"0001_t": TABLE + FILL,
-                                                  "0002_index": CONCURRENT_INDEX})  # fmt: skip
+    folder = write_migrations(
+        tmp_path / "m", **{"0001_t": TABLE + FILL, "0002_index": CONCURRENT_INDEX}
+    )
     assert apply_migrations(url, folder=folder) == ["0001_t.sql", "0002_index.sql"]
     assert index_validity(url, "t_x_idx") is True
     assert applied(url) == ["0001_t.sql", "0002_index.sql"]
@@ -181,8 +185,9 @@ def test_concurrent_migrators_build_a_concurrent_index_once_without_deadlock(
     postgres_admin_url: str, tmp_path: Path
 ) -> None:
     url = create_database(postgres_admin_url, "docpipe_concurrent_race")
-    folder = write_migrations(tmp_path / "m", **{"0001_t": TABLE + FILL,
-                                                  "0002_index": CONCURRENT_INDEX})  # fmt: skip
+    folder = write_migrations(
+        tmp_path / "m", **{"0001_t": TABLE + FILL, "0002_index": CONCURRENT_INDEX}
+    )
     # Waiting inside pg_advisory_lock, the others would hold a snapshot that the index build
     # waits for: PostgreSQL would detect a deadlock and abort one of them.
     assert migrate_concurrently(url, 4, folder) == ["0001_t.sql", "0002_index.sql"]
@@ -192,12 +197,16 @@ def test_concurrent_migrators_build_a_concurrent_index_once_without_deadlock(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (x);\n",
-         "cannot run inside a transaction; start the file with the line"),
-        (f"{NO_TRANSACTION}\nCREATE INDEX CONCURRENTLY i ON t (x);\n",
-         r"write CREATE INDEX CONCURRENTLY IF NOT EXISTS \(i\)"),
+        (
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (x);\n",
+            "cannot run inside a transaction; start the file with the line",
+        ),
+        (
+            f"{NO_TRANSACTION}\nCREATE INDEX CONCURRENTLY i ON t (x);\n",
+            r"write CREATE INDEX CONCURRENTLY IF NOT EXISTS \(i\)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_migration_that_breaks_the_rules_is_refused_before_anything_runs(
     postgres_admin_url: str, tmp_path: Path, text: str, message: str
 ) -> None:
@@ -234,9 +243,11 @@ def test_warning_sentences_written_before_0025_become_warnings_with_kind_page_an
     apply_migrations(url)
     with psycopg.connect(url) as conn:
         document = conn.execute("SELECT extraction_warnings FROM document").fetchone()
-        pages = conn.execute("SELECT page, warnings, rotation FROM document_page "
-                             "ORDER BY page").fetchall()  # fmt: skip
+        pages = conn.execute(
+            "SELECT page, warnings, rotation FROM document_page ORDER BY page"
+        ).fetchall()
     structured_low = {"kind": "low_ocr_confidence", "page": 2, "value": 41.5, "message": low}
-    assert document == ([structured_low, {"kind": "reduced_resolution", "page": 3,
-                                          "value": 150, "message": large}],)  # fmt: skip
+    assert document == (
+        [structured_low, {"kind": "reduced_resolution", "page": 3, "value": 150, "message": large}],
+    )
     assert pages == [(0, [], 0), (1, [structured_low], 0)]

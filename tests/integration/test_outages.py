@@ -29,14 +29,19 @@ from docpipe.state.outbox import publish_outbox
 from docpipe.state.recovery import recover_stalled_work
 from docpipe.state.webhooks import RetryPolicy
 from docpipe_api.deps import RedisDep
+from docpipe_api.readiness import APPLICATION_NAME
 from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.partition import NetworkNamespace, postgres_in
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.factories import new_run, scalar
-from tests.fakellm import FakeLLM
-from tests.processes import use_celery_broker, wait_until
-from tests.servers import service_dir
+from tests.support.factories import new_run, scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import use_celery_broker, wait_until
+from tests.support.servers import service_dir
+
+# Slow: each outage is waited out to its clients' timeouts (about 35 s in all); make test-fast
+# leaves it out.
+pytestmark = pytest.mark.slow
 
 STEP1 = DOCUMENT_EXTRACT.step_names[1]  # a text document's extract_text is done with its run
 CONTRACTS = sample_contracts(6)
@@ -67,8 +72,38 @@ def test_readiness_asks_postgresql_only_so_a_redis_outage_keeps_the_api_in_servi
     client = make_api_client()
     with redis_down(redis_server):
         ready = client.get("/readyz")
-    assert (ready.status_code, ready.json()) == (200, {"status": "ready",
-                                                       "checks": {"postgres": "ok"}})  # fmt: skip
+    assert (ready.status_code, ready.json()) == (
+        200,
+        {"status": "ready", "checks": {"postgres": "ok"}},
+    )
+
+
+def test_readiness_keeps_its_connection_and_replaces_one_the_server_ended(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    """Opening a connection was most of a probe's time: the probes keep theirs, and one
+    PostgreSQL ended meanwhile (a restart, an administrator) costs no failed probe."""
+    client = make_api_client()
+
+    def probe_backends() -> list[int]:
+        with db.session() as s:
+            rows = s.conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+                " AND datname = current_database()",
+                (APPLICATION_NAME,),
+            ).fetchall()
+        return [row["pid"] for row in rows]
+
+    for _ in range(5):
+        assert client.get("/readyz").status_code == 200
+    [kept] = probe_backends()
+    with db.session() as s:
+        s.conn.execute("SELECT pg_terminate_backend(%s)", (kept,))
+    wait_until(lambda: not probe_backends())
+    ready = client.get("/readyz")
+    assert (ready.status_code, ready.json()["status"]) == (200, "ready")
+    [fresh] = probe_backends()
+    assert fresh != kept
 
 
 def test_readiness_names_no_error_to_the_caller_and_logs_it(
@@ -97,8 +132,11 @@ def test_with_redis_down_writes_are_accepted_and_run_once_it_is_back(
 ) -> None:
     client = make_api_client()
     with redis_down(redis_server):
-        stored = client.put("/documents/solo", content=CONTRACTS[0].text.encode(),
-                            headers={"Content-Type": "text/plain"})  # fmt: skip
+        stored = client.put(
+            "/documents/solo",
+            content=CONTRACTS[0].text.encode(),
+            headers={"Content-Type": "text/plain"},
+        )
         extracted = client.post("/documents/solo/extract", headers={"Idempotency-Key": "k"})
         documents = [{"id": f"b-{i}", "text": c.text} for i, c in enumerate(CONTRACTS[1:4])]
         batch = client.post("/batches", json={"documents": documents})
@@ -173,9 +211,23 @@ def silent_redis() -> Iterator[tuple[NetworkNamespace, Settings]]:
     """A Redis in a namespace of its own (not yet partitioned) and settings that use it."""
     with service_dir("silent-redis") as logs, NetworkNamespace() as ns:
         logs.mkdir()
-        ns.start("redis", ["redis-server", "--bind", ns.address, "--port", "6379", "--save", "",
-                           "--appendonly", "no", "--protected-mode", "no"],
-                 logs / "redis.log")  # fmt: skip
+        ns.start(
+            "redis",
+            [
+                "redis-server",
+                "--bind",
+                ns.address,
+                "--port",
+                "6379",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            logs / "redis.log",
+        )
         settings = Settings(redis_url=f"redis://{ns.address}:6379/0", **SILENT)  # type: ignore[arg-type]
         client = redis_client(settings)
         wait_until(lambda: _answers(client), timeout_s=20)
@@ -228,9 +280,12 @@ def test_a_silent_redis_does_not_hang_the_reaper(
     ns.drop()
     with timed() as elapsed:
         recovered = recover_stalled_work(
-            db, redis_client(settings), grace_s=1, lease_s=0.5,
+            db,
+            redis_client(settings),
+            grace_s=1,
+            lease_s=0.5,
             webhook_retry=RetryPolicy.from_settings(settings),
-        )  # fmt: skip
+        )
     # The expired lease is handed on from PostgreSQL alone; lost messages wait for Redis.
     assert (recovered.expired_leases, recovered.lost_messages) == (1, 0)
     assert elapsed[0] < settings.redis_socket_timeout_s + 1.5

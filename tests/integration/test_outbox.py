@@ -3,16 +3,19 @@ next message published straight from the statement that wrote it, marked by its 
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 
 import redis
 
-from docpipe.broker.transport import CeleryPublisher
+from docpipe.broker.messages import RUN_STEP
+from docpipe.broker.transport import CeleryPublisher, app
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.state import runs
 from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox, publish_written, sweep_outbox
-from tests.factories import new_run, scalar
+from tests.support.factories import new_run, scalar
 
 _, STEP1, STEP2, _ = DOCUMENT_EXTRACT.step_names
 QUEUE = "llm_interactive"
@@ -61,3 +64,19 @@ def test_the_sweep_leaves_a_waiting_message_and_sends_a_lost_one_once(
     assert sweep_outbox(db, publisher, broker, grace_s=0.2, lost_after_s=0.2) == 1
     assert broker.llen(QUEUE) == 1
     assert sweep_outbox(db, publisher, broker, grace_s=0.2, lost_after_s=0.2) == 0, "marked"
+
+
+def test_a_message_carries_no_time_limits_whoever_publishes_it(
+    db: Database, broker: redis.Redis, publisher: CeleryPublisher, monkeypatch: Any
+) -> None:
+    """Celery copies the publisher's task time limits into each message, where they override
+    the limits of the worker that runs it: beat's or another pool's would replace a pool's
+    own (a threads pool's step would then be timed by a prefork pool's limits)."""
+    task = app.tasks[RUN_STEP]
+    monkeypatch.setattr(task, "soft_time_limit", 60)  # a publisher configured as a worker
+    monkeypatch.setattr(task, "time_limit", 90)
+    monkeypatch.setattr(task, "_exec_options", None)
+    run = new_run(db)
+    assert publish_outbox(db, publisher, run.outbox_ids) == 1
+    [raw] = broker.lrange(QUEUE, 0, -1)
+    assert json.loads(raw)["headers"]["timelimit"] == [None, None]

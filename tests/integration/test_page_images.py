@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -18,12 +19,13 @@ from PIL import Image
 
 from docpipe.extraction.ocr import read_image
 from docpipe.state.db import Database
+from docpipe_dev.hostile import pdf as hostile_pdf
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.sample_files import contract_docx, contract_pdf, contract_scan
 from docpipe_dev.samples import sample_contracts
-from tests.factories import extract_text, scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.factories import extract_text, scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 CONTRACT = sample_contracts(2)[1]
 ENDED = ("done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded")
@@ -31,8 +33,9 @@ PDF = "application/pdf"
 
 
 def put(client: TestClient, document_id: str, data: bytes, content_type: str = PDF) -> None:
-    stored = client.put(f"/documents/{document_id}", content=data,
-                        headers={"Content-Type": content_type})  # fmt: skip
+    stored = client.put(
+        f"/documents/{document_id}", content=data, headers={"Content-Type": content_type}
+    )
     assert stored.status_code == 201, stored.text
 
 
@@ -83,8 +86,9 @@ def test_text_and_word_documents_have_no_page_images(
 
 
 def finished_run(api: str, document_id: str, data: bytes) -> dict[str, Any]:
-    stored = httpx.put(f"{api}/documents/{document_id}", content=data,
-                       headers={"Content-Type": PDF}, timeout=30)  # fmt: skip
+    stored = httpx.put(
+        f"{api}/documents/{document_id}", content=data, headers={"Content-Type": PDF}, timeout=30
+    )
     assert stored.status_code == 201, stored.text
     run_id = httpx.post(f"{api}/documents/{document_id}/extract", timeout=10).json()["run_id"]
 
@@ -157,3 +161,49 @@ def test_each_quote_is_boxed_where_it_stands_on_the_page_image(
         assert len(wanted & seen) >= 0.7 * len(wanted), (value["quote"], seen)
     if len(chosen[-1]["quote"]) > 150:
         assert len(chosen[-1]["boxes"]) >= 2, "a quote over several lines has a box per line"
+
+
+def test_a_page_too_large_to_draw_is_refused_and_the_refusal_remembered(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    client = make_api_client()
+    put(client, "ten-km", hostile_pdf.drawn_too_large())
+    extract_text(db, client.post("/documents/ten-km/extract").json()["run_id"])
+    for _ in range(2):
+        refused = client.get("/documents/ten-km/pages/1")
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"].startswith("page_too_large: page 1 is 720000 x 720000")
+        assert "DOCPIPE_PAGE_IMAGE_MAX_PIXELS" in refused.json()["detail"]
+    remembered = scalar(db, "SELECT error_kind FROM document_page_image WHERE page = 0")
+    assert remembered == "page_too_large"
+
+
+def test_a_page_slow_to_draw_is_drawn_once_for_everyone_who_asks_and_remembered(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    # One heavy request at a time: without one render for all, the others would get 503.
+    client = make_api_client(pdf_page_timeout_s=2, max_heavy_requests=1)
+    put(client, "slow", hostile_pdf.slow_to_render())
+    extract_text(db, client.post("/documents/slow/extract").json()["run_id"])
+    assert client.get("/documents/slow").json()["pages"] == 1, "its text layer read at once"
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: client.get("/documents/slow/pages/1"), range(8)))
+    for answer in answers:
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"] == (
+            "too_slow: could not render page 1 within 2 s (DOCPIPE_PDF_PAGE_TIMEOUT_S)"
+        )
+    assert scalar(db, "SELECT error_kind FROM document_page_image WHERE page = 0") == "too_slow"
+    again = client.get("/documents/slow/pages/1")
+    assert again.json() == answers[0].json(), "the remembered failure, not another render"
+
+    # Two other pages at once: one is drawn, the other refused at once (no queue).
+    for name in ("slow-2", "slow-3"):
+        put(client, name, hostile_pdf.slow_to_render())
+        extract_text(db, client.post(f"/documents/{name}/extract").json()["run_id"])
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda n: client.get(f"/documents/{n}/pages/1"), ("slow-2", "slow-3")))
+    assert sorted(a.status_code for a in both) == [422, 503], [a.text for a in both]
+    busy = next(a for a in both if a.status_code == 503)
+    assert busy.headers["Retry-After"] == "2"
+    assert "DOCPIPE_MAX_HEAVY_REQUESTS=1" in busy.json()["detail"]

@@ -19,11 +19,11 @@ from docpipe.broker.transport import CeleryPublisher, app
 from docpipe.state.db import Database
 from docpipe_dev.localstack import LocalRedis
 from docpipe_dev.processes import ManagedProcess
-from tests.factories import scalar
-from tests.fakellm import FakeLLM
 from tests.integration.test_workers import submit, wait_for_end
-from tests.processes import use_celery_broker, wait_until
-from tests.servers import service_dir
+from tests.support.factories import scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import use_celery_broker, wait_until
+from tests.support.servers import service_dir
 
 STEP2 = "extract_fields"
 # A 429 asking for 4 s makes the step wait 4-6 s: past this, so the wait is parked.
@@ -66,8 +66,9 @@ def parked_until(db: Database, run_id: str) -> datetime | None:
     with db.session() as s:
         row = s.conn.execute(
             b"SELECT available_at FROM outbox WHERE run_id = %s AND step = %s"
-            b" AND published_at IS NULL AND available_at > now()", (run_id, STEP2),
-        ).fetchone()  # fmt: skip
+            b" AND published_at IS NULL AND available_at > now()",
+            (run_id, STEP2),
+        ).fetchone()
     return row["available_at"] if row else None
 
 

@@ -22,8 +22,8 @@ from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
 from docpipe.state.documents import put_document
 from docpipe_dev.processes import ManagedProcess, worker_argv
-from tests.factories import TENANT, scalar
-from tests.processes import ProcessFactory, wait_until
+from tests.support.factories import TENANT, scalar
+from tests.support.processes import ProcessFactory, wait_until
 
 PIPELINE_V1 = dedent(
     """\
@@ -96,8 +96,11 @@ def test_docpipe_migrate_fails_on_a_drifted_definition(
 ) -> None:
     start_invoice_run(db, pipelines_dir(tmp_path, PIPELINE_V1))
     pipelines_dir(tmp_path, CHANGED_V1)
-    env = {**os.environ, "DOCPIPE_DATABASE_URL": database_url,
-           "DOCPIPE_PIPELINES_DIR": str(tmp_path / "pipelines")}  # fmt: skip
+    env = {
+        **os.environ,
+        "DOCPIPE_DATABASE_URL": database_url,
+        "DOCPIPE_PIPELINES_DIR": str(tmp_path / "pipelines"),
+    }
     migrate = [sys.executable, "-m", "docpipe.cli", "migrate"]
     refused = subprocess.run(migrate, env=env, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1, refused.stdout + refused.stderr
@@ -117,8 +120,9 @@ def test_the_api_does_not_start_on_a_drifted_definition(
 
     run_id = start_invoice_run(db, pipelines_dir(tmp_path, PIPELINE_V1))
     folder = pipelines_dir(tmp_path, CHANGED_V1)
-    api = start_process("api", api_argv(host="127.0.0.1", port=free_port()), None,
-                        DOCPIPE_PIPELINES_DIR=str(folder))  # fmt: skip
+    api = start_process(
+        "api", api_argv(host="127.0.0.1", port=free_port()), None, DOCPIPE_PIPELINES_DIR=str(folder)
+    )
     assert exit_code(api) != 0
     log = api.log_path.read_text()
     assert (
@@ -132,8 +136,9 @@ def test_a_broken_pipeline_file_stops_the_worker_before_it_takes_a_message(
     tmp_path: Path, start_process: ProcessFactory
 ) -> None:
     folder = pipelines_dir(tmp_path, PIPELINE_V1.replace("{{ document }}", "{{ documnet }}"))
-    worker = start_process("worker", worker_argv("interactive", concurrency=1), None,
-                           DOCPIPE_PIPELINES_DIR=str(folder))  # fmt: skip
+    worker = start_process(
+        "worker", worker_argv("interactive", concurrency=1), None, DOCPIPE_PIPELINES_DIR=str(folder)
+    )
     assert exit_code(worker) != 0
     log = worker.log_path.read_text()
     assert f"{folder / 'invoice.yaml'}:8: step 'total': documnet: unknown variable" in log
@@ -188,10 +193,13 @@ def test_the_api_lists_its_pipelines_and_refuses_unknown_ones(
             "prompt_version": "total@v1",
             "max_attempts": None,
             "budget_usd": None,
-            "output_schema": {"type": "object", "required": ["total"],
-                              "properties": {"total": {"type": "number"}}},
+            "output_schema": {
+                "type": "object",
+                "required": ["total"],
+                "properties": {"total": {"type": "number"}},
+            },
         }
-    ]  # fmt: skip
+    ]
     missing = client.get("/pipelines/nope:v1")  # type: ignore[attr-defined]
     assert missing.status_code == 404
     assert (

@@ -19,10 +19,10 @@ from docpipe.state.documents import put_document
 from docpipe.state.outbox import publish_outbox
 from docpipe_dev.processes import ManagedProcess, worker_argv
 from docpipe_dev.samples import sample_contracts
-from tests.factories import TENANT, new_run, scalar
-from tests.fakellm import FakeLLM, start_fake_llm
-from tests.processes import ProcessFactory, wait_until
-from tests.routing_pipeline import CLASSIFY
+from tests.support.factories import TENANT, new_run, scalar
+from tests.support.fakellm import FakeLLM, start_fake_llm
+from tests.support.processes import ProcessFactory, wait_until
+from tests.support.routing_pipeline import CLASSIFY
 
 CONTRACTS = sample_contracts(3)
 PRICE = {"input_per_mtok": 0.15, "output_per_mtok": 0.6}
@@ -41,8 +41,9 @@ def run_all(
 
 def ended(db: Database, run_ids: list[str], timeout_s: float = 90) -> list[str]:
     def statuses() -> list[str] | None:
-        found = [str(scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", r))
-                 for r in run_ids]  # fmt: skip
+        found = [
+            str(scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", r)) for r in run_ids
+        ]
         return None if {"queued", "running"} & set(found) else found
 
     result: list[str] = wait_until(statuses, timeout_s)
@@ -65,13 +66,24 @@ def test_calls_go_out_in_strict_json_schema_mode_with_their_output_budget(
     start_worker(DOCPIPE_DEFAULT_MAX_TOKENS="700")
     (run_id,) = run_all(db, publisher, [CONTRACTS[0].text])
     assert ended(db, [run_id]) == ["done"]
-    modes = set(call_rows(db, "output_mode", "max_tokens", "temperature::float", "seed",
-                          "provider", "finish_reason", "usage_estimated"))  # fmt: skip
+    modes = set(
+        call_rows(
+            db,
+            "output_mode",
+            "max_tokens",
+            "temperature::float",
+            "seed",
+            "provider",
+            "finish_reason",
+            "usage_estimated",
+        )
+    )
     assert modes == {("json_schema", 700, 0.0, None, "default", "stop", False)}
     assert set(fake_llm.stats()["by_response_format"]) == {"json_schema"}
     # The strict answers' nulls (fields a section does not state) are gone again.
-    fields = scalar(db, "SELECT output->'fields' FROM pipeline_step_result"
-                        " WHERE step = 'extract_fields'")  # fmt: skip
+    fields = scalar(
+        db, "SELECT output->'fields' FROM pipeline_step_result WHERE step = 'extract_fields'"
+    )
     assert fields and None not in fields.values()
     assert fields["governing_law"] == CONTRACTS[0].expected["governing_law"]
 
@@ -84,20 +96,28 @@ def test_an_invalid_answer_falls_back_to_a_model_on_another_provider(
     start_worker: Callable[..., ManagedProcess],
 ) -> None:
     providers = [
-        {"name": "main", "base_url": fake_llm.url + "/v1", "output_mode": "json_object",
-         "models": {"gpt-4o-mini": {**PRICE, "fallback": "gpt-4o"}}},
+        {
+            "name": "main",
+            "base_url": fake_llm.url + "/v1",
+            "output_mode": "json_object",
+            "models": {"gpt-4o-mini": {**PRICE, "fallback": "gpt-4o"}},
+        },
         {"name": "backup", "base_url": "", "models": {"gpt-4o": PRICE}},
-    ]  # fmt: skip
+    ]
     with start_fake_llm(api_key="sk-backup") as backup:
         providers[1]["base_url"] = backup.url + "/v1"
         fake_llm.add_fault("invalid", count=1, step="extract_sections", model="gpt-4o-mini")
-        start_worker(DOCPIPE_PROVIDERS=json.dumps(providers),
-                     DOCPIPE_PROVIDER_BACKUP_API_KEY="sk-backup")  # fmt: skip
+        start_worker(
+            DOCPIPE_PROVIDERS=json.dumps(providers), DOCPIPE_PROVIDER_BACKUP_API_KEY="sk-backup"
+        )
         (run_id,) = run_all(db, publisher, [CONTRACTS[1].text])
         assert ended(db, [run_id]) == ["done"]
         assert backup.stats()["by_step"] == {"extract_sections": 1}
-    sections = [r for r in call_rows(db, "step", "model", "provider", "status", "route_reason",
-                                     "output_mode") if r[0] == "extract_sections"]  # fmt: skip
+    sections = [
+        r
+        for r in call_rows(db, "step", "model", "provider", "status", "route_reason", "output_mode")
+        if r[0] == "extract_sections"
+    ]
     assert sections == [
         ("extract_sections", "gpt-4o-mini", "main", "invalid_output", "preferred", "json_object"),
         ("extract_sections", "gpt-4o", "backup", "ok", "fallback", "json_schema"),
@@ -114,13 +134,17 @@ def test_token_limits_the_provider_states_in_its_headers_pace_every_worker(
     x-ratelimit-* headers. Three contracts need about twice that: the workers wait for the
     provider's bucket instead of running into 429s."""
     with start_fake_llm(tpm=24_000) as provider:
-        start_worker(concurrency=3, DOCPIPE_LLM_BASE_URL=provider.url + "/v1",
-                     DOCPIPE_DEFAULT_MAX_TOKENS="300")  # fmt: skip
+        start_worker(
+            concurrency=3,
+            DOCPIPE_LLM_BASE_URL=provider.url + "/v1",
+            DOCPIPE_DEFAULT_MAX_TOKENS="300",
+        )
         run_ids = run_all(db, publisher, [c.text for c in CONTRACTS])
         assert ended(db, run_ids, timeout_s=240) == ["done"] * 3
         stats = provider.stats()
-    used = int(scalar(db, "SELECT sum(input_tokens + output_tokens) FROM llm_call_log"
-                          " WHERE status = 'ok'"))  # fmt: skip
+    used = int(
+        scalar(db, "SELECT sum(input_tokens + output_tokens) FROM llm_call_log WHERE status = 'ok'")
+    )
     assert used > 24_000, "the runs needed more than the provider's minute allowed"
     stated = broker.hget("docpipe:limiter:{default}:model:gpt-4o-mini:tokens", "stated")
     assert stated is not None and float(stated) == 24_000
@@ -148,7 +172,7 @@ def test_the_same_document_goes_to_three_models_by_priority_and_budget(
         worker_argv("interactive", concurrency=2),
         r"\bready\.",
         DOCPIPE_PROVIDERS=json.dumps(providers),
-        DOCPIPE_PIPELINE_MODULES="tests.routing_pipeline",
+        DOCPIPE_PIPELINE_MODULES="tests.support.routing_pipeline",
     )
     text = "Server room flooded on Monday; the backup generator fails at 4 pm. Call Dana."
     cases = [  # (priority, budget): fast costs ~$0.09 a call, balanced ~$0.009, cheap ~$0.0009
@@ -164,10 +188,16 @@ def test_the_same_document_goes_to_three_models_by_priority_and_budget(
         put_document(tx, TENANT, "memo", text)
         for i, (priority, budget) in enumerate(cases):
             created = runs.create_run(
-                tx, tenant_id=TENANT, document_id="memo", pipeline=loaded, lane="interactive",
-                idempotency_key=f"route-{i}", request={"case": i}, priority=priority,
+                tx,
+                tenant_id=TENANT,
+                document_id="memo",
+                pipeline=loaded,
+                lane="interactive",
+                idempotency_key=f"route-{i}",
+                request={"case": i},
+                priority=priority,
                 budget_usd=budget,
-            )  # fmt: skip
+            )
             run_ids.append(created.run_id)
             outbox += created.outbox_ids
     publish_outbox(db, publisher, outbox)

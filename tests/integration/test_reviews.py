@@ -16,9 +16,9 @@ from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.factories import scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.factories import scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 ENDED = ("done", "failed", "needs_review", "cancelled", "expired", "budget_exceeded")
 CONTRACT = sample_contracts(1)[0]
@@ -94,12 +94,16 @@ def stack(
 
 
 def start(client: TestClient, text: str, pipeline: str, document_id: str, key: str = "") -> str:
-    stored = client.put(f"/documents/{document_id}", content=text.encode(),
-                        headers={"Content-Type": "text/plain"})  # fmt: skip
+    stored = client.put(
+        f"/documents/{document_id}", content=text.encode(), headers={"Content-Type": "text/plain"}
+    )
     assert stored.status_code in (200, 201), stored.text
     key = key or f"{document_id}-{pipeline}"
-    started = client.post(f"/documents/{document_id}/extract", json={"pipeline": pipeline},
-                          headers={"Idempotency-Key": key})  # fmt: skip
+    started = client.post(
+        f"/documents/{document_id}/extract",
+        json={"pipeline": pipeline},
+        headers={"Idempotency-Key": key},
+    )
     assert started.status_code == 202, started.text
     return str(started.json()["run_id"])
 
@@ -156,10 +160,18 @@ def test_a_rule_pauses_after_its_step_and_the_fix_flows_into_the_next(
     assert (calls(db, run_id, "read"), calls(db, run_id, "decide")) == (1, 1)
     [decision] = done["decisions"]
     assert decision["action"] == "approve" and decision["reviewer_name"] == "anonymous"
-    assert decision["diff"] == [{"path": "/fields/amount/value", "change": "changed",
-                                 "before": 1500, "after": 900}]  # fmt: skip
+    assert decision["diff"] == [
+        {"path": "/fields/amount/value", "change": "changed", "before": 1500, "after": 900}
+    ]
     [value] = done["values"]
     assert (value["field"], value["value"], value["corrected"]) == ("fields.amount", 900, True)
+    # The reviewer stands behind it now, not the model's quote (which held 1500).
+    assert (value["corrected_by"], value["support"], value["supported"]) == (
+        "anonymous",
+        "corrected",
+        False,
+    )
+    assert "1500" in value["model_quote"] and value["quote"] == "" and value["start"] is None
 
 
 def test_a_file_pipeline_with_evidence_reaches_review_on_an_invented_quote(
@@ -205,12 +217,30 @@ def test_an_approval_is_reused_on_a_rerun_and_not_once_an_earlier_step_changed(
 
 
 def test_sampling_picks_the_same_documents_on_every_run(stack: TestClient) -> None:
-    names = ["Ann Lee", "Bob Stone", "Carl Ray", "Dee Moss", "Eve Hart", "Fay Wray", "Gus Hale",
-             "Hal Vine", "Ida Bell", "Jon Kirk"]  # fmt: skip
+    names = [
+        "Ann Lee",
+        "Bob Stone",
+        "Carl Ray",
+        "Dee Moss",
+        "Eve Hart",
+        "Fay Wray",
+        "Gus Hale",
+        "Hal Vine",
+        "Ida Bell",
+        "Jon Kirk",
+    ]
     paused: list[set[str]] = []
     for attempt in ("first", "second"):
-        run_ids = {start(stack, CLAIM.format(name=n, amount=100), "sampled:v1", f"s-{i}",
-                         key=f"{attempt}-{i}"): f"s-{i}" for i, n in enumerate(names)}  # fmt: skip
+        run_ids = {
+            start(
+                stack,
+                CLAIM.format(name=n, amount=100),
+                "sampled:v1",
+                f"s-{i}",
+                key=f"{attempt}-{i}",
+            ): f"s-{i}"
+            for i, n in enumerate(names)
+        }
         ended = {run_id: settled(stack, run_id)["status"] for run_id in run_ids}
         paused.append({run_ids[r] for r, status in ended.items() if status == "needs_review"})
         assert set(ended.values()) <= {"done", "needs_review"}
@@ -256,8 +286,9 @@ def test_retry_with_another_model(
     done = settled(stack, run_id)
     assert done["status"] == "done"
     retried = "WHERE run_id = %s AND step = 'summarize' AND generation = 1"
-    models = scalar(db, f"SELECT string_agg(DISTINCT model, ',') FROM llm_call_log {retried}",
-                    run_id)  # fmt: skip
+    models = scalar(
+        db, f"SELECT string_agg(DISTINCT model, ',') FROM llm_call_log {retried}", run_id
+    )
     assert models == "gpt-4o"
     assert calls(db, run_id, "extract_fields") == before
     assert done["decisions"][0]["retry_model"] == "gpt-4o"
@@ -314,8 +345,11 @@ def test_bad_decisions_change_nothing(
     assert broken.json()["errors"] == [{"path": "/key_points", "message": "[] should be non-empty"}]
     unknown = decide(stack, run_id, action="retry", model="gpt-9")
     assert unknown.status_code == 422 and "unknown model 'gpt-9'" in unknown.json()["detail"]
-    later = decide(stack, run_id, action="retry", from_step="nope")
-    assert later.status_code == 422
+    unknown_step = decide(stack, run_id, action="retry", from_step="nope")
+    assert unknown_step.status_code == 422, "no pipeline has it"
+    elsewhere = decide(stack, run_id, action="retry", from_step="verdict")
+    assert elsewhere.status_code == 409, "a step of another pipeline: the run says no"
+    assert "has no step 'verdict'" in elsewhere.json()["detail"]
     stale = decide(stack, run_id, action="approve", output=SUMMARY, revision=revision - 1)
     assert stale.status_code == 409 and stale.json()["current_revision"] == revision
     assert decide(stack, run_id, action="ok").status_code == 422
@@ -350,3 +384,37 @@ def test_another_tenants_run_is_not_found_and_the_reviewer_is_the_keys_name(
     [decision] = client.get(f"/runs/{run_id}").json()["decisions"]
     assert decision["reviewer_name"] == "Dana (legal)"
     assert decision["reviewer_key_id"] == ours.split("_")[1]
+
+
+def test_a_reviewer_attaches_a_passage_as_a_values_quote(
+    stack: TestClient, db: Database, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add_fault("invented_quote", count=1)
+    text = CLAIM.format(name="Jane Roe", amount=300)
+    run_id = start(stack, text, "claims:v1", "claim-quoted")
+    assert settled(stack, run_id)["status"] == "needs_review"
+    path = stack.get(f"/reviews/{run_id}").json()["evidence"][0]["path"]
+    start_at = text.index("worth 300")
+    # A passage outside the document, or of a value no record holds: refused, nothing changes.
+    wrong = decide(
+        stack,
+        run_id,
+        action="approve",
+        quotes=[
+            {"path": path, "start": len(text), "end": len(text) + 5},
+            {"path": "/fields/other", "start": 0, "end": 4},
+        ],
+    )
+    assert wrong.status_code == 422, wrong.text
+    assert [e["path"] for e in wrong.json()["errors"]] == [path, "/fields/other"]
+    assert scalar(db, "SELECT count(*) FROM review_decision") == 0
+    quote = {"path": path, "start": start_at, "end": start_at + len("worth 300")}
+    approved = decide(stack, run_id, action="approve", quotes=[quote])
+    assert approved.status_code == 200, approved.text
+    [value] = settled(stack, run_id)["values"]
+    assert (value["quote"], value["start"], value["quoted_by"]) == (
+        "worth 300",
+        start_at,
+        "anonymous",
+    )
+    assert (value["supported"], value["support"]) == (True, "supported")

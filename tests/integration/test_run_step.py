@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -23,9 +24,10 @@ from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.db import Database
 from docpipe.worker.executor import StepExecutor
+from docpipe_dev.localstack import free_port
 from docpipe_dev.samples import SampleContract, dummy_document, sample_contracts
-from tests.factories import TENANT, new_run, scalar, script_calls
-from tests.fakellm import FakeLLM
+from tests.support.factories import TENANT, new_run, scalar, script_calls
+from tests.support.fakellm import FakeLLM
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names[1:]  # after extract_text
 CONTRACTS = sample_contracts(10)
@@ -143,8 +145,9 @@ def test_a_value_with_an_invented_quote_is_kept_flagged_and_pauses_the_run_after
     progress = runs.run_progress(db, TENANT, run.run_id, with_output=True)
     assert progress.status == "needs_review"
     assert progress.error == (
-        "unsupported_evidence: 3 value(s) whose quote is not in the document "
-        "(parties, contract_type, effective_date)"
+        "unsupported_evidence: 3 value(s) their quote does not support: "
+        "parties (quote not in the document), contract_type (quote not in the document), "
+        "effective_date (quote not in the document)"
     )
     assert progress.review is not None
     assert (progress.review["step"], progress.review["reason"]) == (STEP2, "rule")
@@ -178,8 +181,9 @@ def test_a_transient_error_in_step_2_resends_only_the_calls_that_did_not_finish(
     executor = StepExecutor(db, llm, tuned, gate=HoldingGate(fail_fourth_call))
     run = new_run(db, CONTRACTS[1].text)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
-    sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
-                              " WHERE step = %s", STEP1))  # fmt: skip
+    sections = len(
+        scalar(db, "SELECT output->'sections' FROM pipeline_step_result WHERE step = %s", STEP1)
+    )
     outcome = executor.run_step(run.run_id, STEP2)
     assert outcome.kind == "retry"
     failed = scalar(db, "SELECT count(*) FROM llm_call_log WHERE status = 'error'")
@@ -196,8 +200,9 @@ def test_a_transient_error_in_step_2_resends_only_the_calls_that_did_not_finish(
     assert scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = %s", STEP2) == 2
 
 
-@pytest.mark.parametrize(("kind", "error"), [("429", "rate_limited"), ("500", "server_error"),
-                                             ("503", "server_error")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "error"), [("429", "rate_limited"), ("500", "server_error"), ("503", "server_error")]
+)
 def test_429_and_5xx_are_transient(
     db: Database, llm: LLMClient, executor: StepExecutor, fake_llm: FakeLLM, kind: str, error: str
 ) -> None:
@@ -299,8 +304,9 @@ def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_han
     executor = StepExecutor(db, llm, tuned, interruptions=(SoftTimeLimit,))
     run = new_run(db, CONTRACTS[1].text)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"
-    sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
-                              " WHERE step = %s", STEP1))  # fmt: skip
+    sections = len(
+        scalar(db, "SELECT output->'sections' FROM pipeline_step_result WHERE step = %s", STEP1)
+    )
     fake_llm.configure(latency_ms=[1000, 1000])
 
     def interrupt(signum: int, frame: object) -> None:
@@ -314,8 +320,9 @@ def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_han
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert (outcome.kind, outcome.calls_sent) == ("retry", 4)
-    statuses = scalar(db, "SELECT array_agg(status ORDER BY id) FROM llm_call_log"
-                          " WHERE step = %s", STEP2)  # fmt: skip
+    statuses = scalar(
+        db, "SELECT array_agg(status ORDER BY id) FROM llm_call_log WHERE step = %s", STEP2
+    )
     assert statuses == ["ok"] * 4, "the interrupted calls were answered and memoised"
     fake_llm.configure(latency_ms=[0, 0])
     wait_is_over(db)
@@ -404,8 +411,11 @@ def test_a_fan_out_over_the_cap_sends_none_of_its_calls_and_goes_to_review(
     assert (
         StepExecutor(db, llm, settings, owner="w").run_step(run.run_id, STEP1).kind == "completed"
     )
-    sections = scalar(db, "SELECT jsonb_array_length(output->'sections') FROM "
-                          "pipeline_step_result WHERE step = %s", STEP1)  # fmt: skip
+    sections = scalar(
+        db,
+        "SELECT jsonb_array_length(output->'sections') FROM pipeline_step_result WHERE step = %s",
+        STEP1,
+    )
     capped = settings.model_copy(update={"max_fanout_calls": sections - 1})
     outcome = StepExecutor(db, llm, capped, owner="w").run_step(run.run_id, STEP2)
     assert (outcome.kind, outcome.run_status, outcome.calls_sent) == ("failed", "needs_review", 0)
@@ -419,14 +429,16 @@ def test_a_fan_out_over_the_cap_sends_none_of_its_calls_and_goes_to_review(
 def test_a_rounds_calls_take_their_limiter_slots_in_one_script_call(
     db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM, broker: redis.Redis
 ) -> None:
-    tuned = settings.model_copy(update={"step_call_concurrency": 4, "provider_rpm": 6000,
-                                        "provider_max_concurrency": 8})  # fmt: skip
+    tuned = settings.model_copy(
+        update={"step_call_concurrency": 4, "provider_rpm": 6000, "provider_max_concurrency": 8}
+    )
     limiter = ProviderLimiter(broker, tuned)
     executor = StepExecutor(db, llm, tuned, gate=limiter)
     run = new_run(db, CONTRACTS[1].text)
     assert executor.run_step(run.run_id, STEP1).kind == "completed"  # (loads both scripts)
-    sections = len(scalar(db, "SELECT output->'sections' FROM pipeline_step_result"
-                              " WHERE step = %s", STEP1))  # fmt: skip
+    sections = len(
+        scalar(db, "SELECT output->'sections' FROM pipeline_step_result WHERE step = %s", STEP1)
+    )
     assert sections > 4
     before = script_calls(broker)
     outcome = executor.run_step(run.run_id, STEP2)
@@ -435,3 +447,53 @@ def test_a_rounds_calls_take_their_limiter_slots_in_one_script_call(
     # One script call takes a round's slots, one per call gives its slot back.
     assert script_calls(broker) - before == rounds + sections
     assert limiter.state().in_flight == 0
+
+
+@pytest.mark.parametrize(("park_over_s", "kind"), [(60.0, "retry"), (2.0, "parked")])
+def test_the_executor_chooses_a_countdown_or_a_parked_message_for_the_wait(
+    db: Database,
+    llm: LLMClient,
+    fake_llm: FakeLLM,
+    settings: Settings,
+    park_over_s: float,
+    kind: str,
+) -> None:
+    tuned = settings.model_copy(update={"park_delays_over_s": park_over_s})
+    run = new_run(db, CONTRACTS[0].text)
+    fake_llm.add_fault("429", count=1, step=STEP1, retry_after=4.0)
+    outcome = StepExecutor(db, llm, tuned, owner="w").run_step(run.run_id, STEP1)
+    assert outcome.kind == kind and outcome.retry_in_s is not None and outcome.retry_in_s >= 4
+    # A countdown is this message again; a parked wait is a message in PostgreSQL, which
+    # the sweep publishes once due (the task asks Celery for nothing).
+    assert outcome.countdown_s == (outcome.retry_in_s if kind == "retry" else None)
+    parked = scalar(
+        db,
+        "SELECT count(*) FROM outbox o JOIN pipeline_step_result s USING (run_id, step)"
+        " WHERE o.run_id = %s AND o.published_at IS NULL AND o.available_at = s.not_before",
+        run.run_id,
+    )
+    assert parked == (1 if kind == "parked" else 0)
+    assert scalar(db, "SELECT status FROM pipeline_step_result WHERE step = %s", STEP1) == "pending"
+
+
+def test_a_database_out_of_reach_is_a_countdown_that_backs_off(
+    llm: LLMClient, settings: Settings
+) -> None:
+    gone = settings.model_copy(
+        update={
+            "database_url": f"postgresql://docpipe@127.0.0.1:{free_port()}/docpipe",
+            "database_pool_timeout_s": 0.5,
+            "retry_backoff_base_s": 1.0,
+            "retry_backoff_cap_s": 60.0,
+        }
+    )
+    db = Database.from_settings(gone)
+    try:
+        executor = StepExecutor(db, llm, gone, owner="w")
+        outcome = executor.run_step(str(uuid.uuid4()), STEP1, redelivery=4)
+    finally:
+        db.close()
+    # Nothing could be recorded: this message again, after the fifth delivery's backoff.
+    assert outcome.kind == "retry" and outcome.error is not None
+    assert outcome.error.startswith("database unavailable")
+    assert outcome.countdown_s is not None and 0 <= outcome.countdown_s <= 16

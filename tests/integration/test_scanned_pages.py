@@ -13,12 +13,13 @@ from functools import cache
 import pypdfium2 as pdfium
 import pytest
 
+from docpipe.extraction.ocr import OcrError, read_image
 from docpipe.extraction.pages import PageLimits, PageText
 from docpipe.extraction.pdf import PdfReader
 from docpipe.settings import Settings
 from docpipe_dev.sample_files import contract_scan, scan_with_text_layer
 from docpipe_dev.word_recall import word_recall
-from tests.document_files import bad_ocr, shifted
+from tests.support.document_files import bad_ocr, shifted
 
 LIMITS = PageLimits.of(Settings())
 ONE_PAGE = (
@@ -33,6 +34,9 @@ ONE_PAGE = (
     "The Customer shall pay the invoices of the Supplier within thirty days of receipt. The "
     "total fees shall not exceed one hundred and twenty thousand euros."
 )
+
+# Slow: Tesseract reads whole scanned pages (about 40 s in all); make test-fast leaves it out.
+pytestmark = pytest.mark.slow
 
 
 def read_first_page(data: bytes) -> PageText:
@@ -117,3 +121,13 @@ def test_a_scan_whose_earlier_ocr_reads_well_keeps_its_text_layer() -> None:
     assert (page.ocr, page.warnings) == (False, ())
     assert page.text_layer_score is not None and page.text_layer_score > 0.95
     assert word_recall(ONE_PAGE, page.text) == 1.0
+
+
+def test_tesseract_failing_says_so_and_keeps_its_output_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with pytest.raises(OcrError) as failed:
+        read_image(b"not an image at all", language="eng", dpi=300, timeout_s=30)
+    assert str(failed.value) == "tesseract failed (exit 1); its output is in the worker's log"
+    logged = [r.getMessage() for r in caplog.records if r.name == "docpipe.extraction.ocr"]
+    assert logged and "tesseract failed (exit 1): " in logged[0], "its output is for operators"

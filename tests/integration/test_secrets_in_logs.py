@@ -19,10 +19,10 @@ from docpipe.state.tenants import create_api_key
 from docpipe_dev.localstack import LocalRedis, free_port
 from docpipe_dev.processes import ManagedProcess, api_argv
 from docpipe_dev.samples import sample_contracts
-from tests.factories import scalar
-from tests.fakellm import FakeLLM
-from tests.processes import ProcessFactory, wait_until
-from tests.servers import service_dir
+from tests.support.factories import scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import ProcessFactory, wait_until
+from tests.support.servers import service_dir
 
 SECRETS = {
     name: f"{name}-{uuid.uuid4().hex}" for name in ("pg-password", "redis-password", "llm-key")
@@ -68,11 +68,12 @@ def test_no_secret_appears_in_the_logs_of_the_api_worker_and_beat(
     }
     port = free_port()
     processes = [
-        start_process("api", api_argv(host="127.0.0.1", port=port),
-                      "Application startup complete", **env),
+        start_process(
+            "api", api_argv(host="127.0.0.1", port=port), "Application startup complete", **env
+        ),
         start_worker(**env),
         start_beat(**env),
-    ]  # fmt: skip
+    ]
     api_key = create_api_key(db, "acme").plaintext
     api = f"http://127.0.0.1:{port}"
     dead_receiver = f"http://127.0.0.1:{free_port()}/hook"  # every delivery attempt fails

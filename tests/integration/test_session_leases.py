@@ -17,8 +17,8 @@ from docpipe.state.db import Database, Timeouts
 from docpipe.state.leases import LeaseSession
 from docpipe.state.recovery import recover_stalled_work
 from docpipe.state.webhooks import RetryPolicy
-from tests.factories import new_run, scalar
-from tests.processes import wait_until
+from tests.support.factories import new_run, scalar
+from tests.support.processes import wait_until
 
 STEP1 = DOCUMENT_EXTRACT.step_names[1]  # a text document's extract_text is done with its run
 # Long enough that no lease of these tests expires on its own while they run.
@@ -46,9 +46,14 @@ def claim(db: Database, run_id: str, owner: str, session: int | None) -> runs.Cl
 
 def record(db: Database, claimed: runs.Claim, owner: str) -> runs.RecordedStep | None:
     return runs.record_step_result(
-        db, claimed, owner=owner, output={"pages": 1}, model=None, prompt_version="v1",
+        db,
+        claimed,
+        owner=owner,
+        output={"pages": 1},
+        model=None,
+        prompt_version="v1",
         next_step=DOCUMENT_EXTRACT.next_step(STEP1),
-    )  # fmt: skip
+    )
 
 
 def test_a_live_session_keeps_its_lease_until_the_ttl(
@@ -92,9 +97,12 @@ def test_the_reaper_hands_back_the_step_of_an_ended_session_at_once(
 
     def reap() -> int:
         return recover_stalled_work(
-            db, broker, grace_s=60, lease_s=LEASE_S,
+            db,
+            broker,
+            grace_s=60,
+            lease_s=LEASE_S,
             webhook_retry=RetryPolicy.from_settings(settings),
-        ).expired_leases  # fmt: skip
+        ).expired_leases
 
     assert reap() == 0, "a live session's lease is left alone"
     lease_session.close()
@@ -121,10 +129,13 @@ def test_a_lost_lease_connection_is_replaced_under_a_new_key_that_renewals_carry
     new_key = lease_session.key()
     assert new_key is not None and new_key != old_key
     # The worker renews before anyone took the step over: it keeps it, under the new key.
-    assert runs.renew_lease(db, run.run_id, STEP1, owner="w1", lease_s=LEASE_S, session=new_key)
+    held = [(run.run_id, STEP1)]
+    assert runs.renew_leases(db, held, owner="w1", lease_s=LEASE_S, session=new_key) == set(held)
     assert claim(db, run.run_id, "w2", None) is None
-    assert scalar(db, "SELECT lease_session FROM pipeline_step_result WHERE step = %s",
-                  STEP1) == new_key  # fmt: skip
+    assert (
+        scalar(db, "SELECT lease_session FROM pipeline_step_result WHERE step = %s", STEP1)
+        == new_key
+    )
 
 
 def test_without_a_session_a_lease_lasts_its_ttl(db: Database) -> None:

@@ -15,7 +15,7 @@ from docpipe.state import call_log, runs
 from docpipe.state.call_log import CallFinish, CallKey
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
-from tests.factories import TENANT, new_run, scalar
+from tests.support.factories import TENANT, new_run, scalar
 
 # The machine does not care what a step does: these are document_extract's four steps. The
 # first, extract_text, is done by create_run for a text document; the others are driven by
@@ -57,12 +57,21 @@ def test_a_new_run_of_a_text_has_its_text_extracted_and_its_next_step_in_the_out
     assert [s.status for s in progress.steps] == ["done", "pending", "pending", "pending"]
     extracted = progress.steps[0]
     # What the worker's extract_text gives a text document, with the step's time and cost.
-    assert extracted.output == {"format": "text", "pages": 1, "ocr_pages": 0,
-                                "characters": len(text), "ocr_confidence": None,
-                                "rotated_pages": [], "warnings": []}  # fmt: skip
+    assert extracted.output == {
+        "format": "text",
+        "pages": 1,
+        "ocr_pages": 0,
+        "characters": len(text),
+        "ocr_confidence": None,
+        "rotated_pages": [],
+        "warnings": [],
+    }
     # (attempt 0: no worker claimed it)
     assert (extracted.attempt, extracted.cost_usd, extracted.prompt_version) == (
-        0, Decimal(0), "extract_text@v2")  # fmt: skip
+        0,
+        Decimal(0),
+        "extract_text@v3",
+    )
     assert extracted.started_at is not None and extracted.finished_at is not None
     with db.session() as s:
         [msg] = s.conn.execute(b"SELECT * FROM outbox").fetchall()
@@ -95,7 +104,7 @@ def test_an_expired_lease_lets_another_worker_claim_with_attempt_2(db: Database)
     second = runs.claim_step(db, run.run_id, STEP1, owner="alive", lease_s=30)
     assert second is not None and second.attempt == 2
     # The dead worker's late renewal and result are refused: the lease is no longer its own.
-    assert not runs.renew_lease(db, run.run_id, STEP1, owner="dead", lease_s=30)
+    assert not runs.renew_leases(db, [(run.run_id, STEP1)], owner="dead", lease_s=30)
     refused = runs.record_step_result(
         db, second, owner="dead", output={}, model="m", prompt_version="v", next_step=STEP2
     )
@@ -105,9 +114,36 @@ def test_an_expired_lease_lets_another_worker_claim_with_attempt_2(db: Database)
 def test_renewal_extends_only_the_owners_lease(db: Database) -> None:
     run = new_run(db)
     runs.claim_step(db, run.run_id, STEP1, owner="w1", lease_s=0.3)
-    assert runs.renew_lease(db, run.run_id, STEP1, owner="w1", lease_s=30)
+    assert runs.renew_leases(db, [(run.run_id, STEP1)], owner="w1", lease_s=30) == {
+        (run.run_id, STEP1)
+    }
     time.sleep(0.4)
     assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None
+
+
+def test_one_statement_renews_every_lease_still_ours(db: Database) -> None:
+    mine = [new_run(db, key=f"k{i}", document_id=f"d{i}").run_id for i in range(3)]
+    for run_id in mine:
+        assert runs.claim_step(db, run_id, STEP1, owner="w1", lease_s=30) is not None
+    taken = runs.claim_step(
+        db, new_run(db, key="k9", document_id="d9").run_id, STEP1, owner="w2", lease_s=30
+    )
+    assert taken is not None
+    held = [(run_id, STEP1) for run_id in mine] + [(taken.run_id, STEP1)]
+    assert runs.renew_leases(db, held, owner="w1", lease_s=30) == set(held[:3])
+
+
+def test_a_lease_given_up_is_taken_over_and_its_late_failure_is_refused(db: Database) -> None:
+    """A worker gives a step up (its thread passed the hard time limit): another worker may
+    claim it at once, and whatever the first one's thread does later changes nothing."""
+    run = new_run(db)
+    assert runs.claim_step(db, run.run_id, STEP1, owner="w1", lease_s=30) is not None
+    assert runs.give_up_lease(db, run.run_id, STEP1, owner="w1", error="given up")
+    assert not runs.give_up_lease(db, run.run_id, STEP1, owner="w1", error="given up")
+    second = runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30)
+    assert second is not None and second.attempt == 2
+    assert not runs.fail_run(db, run.run_id, STEP1, owner="w1", status="failed", error="late")
+    assert scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", run.run_id) == "running"
 
 
 def test_only_the_current_step_can_be_claimed(db: Database) -> None:
@@ -156,17 +192,39 @@ def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
     run = new_run(db)
     claim = runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
     assert claim is not None
-    request = {"provider": "default", "route_reason": "only_candidate", "seed": None,
-               "output_mode": "json_schema", "max_tokens": 100, "temperature": 0}  # fmt: skip
+    request = {
+        "provider": "default",
+        "route_reason": "only_candidate",
+        "seed": None,
+        "output_mode": "json_schema",
+        "max_tokens": 100,
+        "temperature": 0,
+    }
     for tokens, cost in ((100, "0.001000"), (50, "0.000500")):
-        key = CallKey(run_id=run.run_id, step=STEP1, generation=0, call_key=f"k{tokens}",
-                      step_attempt=1, tenant_id=TENANT, model="gpt-4o-mini",
-                      prompt_version="v")  # fmt: skip
+        key = CallKey(
+            run_id=run.run_id,
+            step=STEP1,
+            generation=0,
+            call_key=f"k{tokens}",
+            step_attempt=1,
+            tenant_id=TENANT,
+            model="gpt-4o-mini",
+            prompt_version="v",
+        )
         call_id = call_log.start_call(db, key, request=request)
-        finished = CallFinish(id=call_id, status="ok", http_status=200, error_kind=None,
-                              error=None, input_tokens=tokens, output_tokens=tokens // 10,
-                              cost_usd=Decimal(cost), latency_ms=5, response=None)  # fmt: skip
-        call_log.finish_calls(db, [finished])
+        finished = CallFinish(
+            id=call_id,
+            status="ok",
+            http_status=200,
+            error_kind=None,
+            error=None,
+            input_tokens=tokens,
+            output_tokens=tokens // 10,
+            cost_usd=Decimal(cost),
+            latency_ms=5,
+            response=None,
+        )
+        call_log.finish_calls(db, [finished], run_id=run.run_id)
     assert str(runs.run_progress(db, TENANT, run.run_id).cost_so_far_usd) == "0.001500"
     runs.record_step_result(
         db, claim, owner="w", output={}, model="gpt-4o-mini", prompt_version="v", next_step=STEP2
@@ -182,8 +240,12 @@ def test_step_cost_and_tokens_are_the_sum_of_its_calls(db: Database) -> None:
 def test_a_released_step_is_claimable_again_once_its_wait_is_over(db: Database) -> None:
     run = new_run(db)
     runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
-    assert runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="429")
-    assert not runs.release_step(db, run.run_id, STEP1, owner="w", retry_in_s=5, error="twice")
+    assert runs.release_step(
+        db, run.run_id, STEP1, owner="w", retry_in_s=5, error="429", worked_s=0.1
+    )
+    assert not runs.release_step(
+        db, run.run_id, STEP1, owner="w", retry_in_s=5, error="twice", worked_s=0.1
+    )
     assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None, "not yet"
     state = runs.step_state(db, run.run_id, STEP1, lease_s=30)
     assert state is not None and 4 < state.due_in_s <= 5
@@ -277,3 +339,41 @@ def test_documents_are_immutable(db: Database) -> None:
             put_document(s, TENANT, "d", "other text")
         with pytest.raises(InvalidRequestError, match="document id"):
             put_document(s, TENANT, "../etc/passwd", "x")
+
+
+def parked_messages(db: Database, run_id: str) -> list[dict[str, object]]:
+    """The run's unpublished outbox rows that wait for a time to come."""
+    with db.session() as s:
+        return s.conn.execute(
+            b"SELECT step, available_at FROM outbox"
+            b" WHERE run_id = %s AND published_at IS NULL AND available_at > now()",
+            (run_id,),
+        ).fetchall()
+
+
+def test_a_parked_release_writes_its_message_with_the_step_and_never_for_an_ended_run(
+    db: Database,
+) -> None:
+    run = new_run(db)
+    runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
+    assert runs.release_step(
+        db, run.run_id, STEP1, owner="w", retry_in_s=90, error="429", worked_s=0.1, park=True
+    )
+    [parked] = parked_messages(db, run.run_id)
+    not_before = scalar(
+        db,
+        "SELECT not_before FROM pipeline_step_result WHERE run_id = %s AND step = %s",
+        run.run_id,
+        STEP1,
+    )
+    assert (parked["step"], parked["available_at"]) == (STEP1, not_before)
+    # The run ends while a second attempt runs: its hand-back writes nothing.
+    with db.session() as s:
+        s.conn.execute(b"UPDATE pipeline_step_result SET not_before = now()")
+        s.conn.execute(b"DELETE FROM outbox")
+    runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30)
+    assert runs.cancel_run(db, TENANT, run.run_id)
+    assert not runs.release_step(
+        db, run.run_id, STEP1, owner="w", retry_in_s=90, error="429", worked_s=0.1, park=True
+    )
+    assert parked_messages(db, run.run_id) == []

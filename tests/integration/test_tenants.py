@@ -28,7 +28,7 @@ from docpipe.state.tenants import (
     verify_api_key,
 )
 from docpipe_dev.localstack import LocalRedis
-from tests.factories import scalar
+from tests.support.factories import scalar
 
 TEXT = "SUPPLY AGREEMENT\nPreamble.\n1. PRICE\nThe price is 100 EUR.\n"
 STEP1, STEP2, _ = DOCUMENT_EXTRACT.step_names[1:]  # after extract_text
@@ -108,8 +108,14 @@ def test_a_remembered_key_is_asked_for_again_after_its_ttl_and_a_revoked_one_ref
 
 def docpipe_cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DOCPIPE_DATABASE_URL": database_url}
-    return subprocess.run([sys.executable, "-m", "docpipe.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "docpipe.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_the_cli_creates_lists_and_revokes_keys(db: Database, database_url: str) -> None:
@@ -161,8 +167,9 @@ def test_the_key_is_checked_before_the_body_is_read(
     keyed_client: Callable[..., TestClient], db: Database
 ) -> None:
     client = keyed_client(max_document_bytes=10)
-    oversized = client.put("/documents/doc-1", content=b"x" * 100,
-                           headers={"Content-Type": "text/plain"})  # fmt: skip
+    oversized = client.put(
+        "/documents/doc-1", content=b"x" * 100, headers={"Content-Type": "text/plain"}
+    )
     assert oversized.status_code == 401
     untyped = client.post("/batches", content=b"{}")
     assert untyped.status_code == 401
@@ -223,13 +230,18 @@ def test_another_tenants_documents_runs_and_batches_are_not_found_on_every_route
     client = keyed_client()
     alice = bearer(create_api_key(db, "alice").plaintext)
     bob = bearer(create_api_key(db, "bob").plaintext)
-    stored = client.put("/documents/contract", content=TEXT.encode(),
-                        headers={**alice, "Content-Type": "text/plain"})  # fmt: skip
+    stored = client.put(
+        "/documents/contract",
+        content=TEXT.encode(),
+        headers={**alice, "Content-Type": "text/plain"},
+    )
     assert stored.status_code == 201
-    run_id = client.post("/documents/contract/extract", headers={**alice,
-                         "Idempotency-Key": "k"}).json()["run_id"]  # fmt: skip
-    batch_id = client.post("/batches", json={"documents": [{"id": "contract"}]},
-                           headers=alice).json()["batch_id"]  # fmt: skip
+    run_id = client.post(
+        "/documents/contract/extract", headers={**alice, "Idempotency-Key": "k"}
+    ).json()["run_id"]
+    batch_id = client.post(
+        "/batches", json={"documents": [{"id": "contract"}]}, headers=alice
+    ).json()["batch_id"]
 
     attempts: list[tuple[str, str, dict[str, Any]]] = [
         ("GET", "/documents/contract", {}),
@@ -253,8 +265,9 @@ def test_another_tenants_documents_runs_and_batches_are_not_found_on_every_route
     # Reading several runs at once, bob's answer leaves alice's run out.
     both = f"{run_id},{uuid.uuid4()}"
     assert client.get("/runs", params={"ids": both}, headers=bob).json() == {"runs": []}
-    assert [r["run_id"] for r in client.get("/runs", params={"ids": both},
-                                            headers=alice).json()["runs"]] == [run_id]  # fmt: skip
+    assert [
+        r["run_id"] for r in client.get("/runs", params={"ids": both}, headers=alice).json()["runs"]
+    ] == [run_id]
 
     assert client.get(f"/runs/{run_id}", headers=alice).json()["status"] == "queued"
     assert client.get(f"/batches/{batch_id}", headers=alice).json()["status"] == "running"
@@ -269,14 +282,18 @@ def test_tenants_have_separate_document_ids_and_idempotency_keys(
     alice = bearer(create_api_key(db, "alice").plaintext)
     bob = bearer(create_api_key(db, "bob").plaintext)
     for who, text in ((alice, "alice's text"), (bob, "bob's text")):
-        put = client.put("/documents/same-id", content=text.encode(),
-                         headers={**who, "Content-Type": "text/plain"})  # fmt: skip
+        put = client.put(
+            "/documents/same-id",
+            content=text.encode(),
+            headers={**who, "Content-Type": "text/plain"},
+        )
         assert put.status_code == 201, "the same id is a new document for another tenant"
     runs = {
-        client.post("/documents/same-id/extract",
-                    headers={**who, "Idempotency-Key": "order-1"}).json()["run_id"]
+        client.post(
+            "/documents/same-id/extract", headers={**who, "Idempotency-Key": "order-1"}
+        ).json()["run_id"]
         for who in (alice, bob)
-    }  # fmt: skip
+    }
     assert len(runs) == 2
     assert scalar(db, "SELECT count(DISTINCT tenant_id) FROM pipeline_run") == 2
 

@@ -22,7 +22,7 @@ from docpipe.pipelines.review import Reason
 from docpipe.state import runs
 from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key
-from tests.factories import new_run, scalar
+from tests.support.factories import new_run, scalar
 
 EXTRACT, SECTIONS, FIELDS, SUMMARY = DOCUMENT_EXTRACT.step_names
 TEXT = (
@@ -35,8 +35,9 @@ TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 @pytest.fixture
 def ui(make_api_client: Callable[..., TestClient], db: Database) -> TestClient:
-    client = make_api_client(auth="keys", secrets_key=Fernet.generate_key().decode(),
-                             api_key_rpm=0, client_ip_rpm=0)  # fmt: skip
+    client = make_api_client(
+        auth="keys", secrets_key=Fernet.generate_key().decode(), api_key_rpm=0, client_ip_rpm=0
+    )
     client.follow_redirects = False
     page = client.get("/ui/sign-in")
     token = TOKEN.search(page.text)
@@ -49,31 +50,57 @@ def ui(make_api_client: Callable[..., TestClient], db: Database) -> TestClient:
 
 def evidence(field: str, value: Any, quote: str) -> dict[str, Any]:
     start = TEXT.index(quote)
-    return {"field": field, "path": f"/fields/{field}", "value": value, "quote": quote,
-            "start": start, "end": start + len(quote), "page": 1, "section": "1",
-            "section_title": "TERM", "supported": True}  # fmt: skip
+    return {
+        "field": field,
+        "path": f"/fields/{field}",
+        "value": value,
+        "quote": quote,
+        "start": start,
+        "end": start + len(quote),
+        "page": 1,
+        "section": "1",
+        "section_title": "TERM",
+        "supported": True,
+    }
 
 
 def run_in_review(db: Database, document_id: str = "doc-1", **fields: Any) -> str:
     """A run of document_extract paused after extract_fields, as a worker leaves it."""
     run_id = new_run(db, TEXT, document_id=document_id, key=document_id, tenant_id="acme").run_id
     output = {
-        "fields": {"term_months": 12, "total_value": {"amount": 12000, "currency": "EUR"},
-                   "parties": [{"name": "Acme <b>bold</b> GmbH", "role": "supplier"}], **fields},
+        "fields": {
+            "term_months": 12,
+            "total_value": {"amount": 12000, "currency": "EUR"},
+            "parties": [{"name": "Acme <b>bold</b> GmbH", "role": "supplier"}],
+            **fields,
+        },
         "found_in": {"term_months": "1"},
-        "evidence": [evidence("term_months", 12, "twelve (12) months"),
-                     evidence("total_value", {"amount": 12000, "currency": "EUR"}, "EUR 12,000")],
-    }  # fmt: skip
+        "evidence": [
+            evidence("term_months", 12, "twelve (12) months"),
+            evidence("total_value", {"amount": 12000, "currency": "EUR"}, "EUR 12,000"),
+        ],
+    }
     for step, out, nxt, review in (
-        (SECTIONS, {"sections": [{"number": "0", "title": "P", "start": 0, "end": len(TEXT)}]},
-         FIELDS, ()),
+        (
+            SECTIONS,
+            {"sections": [{"number": "0", "title": "P", "start": 0, "end": len(TEXT)}]},
+            FIELDS,
+            (),
+        ),
         (FIELDS, output, SUMMARY, [Reason("always", "a person checks every contract")]),
-    ):  # fmt: skip
+    ):
         claim = runs.claim_step(db, run_id, step, owner="w", lease_s=30)
         assert claim is not None
-        runs.record_step_result(db, claim, owner="w", output=out, model="gpt-4o-mini",
-                                prompt_version=f"{step}@v1", next_step=nxt,
-                                review=review)  # fmt: skip
+        runs.record_step_result(
+            db,
+            claim,
+            owner="w",
+            output=out,
+            model="gpt-4o-mini",
+            prompt_version=f"{step}@v1",
+            next_step=nxt,
+            review=review,
+        )
     return run_id
 
 
@@ -92,8 +119,11 @@ def form_of(page: str) -> list[tuple[str, str]]:
 
 def post_form(client: TestClient, url: str, fields: list[tuple[str, str]]) -> Any:
     """POST ``fields`` as a browser sends a form (names may repeat; order kept)."""
-    return client.post(url, content=urlencode(fields),
-                       headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    return client.post(
+        url,
+        content=urlencode(fields),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
 
 
 def with_value(fields: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
@@ -106,11 +136,15 @@ def test_the_queue_lists_reviews_oldest_first_with_their_age_and_filters(
 ) -> None:
     first, second = run_in_review(db, "doc-a"), run_in_review(db, "doc-b")
     with db.session() as s:
-        s.conn.execute(b"UPDATE pipeline_run SET review_since = now() - interval '3 hours' "
-                       b"WHERE id = %s", (first,))  # fmt: skip
+        s.conn.execute(
+            b"UPDATE pipeline_run SET review_since = now() - interval '3 hours' WHERE id = %s",
+            (first,),
+        )
     page = ui.get("/ui/reviews").text
     assert page.index(first[:8]) < page.index(second[:8])
-    assert "3 h" in page and "a person checks every contract" in page
+    assert "3 h" in page and "2</strong> waiting, the oldest for 3 h" in page
+    # A review every run gets is routine: no reason is shown for it.
+    assert "a person checks every contract" not in page
     assert second[:8] not in ui.get("/ui/reviews?step=summarize").text
     assert first[:8] in ui.get("/ui/reviews?step=extract_fields&reason=rule&pipeline=").text
     refused = ui.get("/ui/reviews?reason=whim")
@@ -136,6 +170,36 @@ def test_a_review_shows_the_text_the_form_and_each_values_evidence(
     assert "No decision yet." in page
 
 
+def test_a_routine_review_says_no_why_and_a_failed_step_says_what_went_wrong(
+    ui: TestClient, db: Database
+) -> None:
+    routine = ui.get(f"/ui/reviews/{run_in_review(db)}").text
+    # Reviewed every time: nothing to explain, nothing wrong.
+    assert "Why:" not in routine and "What the step got wrong" not in routine
+    assert "a person checks every contract" not in routine
+    # Values as wide as they are (a 12 in a narrow box), the shortcuts listed.
+    assert 'value="12" size="8"' in routine
+    assert "<kbd>Ctrl</kbd>+<kbd>Enter</kbd></dt><dd>approve and go to the next review" in routine
+    run = new_run(db, TEXT, document_id="doc-x", key="doc-x", tenant_id="acme").run_id
+    claim = runs.claim_step(db, run, SECTIONS, owner="w", lease_s=30)
+    assert claim is not None
+    error = "the output stayed outside its schema: 'sections' is a required property"
+    runs.fail_run(
+        db,
+        run,
+        SECTIONS,
+        owner="w",
+        status="needs_review",
+        error=error,
+        review_reason="invalid_output",
+        output={"parts": []},
+    )
+    failed = ui.get(f"/ui/reviews/{run}").text
+    assert f"<strong>Why:</strong> {error.replace(chr(39), '&#39;')}</p>" in failed
+    assert "What the step got wrong (1)" in failed
+    assert "/: &#39;sections&#39; is a required property" in failed
+
+
 def test_approving_a_correction_continues_the_run_and_is_on_record(
     ui: TestClient, db: Database
 ) -> None:
@@ -146,15 +210,34 @@ def test_approving_a_correction_continues_the_run_and_is_on_record(
     assert answer.status_code == 303, answer.text
     assert answer.headers["location"] == f"/ui/runs/{run_id}"
     assert scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", run_id) == "queued"
-    output = scalar(db, "SELECT output FROM pipeline_step_result WHERE run_id = %s AND step = %s",
-                    run_id, FIELDS)  # fmt: skip
+    output = scalar(
+        db,
+        "SELECT output FROM pipeline_step_result WHERE run_id = %s AND step = %s",
+        run_id,
+        FIELDS,
+    )
     assert output["fields"]["term_months"] == 24
     assert output["fields"]["total_value"] == {"amount": 12000, "currency": "EUR"}
     assert output["evidence"][0]["value"] == 24 and output["evidence"][0]["corrected"] is True
     diff = scalar(db, "SELECT diff FROM review_decision WHERE run_id = %s", run_id)
-    assert [(d["path"], d["before"], d["after"]) for d in diff if d["path"].startswith("/fields")] \
-        == [("/fields/term_months", 12, 24)]  # fmt: skip
+    assert [
+        (d["path"], d["before"], d["after"]) for d in diff if d["path"].startswith("/fields")
+    ] == [("/fields/term_months", 12, 24)]
     assert scalar(db, "SELECT reviewer_name FROM review_decision") == "Ada Reviewer"
+    # The run goes on (its last step, as a worker records it); its page says who stands
+    # behind the corrected value, and that the model's quote is not its support any more.
+    claim = runs.claim_step(db, run_id, SUMMARY, owner="w", lease_s=30)
+    assert claim is not None
+    summary = {"summary": "s", "key_points": ["k"], "risk_flags": []}
+    runs.record_step_result(
+        db, claim, owner="w", output=summary, model=None, prompt_version="v", next_step=None
+    )
+    run_page = ui.get(f"/ui/runs/{run_id}").text
+    term = run_page[run_page.index('<th scope="row">term_months</th>') :].split("</tr>")[0]
+    assert 'data-support="corrected">corrected by Ada Reviewer</span>' in term
+    assert "no longer its support: <q>twelve (12) months</q>" in term
+    total = run_page[run_page.index('<th scope="row">total_value</th>') :].split("</tr>")[0]
+    assert ">supported</span>" in total
 
 
 def test_a_stale_form_shows_the_409_and_decides_nothing(ui: TestClient, db: Database) -> None:
@@ -204,8 +287,10 @@ def test_another_tenants_review_is_not_found(ui: TestClient, db: Database) -> No
     assert ui.get(f"/ui/reviews/{theirs}").status_code == 404
     token = TOKEN.search(ui.get("/ui/reviews").text)
     assert token is not None
-    answer = ui.post(f"/ui/reviews/{theirs}", data={"csrf_token": token.group(1),
-                     "revision": "0", "action": "reject", "reason": "no"})  # fmt: skip
+    answer = ui.post(
+        f"/ui/reviews/{theirs}",
+        data={"csrf_token": token.group(1), "revision": "0", "action": "reject", "reason": "no"},
+    )
     assert answer.status_code == 404
     assert scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", theirs) == "queued"
 
@@ -232,3 +317,51 @@ def test_reject_and_retry_decide_with_their_reason_and_model(ui: TestClient, db:
         "rejected by Ada Reviewer at step extract_fields: not &lt;i&gt;our&lt;/i&gt; contract"
         in run_page
     )
+
+
+def retry_from_the_run_page(ui: TestClient, run_id: str, from_step: str) -> Any:
+    """The run page's "Retry run" form, sent with ``from_step`` chosen."""
+    page = ui.get(f"/ui/runs/{run_id}").text
+    assert f'<option value="{from_step}">' in page
+    token = TOKEN.search(page)
+    assert token is not None
+    return ui.post(
+        f"/ui/runs/{run_id}/retry", data={"csrf_token": token.group(1), "from_step": from_step}
+    )
+
+
+def test_the_run_pages_retry_starts_at_the_step_chosen(ui: TestClient, db: Database) -> None:
+    run_id = run_in_review(db)
+    runs.cancel_run(db, "acme", run_id)
+    # Left alone, a retry would start at the first step not done (summarize).
+    answer = retry_from_the_run_page(ui, run_id, SECTIONS)
+    assert answer.status_code == 303, answer.text
+    assert scalar(db, "SELECT current_step FROM pipeline_run WHERE id = %s", run_id) == SECTIONS
+    assert scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", run_id) == "queued"
+    steps = {s.step: s.status for s in runs.run_progress(db, "acme", run_id).steps}
+    assert steps == {EXTRACT: "done", SECTIONS: "pending", FIELDS: "pending", SUMMARY: "pending"}
+
+
+def test_the_run_pages_retry_of_a_run_in_review_is_the_signed_in_reviewers_decision(
+    ui: TestClient, db: Database
+) -> None:
+    run_id = run_in_review(db)
+    answer = retry_from_the_run_page(ui, run_id, SECTIONS)
+    assert answer.status_code == 303, answer.text
+    with db.session() as s:
+        decision = s.conn.execute(
+            b"SELECT action, step, retry_from, reviewer_key_id, reviewer_name"
+            b" FROM review_decision WHERE run_id = %s",
+            (run_id,),
+        ).fetchall()
+    key_id = scalar(db, "SELECT id FROM api_key WHERE name = 'Ada Reviewer'")
+    assert decision == [
+        {
+            "action": "retry",
+            "step": FIELDS,
+            "retry_from": SECTIONS,
+            "reviewer_key_id": str(key_id),
+            "reviewer_name": "Ada Reviewer",
+        }
+    ]
+    assert scalar(db, "SELECT current_step FROM pipeline_run WHERE id = %s", run_id) == SECTIONS

@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Callable
 
+import anyio
 import pytest
 from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
@@ -19,7 +20,7 @@ from docpipe.settings import get_settings
 from docpipe.state.db import Database
 from docpipe.state.tenants import create_api_key, revoke_api_key
 from docpipe_api.ui.session import COOKIE, SessionCodec
-from tests.factories import new_run, scalar
+from tests.support.factories import new_run, scalar
 
 SECRETS_KEY = Fernet.generate_key().decode()
 TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -27,8 +28,7 @@ TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 @pytest.fixture
 def ui(make_api_client: Callable[..., TestClient]) -> TestClient:
-    client = make_api_client(auth="keys", secrets_key=SECRETS_KEY, api_key_rpm=0,
-                             client_ip_rpm=0)  # fmt: skip
+    client = make_api_client(auth="keys", secrets_key=SECRETS_KEY, api_key_rpm=0, client_ip_rpm=0)
     client.follow_redirects = False
     return client
 
@@ -80,8 +80,9 @@ def test_the_cookie_is_secure_behind_tls_and_next_never_leaves_the_site(
     client.follow_redirects = False
     key = create_api_key(db, "acme").plaintext
     for target in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
-        answer = client.post("/ui/sign-in", data={"api_key": key, "next": target,
-                             "csrf_token": csrf_token(client)})  # fmt: skip
+        answer = client.post(
+            "/ui/sign-in", data={"api_key": key, "next": target, "csrf_token": csrf_token(client)}
+        )
         assert answer.headers["location"] == "/ui/"
         assert "Secure" in answer.headers["set-cookie"]
 
@@ -157,8 +158,11 @@ def test_forms_without_a_valid_csrf_token_are_refused_and_change_nothing(
         assert answer.status_code == 403, data
         assert "missing or forged CSRF token" in answer.text
         assert "Nothing was changed" in answer.text
-    json_body = ui.post(f"{page}/cancel", content=json.dumps({"csrf_token": token}),
-                        headers={"Content-Type": "application/json"})  # fmt: skip
+    json_body = ui.post(
+        f"{page}/cancel",
+        content=json.dumps({"csrf_token": token}),
+        headers={"Content-Type": "application/json"},
+    )
     assert json_body.status_code == 415
     assert run_status(db, run_id) == "queued"
     assert caplog.text.count("missing or forged CSRF token") == 4
@@ -186,14 +190,16 @@ def test_another_tenants_run_and_batch_are_not_found_and_stay_as_they_are(
     assert run_status(db, theirs) == "queued"
     assert ui.get(f"/ui/runs/{theirs}/events").status_code == 404
     globex = {"Authorization": f"Bearer {create_api_key(db, 'globex').plaintext}"}
-    batch = ui.post("/batches", json={"documents": [{"id": "g", "text": "TERM\nOne year.\n"}]},
-                    headers=globex)  # fmt: skip
+    batch = ui.post(
+        "/batches", json={"documents": [{"id": "g", "text": "TERM\nOne year.\n"}]}, headers=globex
+    )
     assert batch.status_code == 202, batch.text
     their_batch = batch.json()["batch_id"]
     for path in ("", "/progress", "/results?format=csv", "/results"):
         assert ui.get(f"/ui/batches/{their_batch}{path}").status_code == 404, path
-    assert ui.post(f"/ui/batches/{their_batch}/cancel", data={"csrf_token": token}).status_code \
-        == 404  # fmt: skip
+    assert (
+        ui.post(f"/ui/batches/{their_batch}/cancel", data={"csrf_token": token}).status_code == 404
+    )
     assert ui.get(f"/batches/{their_batch}", headers=globex).json()["status"] == "running"
 
 
@@ -235,3 +241,68 @@ def test_sign_out_forgets_the_key(ui: TestClient, db: Database) -> None:
     answer = ui.post("/ui/sign-out", data={"csrf_token": csrf_token(ui, "/ui/")})
     assert answer.headers["location"] == "/ui/sign-in?why=signed-out"
     assert ui.get("/ui/").status_code == 303
+
+
+def test_a_page_whose_rows_stay_locked_answers_as_the_api_does_and_changes_nothing(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    ui = make_api_client(
+        auth="keys",
+        secrets_key=SECRETS_KEY,
+        api_key_rpm=0,
+        client_ip_rpm=0,
+        database_lock_timeout_s=0.2,
+    )
+    ui.follow_redirects = False
+    key = create_api_key(db, "acme").plaintext
+    sign_in(ui, key)
+    run_id = new_run(db, tenant_id="acme").run_id
+    token = csrf_token(ui, f"/ui/runs/{run_id}")
+    with db.transaction() as tx:  # another writer holds the run's row
+        tx.conn.execute(b"SELECT 1 FROM pipeline_run WHERE id = %s FOR UPDATE", (run_id,))
+        page = ui.post(f"/ui/runs/{run_id}/cancel", data={"csrf_token": token})
+        api = ui.post(f"/runs/{run_id}/cancel", headers={"Authorization": f"Bearer {key}"})
+    for answer in (page, api):
+        assert (answer.status_code, answer.headers["Retry-After"]) == (503, "1"), answer.text
+        assert "stayed busy; nothing changed, retry" in answer.text
+    assert "<h1>Unavailable</h1>" in page.text
+    assert run_status(db, run_id) == "queued"
+
+
+def test_a_form_whose_body_ends_early_is_answered_as_the_api_answers_it(ui: TestClient) -> None:
+    """A browser that goes away in the middle of a form's body: a 400 page, never a 500."""
+    messages: list[dict[str, object]] = [
+        {"type": "http.request", "body": b"api_key=dp_", "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return messages.pop(0)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/ui/sign-in",
+        "raw_path": b"/ui/sign-in",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/x-www-form-urlencoded"),
+            (b"content-length", b"400"),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    anyio.run(ui.app, scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert start["status"] == 400
+    assert b"the request body ended early" in body and b"Traceback" not in body

@@ -25,9 +25,9 @@ from docpipe.state.admission import admit_and_publish
 from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox
 from docpipe_dev.processes import ManagedProcess
-from tests.factories import new_run, scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.factories import new_run, scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 STEP1 = DOCUMENT_EXTRACT.step_names[1]  # a text document's extract_text is done with its run
 QUEUE = "llm_interactive"
@@ -52,17 +52,34 @@ def pickled_task_message(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes
     task_id = str(uuid.uuid4())
     embed = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
     body = pickle.dumps((args, kwargs, embed))
-    return json.dumps({
-        "body": base64.b64encode(body).decode(),
-        "content-encoding": "binary",
-        "content-type": "application/x-python-serialize",
-        "headers": {"lang": "py", "task": RUN_STEP, "id": task_id, "root_id": task_id,
-                    "parent_id": None, "group": None, "retries": 0, "eta": None,
-                    "expires": None, "argsrepr": repr(args), "kwargsrepr": "{}"},
-        "properties": {"correlation_id": task_id, "delivery_mode": 2, "priority": 0,
-                       "delivery_info": {"exchange": "", "routing_key": QUEUE},
-                       "body_encoding": "base64", "delivery_tag": str(uuid.uuid4())},
-    }).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "body": base64.b64encode(body).decode(),
+            "content-encoding": "binary",
+            "content-type": "application/x-python-serialize",
+            "headers": {
+                "lang": "py",
+                "task": RUN_STEP,
+                "id": task_id,
+                "root_id": task_id,
+                "parent_id": None,
+                "group": None,
+                "retries": 0,
+                "eta": None,
+                "expires": None,
+                "argsrepr": repr(args),
+                "kwargsrepr": "{}",
+            },
+            "properties": {
+                "correlation_id": task_id,
+                "delivery_mode": 2,
+                "priority": 0,
+                "delivery_info": {"exchange": "", "routing_key": QUEUE},
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+            },
+        }
+    ).encode()
 
 
 def test_a_worker_refuses_pickled_messages_and_keeps_serving_json(
@@ -120,8 +137,11 @@ def test_forged_messages_claim_no_step_before_admission_start_at_or_a_retry_wait
     later = datetime.now(UTC) + timedelta(hours=1)
     not_started = new_run(db, TEXT, key="start-at", start_at=later).run_id  # parked in the outbox
     waiting = new_run(db, TEXT, key="retry-wait").run_id  # as after a transient error: 1 h
-    execute(db, "UPDATE pipeline_step_result SET not_before = now() + interval '1 hour'"
-                " WHERE run_id = %s", waiting)  # fmt: skip
+    execute(
+        db,
+        "UPDATE pipeline_step_result SET not_before = now() + interval '1 hour' WHERE run_id = %s",
+        waiting,
+    )
     interactive = start_worker("interactive", concurrency=1)
     batch = start_worker("batch", concurrency=1)
 
@@ -137,14 +157,18 @@ def test_forged_messages_claim_no_step_before_admission_start_at_or_a_retry_wait
     assert scalar(db, "SELECT count(*) FROM llm_call_log") == 0
     assert fake_llm.stats()["requests_total"] == 0, "nothing was paid"
     # The real messages still come at their time: the step is parked until then.
-    due = scalar(db, "SELECT min(available_at) FROM outbox WHERE run_id = %s AND"
-                     " published_at IS NULL", not_started)  # fmt: skip
+    due = scalar(
+        db,
+        "SELECT min(available_at) FROM outbox WHERE run_id = %s AND published_at IS NULL",
+        not_started,
+    )
     assert abs(due - later) < timedelta(seconds=1)
 
     # Admission then lets the batch run in, and it runs to the end.
     assert admit_and_publish(db, publisher, settings) == 1
-    wait_until(lambda: scalar(db, "SELECT status FROM pipeline_run WHERE id = %s",
-                              not_admitted) == "done")  # fmt: skip
+    wait_until(
+        lambda: scalar(db, "SELECT status FROM pipeline_run WHERE id = %s", not_admitted) == "done"
+    )
 
 
 def handled(worker: ManagedProcess) -> int:

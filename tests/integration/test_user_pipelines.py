@@ -14,9 +14,9 @@ import pytest
 
 from docpipe.state.db import Database
 from docpipe_dev.processes import ManagedProcess
-from tests.factories import scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.factories import scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline_package"
 CLAIM_FORM = """CLAIM FORM
@@ -35,10 +35,20 @@ def installed_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     processes under test get on their PYTHONPATH (the test venv stays as it is)."""
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-         str(target), str(PACKAGE)],
-        check=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(PACKAGE),
+        ],
+        check=True,
+        timeout=300,
+    )
     return target
 
 
@@ -49,13 +59,19 @@ def calls(db: Database, run_id: str, step: str, status: str, what: str = "count(
 
 
 def run_through_api(api: str, document_id: str, text: str, pipeline: str, lane: str) -> str:
-    stored = httpx.put(f"{api}/documents/{document_id}", content=text.encode(),
-                       headers={"Content-Type": "text/plain"}, timeout=10)  # fmt: skip
+    stored = httpx.put(
+        f"{api}/documents/{document_id}",
+        content=text.encode(),
+        headers={"Content-Type": "text/plain"},
+        timeout=10,
+    )
     assert stored.status_code in (200, 201), stored.text
-    started = httpx.post(f"{api}/documents/{document_id}/extract",
-                         json={"pipeline": pipeline, "lane": lane},
-                         headers={"Idempotency-Key": f"{document_id}-{lane}"},
-                         timeout=10)  # fmt: skip
+    started = httpx.post(
+        f"{api}/documents/{document_id}/extract",
+        json={"pipeline": pipeline, "lane": lane},
+        headers={"Idempotency-Key": f"{document_id}-{lane}"},
+        timeout=10,
+    )
     assert started.status_code == 202, started.text
     return str(started.json()["run_id"])
 

@@ -5,6 +5,7 @@ queue and the limits on attempts in flight."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import threading
 from collections.abc import Callable
@@ -32,10 +33,10 @@ from docpipe.statuses import DeliveryStatus
 from docpipe.worker.webhook_delivery import deliver_webhook
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.factories import new_run, scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
-from tests.receivers import raw_receiver, recording_receiver, stub_resolver
+from tests.support.factories import new_run, scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
+from tests.support.receivers import raw_receiver, recording_receiver, stub_resolver
 
 SECRETS_KEY = Fernet.generate_key().decode()
 CONTRACT = sample_contracts(1)[0]
@@ -56,7 +57,7 @@ def hook_settings(settings: Settings) -> Settings:
         update={
             "webhooks_enabled": True,
             "secrets_key": SecretStr(Fernet.generate_key().decode()),
-            "webhook_allowed_destinations": ("127.0.0.1/32",),
+            "webhook_allowed_destinations": (ipaddress.ip_network("127.0.0.1/32"),),
             "webhook_timeout_s": 1.0,
             "webhook_retry_base_s": 0.05,
         }
@@ -82,8 +83,9 @@ def ended_run_with_webhook(db: Database, url: str, tenant: str = "acme", key: st
 
 def delivery(db: Database, delivery_id: int) -> dict[str, Any]:
     with db.session() as s:
-        row = s.conn.execute(b"SELECT * FROM webhook_delivery WHERE id = %s",
-                             (delivery_id,)).fetchone()  # fmt: skip
+        row = s.conn.execute(
+            b"SELECT * FROM webhook_delivery WHERE id = %s", (delivery_id,)
+        ).fetchone()
     assert row is not None
     return dict(row)
 
@@ -91,8 +93,9 @@ def delivery(db: Database, delivery_id: int) -> dict[str, Any]:
 def make_due(db: Database, delivery_id: int) -> None:
     """Skip the backoff wait of the delivery's next attempt."""
     with db.session() as s:
-        s.conn.execute(b"UPDATE webhook_delivery SET next_attempt_at = now() WHERE id = %s",
-                       (delivery_id,))  # fmt: skip
+        s.conn.execute(
+            b"UPDATE webhook_delivery SET next_attempt_at = now() WHERE id = %s", (delivery_id,)
+        )
 
 
 def verify(secret: str, received: Any) -> Any:
@@ -159,10 +162,19 @@ def test_a_callback_url_needs_the_tenants_secret_first(
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1:6379/", "http://0x7f000001/", "http://2130706433/", "http://127.1/",
-     "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://169.254.169.254/latest/meta-data",
-     "http://localhost:5432/", "http://user:pw@example.com/hook", "http://10.0.0.5/"],
-)  # fmt: skip
+    [
+        "http://127.0.0.1:6379/",
+        "http://0x7f000001/",
+        "http://2130706433/",
+        "http://127.1/",
+        "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://localhost:5432/",
+        "http://user:pw@example.com/hook",
+        "http://10.0.0.5/",
+    ],
+)
 def test_a_callback_url_to_an_internal_address_is_refused_at_submission(
     make_api_client: Callable[..., TestClient], db: Database, url: str
 ) -> None:
@@ -228,8 +240,10 @@ def test_a_dns_name_resolving_to_a_private_address_is_refused_and_recorded(
     assert deliver_webhook(db, hook_settings, delivery_id, resolver=resolver) == "pending"
     row = delivery(db, delivery_id)
     assert (row["attempts"], row["last_status"], row["last_error"]) == (
-        1, None, webhooks.REFUSED,
-    )  # fmt: skip
+        1,
+        None,
+        webhooks.REFUSED,
+    )
 
 
 def test_a_stored_url_naming_localhost_is_refused_through_the_real_resolver(
@@ -240,8 +254,9 @@ def test_a_stored_url_naming_localhost_is_refused_through_the_real_resolver(
     with recording_receiver() as (url, handler):
         local_name = url.replace("127.0.0.1", "localhost")
         delivery_id = ended_run_with_webhook(db, local_name)
-        deliver_webhook(db, hook_settings.model_copy(update={"webhook_allowed_destinations": ()}),
-                        delivery_id)  # fmt: skip
+        deliver_webhook(
+            db, hook_settings.model_copy(update={"webhook_allowed_destinations": ()}), delivery_id
+        )
     assert handler.received == []
     assert delivery(db, delivery_id)["last_error"] == webhooks.REFUSED
 
@@ -257,8 +272,11 @@ def test_a_receiver_on_127_0_0_1_is_refused_without_the_allowlist_and_recorded_a
     client = make_api_client(**API_WEBHOOKS, webhook_allowed_destinations="127.0.0.1/32")
     client.post("/webhook-secret")
     with recording_receiver() as (url, handler):
-        client.put("/documents/d1", content=b"TITLE\nIntro.\n1. ONE\nText.\n",
-                   headers={"Content-Type": "text/plain"})  # fmt: skip
+        client.put(
+            "/documents/d1",
+            content=b"TITLE\nIntro.\n1. ONE\nText.\n",
+            headers={"Content-Type": "text/plain"},
+        )
         run_id = client.post("/documents/d1/extract", json={"callback_url": url}).json()["run_id"]
         no_allowlist = {**WEBHOOK_ENV, "DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS": ""}
         start_worker(**no_allowlist)
@@ -279,8 +297,12 @@ def test_a_receiver_that_never_answers_is_cut_off_at_the_deadline_and_retried(
     start_worker: Callable[..., ManagedProcess],
     start_beat: Callable[..., ManagedProcess],
 ) -> None:
-    env = {**WEBHOOK_ENV, **LOCAL_RECEIVERS, "DOCPIPE_WEBHOOK_TIMEOUT_S": "1",
-           "DOCPIPE_WEBHOOK_MAX_ATTEMPTS": "3"}  # fmt: skip
+    env = {
+        **WEBHOOK_ENV,
+        **LOCAL_RECEIVERS,
+        "DOCPIPE_WEBHOOK_TIMEOUT_S": "1",
+        "DOCPIPE_WEBHOOK_MAX_ATTEMPTS": "3",
+    }
     rotate_secret(db, SECRETS_KEY, "acme", previous_valid_for_s=0)
     with raw_receiver("hang") as receiver:
         delivery_id = ended_run_with_webhook(db, receiver.url)
@@ -308,8 +330,10 @@ def test_an_attempt_interrupted_by_the_soft_time_limit_is_recorded_and_retried(
             deliver_webhook(db, hook_settings, delivery_id, resolver=interrupted)
         row = delivery(db, delivery_id)
         assert (row["status"], row["attempts"], row["last_error"]) == (
-            "pending", 1, webhooks.INTERRUPTED,
-        )  # fmt: skip
+            "pending",
+            1,
+            webhooks.INTERRUPTED,
+        )
         assert row["attempt_expires_at"] is None
         parked = scalar(
             db,
@@ -329,13 +353,20 @@ def test_an_attempt_whose_worker_was_killed_is_recorded_by_the_reaper_and_retrie
     start_beat: Callable[..., ManagedProcess],
 ) -> None:
     # Short limits so that the dead attempt's lease (the task's hard limit) ends soon.
-    env = {**WEBHOOK_ENV, **LOCAL_RECEIVERS, "DOCPIPE_LLM_TIMEOUT_S": "2",
-           "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "8", "DOCPIPE_TASK_TIME_LIMIT_S": "11",
-           "DOCPIPE_WEBHOOK_TIMEOUT_S": "6", "DOCPIPE_LIMITER_MAX_WAIT_S": "4",
-           # Every client gives up before that soft limit (the client-timeout rule).
-           "DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S": "5", "DOCPIPE_DATABASE_LOCK_TIMEOUT_S": "5",
-           "DOCPIPE_DATABASE_SOCKET_TIMEOUT_S": "5",
-           "DOCPIPE_DATABASE_POOL_TIMEOUT_S": "5"}  # fmt: skip
+    env = {
+        **WEBHOOK_ENV,
+        **LOCAL_RECEIVERS,
+        "DOCPIPE_LLM_TIMEOUT_S": "2",
+        "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "8",
+        "DOCPIPE_TASK_TIME_LIMIT_S": "11",
+        "DOCPIPE_WEBHOOK_TIMEOUT_S": "6",
+        "DOCPIPE_LIMITER_MAX_WAIT_S": "4",
+        # Every client gives up before that soft limit (the client-timeout rule).
+        "DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S": "5",
+        "DOCPIPE_DATABASE_LOCK_TIMEOUT_S": "5",
+        "DOCPIPE_DATABASE_SOCKET_TIMEOUT_S": "5",
+        "DOCPIPE_DATABASE_POOL_TIMEOUT_S": "5",
+    }
     rotate_secret(db, SECRETS_KEY, "acme", previous_valid_for_s=0)
     with raw_receiver("hang-once") as receiver:
         delivery_id = ended_run_with_webhook(db, receiver.url)
@@ -362,8 +393,10 @@ def test_a_delivery_whose_message_redis_lost_is_sent_again_by_the_reaper(
     with recording_receiver() as (url, handler):
         run = new_run(db, callback_url=url)
         with db.session() as s:
-            s.conn.execute(b"UPDATE pipeline_run SET status = 'done', finished_at = now()"
-                           b" WHERE id = %s", (run.run_id,))  # fmt: skip
+            s.conn.execute(
+                b"UPDATE pipeline_run SET status = 'done', finished_at = now() WHERE id = %s",
+                (run.run_id,),
+            )
         outbox_ids = webhooks.queue_webhooks(db, WEBHOOK_QUEUE)
         assert publish_outbox(db, publisher, outbox_ids) == 1
         assert broker.llen(WEBHOOK_QUEUE) == 1, "webhooks have their own queue"
@@ -383,9 +416,13 @@ def test_a_delivery_whose_message_redis_lost_is_sent_again_by_the_reaper(
 def test_a_tenant_has_at_most_its_share_of_attempts_in_flight_and_everyone_the_total(
     db: Database, hook_settings: Settings
 ) -> None:
-    ids = {tenant: [ended_run_with_webhook(db, "https://example.com/h", tenant=tenant,
-                                           key=f"{tenant}-{i}") for i in range(4)]
-           for tenant in ("acme", "globex")}  # fmt: skip
+    ids = {
+        tenant: [
+            ended_run_with_webhook(db, "https://example.com/h", tenant=tenant, key=f"{tenant}-{i}")
+            for i in range(4)
+        ]
+        for tenant in ("acme", "globex")
+    }
     claims: dict[int, webhooks.Claim] = {}
 
     def claim(delivery_id: int) -> None:
@@ -429,20 +466,25 @@ def test_a_run_paused_for_review_sends_run_needs_review_then_run_ended_after_the
     client = make_api_client(**API_WEBHOOKS, webhook_allowed_destinations="127.0.0.1/32")
     secret = client.post("/webhook-secret").json()["secret"]
     fake_llm.add_fault("invented_quote", count=100, step="extract_fields")
-    decisions = ("docpipe_review_decisions_total",
-                 {"pipeline": "document_extract:v1", "action": "approve"})  # fmt: skip
+    decisions = (
+        "docpipe_review_decisions_total",
+        {"pipeline": "document_extract:v1", "action": "approve"},
+    )
     decided_before = REGISTRY.get_sample_value(*decisions) or 0.0
     with recording_receiver() as (url, handler):
-        client.put("/documents/c1", content=CONTRACT.text.encode(),
-                   headers={"Content-Type": "text/plain"})  # fmt: skip
+        client.put(
+            "/documents/c1", content=CONTRACT.text.encode(), headers={"Content-Type": "text/plain"}
+        )
         run_id = client.post("/documents/c1/extract", json={"callback_url": url}).json()["run_id"]
         start_worker(**WEBHOOK_ENV, **LOCAL_RECEIVERS)
         start_beat(**WEBHOOK_ENV, **LOCAL_RECEIVERS)
         wait_until(lambda: len(handler.received) == 1, timeout_s=90)
         paused = verify(secret, handler.received[0])
         assert (paused["event"], paused["run_id"], paused["status"]) == (
-            "run.needs_review", run_id, "needs_review",
-        )  # fmt: skip
+            "run.needs_review",
+            run_id,
+            "needs_review",
+        )
         assert (paused["review"]["step"], paused["review"]["reason"]) == ("extract_fields", "rule")
         assert paused["review"]["reasons"][0]["kind"] == "unsupported_evidence"
         fake_llm.reset()

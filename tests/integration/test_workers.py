@@ -22,9 +22,9 @@ from docpipe.state.db import Database
 from docpipe.state.outbox import publish_outbox
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.factories import new_run, scalar
-from tests.fakellm import FakeLLM
-from tests.processes import wait_until
+from tests.support.factories import new_run, scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 CONTRACT = sample_contracts(1)[0]
 StartWorker = Callable[..., ManagedProcess]
@@ -52,12 +52,17 @@ def step_field(db: Database, step: str, column: str) -> object:
 
 
 def calls(db: Database, run_id: str, step: str, state: str | None = None) -> int:
-    return int(scalar(
-        db,
-        "SELECT count(*) FROM llm_call_log WHERE run_id = %s AND step = %s"
-        " AND (%s::text IS NULL OR status = %s)",
-        run_id, step, state, state,
-    ))  # fmt: skip
+    return int(
+        scalar(
+            db,
+            "SELECT count(*) FROM llm_call_log WHERE run_id = %s AND step = %s"
+            " AND (%s::text IS NULL OR status = %s)",
+            run_id,
+            step,
+            state,
+            state,
+        )
+    )
 
 
 def test_a_run_goes_through_all_steps_on_real_workers(
@@ -96,14 +101,18 @@ def test_killed_worker_resumes_at_step_2_without_repaying_step_1(
     start_worker(concurrency=1)
 
     resumed_at = wait_until(
-        lambda: scalar(
-            db,
-            "SELECT extract(epoch FROM started_at) FROM pipeline_step_result"
-            " WHERE step = 'extract_fields' AND attempt = 2",
-        ) if scalar(db, "SELECT attempt FROM pipeline_step_result"
-                        " WHERE step = 'extract_fields'") >= 2 else None,
+        lambda: (
+            scalar(
+                db,
+                "SELECT extract(epoch FROM started_at) FROM pipeline_step_result"
+                " WHERE step = 'extract_fields' AND attempt = 2",
+            )
+            if scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = 'extract_fields'")
+            >= 2
+            else None
+        ),
         timeout_s=30,
-    )  # fmt: skip
+    )
     assert wait_for_end(db, run_id) == "done"
     assert calls(db, run_id, "extract_sections") == 1, "step 1 must not run again"
     assert scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = 'extract_fields'") == 2
@@ -120,8 +129,11 @@ def test_killed_worker_resumes_at_step_2_without_repaying_step_1(
         == 1
     )
     # At most the calls in flight at the kill (the step's parallelism) were sent again.
-    sections = scalar(db, "SELECT jsonb_array_length(output->'sections') FROM pipeline_step_result"
-                          " WHERE step = 'extract_sections'")  # fmt: skip
+    sections = scalar(
+        db,
+        "SELECT jsonb_array_length(output->'sections') FROM pipeline_step_result"
+        " WHERE step = 'extract_sections'",
+    )
     in_flight = Settings().step_call_concurrency
     assert calls(db, run_id, "extract_fields") <= sections + in_flight
     recovery_s = float(resumed_at) - killed_at
@@ -146,8 +158,9 @@ def test_a_killed_pool_process_hands_its_step_on_at_once_without_the_reaper(
     owner = str(step_field(db, "extract_fields", "lease_owner"))
     child = int(owner.split(":")[1])  # worker_identity(): host:pid:nonce
     assert child != worker.pid, "the step runs in a pool process"
-    killed = scalar(db, "SELECT lease_expires_at FROM pipeline_step_result"
-                        " WHERE step = 'extract_fields'")  # fmt: skip
+    killed = scalar(
+        db, "SELECT lease_expires_at FROM pipeline_step_result WHERE step = 'extract_fields'"
+    )
     os.kill(child, signal.SIGKILL)
 
     wait_until(lambda: int(str(step_field(db, "extract_fields", "attempt"))) >= 2, timeout_s=30)
@@ -195,9 +208,10 @@ def test_429_on_step_2_is_retried_with_backoff_then_done(
     start_beat: Callable[..., ManagedProcess],
 ) -> None:
     fake_llm.control(
-        "POST", "/control/faults",
+        "POST",
+        "/control/faults",
         json={"kind": "429", "count": 2, "step": "extract_fields", "retry_after": 0.5},
-    )  # fmt: skip
+    )
     # One call at a time, so that each 429 fails a whole attempt of the step.
     start_worker(DOCPIPE_STEP_CALL_CONCURRENCY="1")
     run_id = submit(db, publisher)
@@ -283,8 +297,9 @@ def test_two_beats_fire_each_periodic_job_once_per_interval(
     time.sleep(10)
     elapsed = time.monotonic() - started
     runs = scalar(db, "SELECT runs FROM periodic_job WHERE name = 'recover_stalled_work'")
-    received = len(re.findall(r"docpipe\.periodic\.recover_stalled_work\[.*\] received",
-                              worker.log_text()))  # fmt: skip
+    received = len(
+        re.findall(r"docpipe\.periodic\.recover_stalled_work\[.*\] received", worker.log_text())
+    )
     assert received >= 1.6 * elapsed / interval, "both beats must be firing"
     assert runs <= 1.25 * elapsed / interval + 2
 
@@ -297,17 +312,19 @@ def test_an_idle_worker_stops_cleanly_on_sigterm(start_worker: StartWorker, brok
 
 
 def test_task_events_are_off_until_a_monitor_turns_them_on(
-    db: Database, publisher: CeleryPublisher, broker: object, fake_llm: FakeLLM,
+    db: Database,
+    publisher: CeleryPublisher,
+    broker: object,
+    fake_llm: FakeLLM,
     start_worker: StartWorker,
-) -> None:  # fmt: skip
+) -> None:
     start_worker()
     seen: list[str] = []
     with celery_app.connection_for_read() as conn:
         receiver = celery_app.events.Receiver(
             conn, handlers={"*": lambda event: seen.append(event["type"])}
         )
-        listening = threading.Thread(target=receiver.capture, kwargs={"limit": None},
-                                     daemon=True)  # fmt: skip
+        listening = threading.Thread(target=receiver.capture, kwargs={"limit": None}, daemon=True)
         listening.start()
         try:
             # The worker's heartbeats show that events reach this receiver at all.

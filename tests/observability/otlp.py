@@ -57,15 +57,17 @@ class OTLPReceiver:
             resource = _attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
-                    received.append(ReceivedSpan(
-                        service=str(resource.get("service.name")),
-                        trace_id=span.trace_id.hex(),
-                        span_id=span.span_id.hex(),
-                        parent_id=span.parent_span_id.hex() or None,
-                        name=span.name,
-                        kind=KINDS[span.kind],
-                        attributes=_attributes(span.attributes),
-                    ))  # fmt: skip
+                    received.append(
+                        ReceivedSpan(
+                            service=str(resource.get("service.name")),
+                            trace_id=span.trace_id.hex(),
+                            span_id=span.span_id.hex(),
+                            parent_id=span.parent_span_id.hex() or None,
+                            name=span.name,
+                            kind=KINDS[span.kind],
+                            attributes=_attributes(span.attributes),
+                        )
+                    )
         with self._lock:
             self._spans += received
 

@@ -20,8 +20,12 @@ def test_the_api_serves_metrics_on_its_metrics_port_only(
 
     def not_found() -> float:  # counted since this process started (the test's, here)
         samples = scrape(f"http://127.0.0.1:{port}/metrics")
-        return total(samples, "docpipe_http_request_duration_seconds_count",
-                     route="/documents/{document_id}", status_code="404")  # fmt: skip
+        return total(
+            samples,
+            "docpipe_http_request_duration_seconds_count",
+            route="/documents/{document_id}",
+            status_code="404",
+        )
 
     before = not_found()
     assert client.get("/documents/missing").status_code == 404

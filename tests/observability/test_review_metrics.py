@@ -9,7 +9,7 @@ from docpipe.settings import Settings
 from docpipe.state.db import Database
 from docpipe.worker.state_collector import StateCollector
 from docpipe_dev.localstack import LocalRedis
-from tests.factories import new_run
+from tests.support.factories import new_run
 
 
 def paused(
@@ -42,8 +42,9 @@ def test_the_review_backlog_per_tenant_and_pipeline_and_its_oldest_wait(
     paused(db, "a2", "acme", waited_s=60)
     paused(db, "g1", "globex", waited_s=30)
     paused(db, "done", "globex", waited_s=99999, status="done")  # decided: not waiting
-    limited = settings.model_copy(update={"redis_url": redis_server.url,
-                                          "review_max_wait_s": 3600.0})  # fmt: skip
+    limited = settings.model_copy(
+        update={"redis_url": redis_server.url, "review_max_wait_s": 3600.0}
+    )
     collector = StateCollector(limited, min_interval_s=0)
     try:
         pipeline = "document_extract:v1"

@@ -13,11 +13,11 @@ import pytest
 
 from docpipe.state.db import Database
 from docpipe_dev.processes import ManagedProcess
-from tests.factories import scalar
-from tests.fakellm import FakeLLM
 from tests.observability.conftest import CONTRACTS, extract
 from tests.observability.otlp import OTLPReceiver, ReceivedSpan, otlp_receiver
-from tests.processes import wait_until
+from tests.support.factories import scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -94,8 +94,11 @@ def test_an_extract_request_and_all_steps_of_its_run_form_one_trace(
     env = {**otel_env(receiver), "DOCPIPE_REDRIVE_GRACE_S": "20"}
     # A pool process exits after each task and would export on its own only after a minute:
     # every worker span here is one flushed by the exiting process.
-    start_worker(concurrency=2, DOCPIPE_WORKER_MAX_TASKS_PER_CHILD="1",
-                 **{**env, "OTEL_BSP_SCHEDULE_DELAY": "60000"})  # fmt: skip
+    start_worker(
+        concurrency=2,
+        DOCPIPE_WORKER_MAX_TASKS_PER_CHILD="1",
+        **{**env, "OTEL_BSP_SCHEDULE_DELAY": "60000"},
+    )
     start_beat(**env)
     api = start_api(**env)
 
@@ -103,18 +106,29 @@ def test_an_extract_request_and_all_steps_of_its_run_form_one_trace(
     # first message waits in the outbox and the sweep (a periodic task) publishes it.
     run_a = extract(api, "doc-a", CONTRACTS[0].text)
     start_at = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
-    stored = httpx.put(f"{api}/documents/doc-b", content=CONTRACTS[1].text.encode(),
-                       headers={"Content-Type": "text/plain"}, timeout=10)  # fmt: skip
+    stored = httpx.put(
+        f"{api}/documents/doc-b",
+        content=CONTRACTS[1].text.encode(),
+        headers={"Content-Type": "text/plain"},
+        timeout=10,
+    )
     assert stored.status_code == 201
-    started = httpx.post(f"{api}/documents/doc-b/extract", json={"start_at": start_at},
-                         headers={"Idempotency-Key": "doc-b"}, timeout=10)  # fmt: skip
+    started = httpx.post(
+        f"{api}/documents/doc-b/extract",
+        json={"start_at": start_at},
+        headers={"Idempotency-Key": "doc-b"},
+        timeout=10,
+    )
     assert started.status_code == 202, started.text
     run_b = started.json()["run_id"]
     wait_until(lambda: run_done(db, run_a) and run_done(db, run_b), timeout_s=60)
 
     def exported(run_id: str) -> bool:
-        steps = {s.attributes.get("docpipe.step") for s in receiver.spans
-                 if s.attributes.get("docpipe.run_id") == run_id}  # fmt: skip
+        steps = {
+            s.attributes.get("docpipe.step")
+            for s in receiver.spans
+            if s.attributes.get("docpipe.run_id") == run_id
+        }
         return set(STEPS) <= steps
 
     wait_until(lambda: exported(run_a) and exported(run_b), timeout_s=20)
@@ -140,8 +154,12 @@ def test_an_extract_request_and_all_steps_of_its_run_form_one_trace(
             assert trace.parent(publish) == previous, f"{step} follows {previous.name}"
             calls = trace.children(task, "client")
             provider_calls = [c for c in calls if "chat/completions" in str(c.attributes)]
-            sent = scalar(db, "SELECT count(*) FROM llm_call_log WHERE run_id = %s AND step = %s",
-                          run_id, step)  # fmt: skip
+            sent = scalar(
+                db,
+                "SELECT count(*) FROM llm_call_log WHERE run_id = %s AND step = %s",
+                run_id,
+                step,
+            )
             assert len(provider_calls) == sent, f"{step}: one span per provider call"
             assert sent > 0, f"{step}: calls {sent}"
             assert any(c.attributes.get("db.system") == "postgresql" for c in calls)

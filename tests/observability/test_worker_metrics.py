@@ -16,10 +16,10 @@ from docpipe.state.outbox import publish_outbox
 from docpipe_dev.localstack import free_port
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
-from tests.factories import new_run, scalar
-from tests.fakellm import FakeLLM
 from tests.observability.scrape import scrape, series, total
-from tests.processes import wait_until
+from tests.support.factories import new_run, scalar
+from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 CONTRACT = sample_contracts(1)[0]
 # extract_sections, extract_fields, summarize: a text document's extract_text is done as its
@@ -49,8 +49,10 @@ def test_a_prefork_worker_serves_the_sum_of_its_pool_processes(
         created = new_run(db, CONTRACT.text, key=f"k{i}", document_id=f"doc-{i}")
         publish_outbox(db, publisher, created.outbox_ids)
         run_ids.append(created.run_id)
-    wait_until(lambda: scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 2,
-               timeout_s=60)  # fmt: skip
+    wait_until(
+        lambda: scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 2,
+        timeout_s=60,
+    )
 
     # Each step ran in its own pool process, which exited after it: only the files they
     # left (folded into the archive when scraped) can add up to these numbers.
@@ -85,3 +87,50 @@ def test_a_prefork_worker_serves_the_sum_of_its_pool_processes(
     assert len(pids) <= 3, files
     worker.stop()
     assert not directory.exists(), "the private directory is removed when the worker exits"
+
+
+def test_a_threads_worker_serves_its_slots_and_its_oldest_step(
+    db: Database,
+    publisher: CeleryPublisher,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    """12 slots, 8 steps waiting 3 s on the provider: 8 in use, 4 free, the oldest step a
+    second or more in; when they are done, the steps' counters as from a prefork pool."""
+    fake_llm.control("POST", "/control/config", json={"latency_ms": [3000, 3000]})
+    port = free_port()
+    start_worker(
+        concurrency=12,
+        DOCPIPE_WORKER_POOL="threads",
+        DOCPIPE_METRICS_PORT=str(port),
+        DOCPIPE_METRICS_HOST="127.0.0.1",
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    for i in range(8):
+        created = new_run(db, CONTRACT.text, key=f"k{i}", document_id=f"doc-{i}")
+        publish_outbox(db, publisher, created.outbox_ids)
+    busy = wait_until(
+        lambda: (
+            (s := scrape(url))
+            and total(s, "docpipe_worker_slots_in_use") == 8
+            and total(s, "docpipe_worker_oldest_step_age_seconds") >= 1
+            and s
+        ),
+        timeout_s=30,
+        every_s=0.2,
+    )
+    assert total(busy, "docpipe_worker_slots", pool="threads") == 12
+    assert total(busy, "docpipe_worker_slots_free") == 4
+    assert total(busy, "docpipe_worker_oldest_step_age_seconds") < 30
+    wait_until(
+        lambda: scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 8,
+        timeout_s=120,
+    )
+    idle = wait_until(
+        lambda: (s := scrape(url)) and total(s, "docpipe_worker_slots_in_use") == 0 and s,
+        timeout_s=10,
+    )
+    assert total(idle, "docpipe_worker_oldest_step_age_seconds") == 0
+    assert total(idle, "celery_task_succeeded_total", name="docpipe.run_step") == 8 * STEPS
+    assert total(idle, "docpipe_runs_finished_total", status="done", lane="interactive") == 8

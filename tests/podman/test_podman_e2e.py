@@ -270,9 +270,12 @@ def test_samples_finish_and_a_worker_killed_mid_step_2_resumes_without_repaying_
 def test_every_container_runs_its_entry_point_as_pid_1(stack: Stack) -> None:
     """Exec form: PID 1 is the process itself (no shell in between), as uid 10001."""
     for component, program in (
-        ("worker-interactive", "celery"), ("worker-batch", "celery"), ("beat", "celery"),
-        ("api", "uvicorn"), ("fake-llm", "docpipe_fake_llm"),
-    ):  # fmt: skip
+        ("worker-interactive", "celery"),
+        ("worker-batch", "celery"),
+        ("beat", "celery"),
+        ("api", "uvicorn"),
+        ("fake-llm", "docpipe_fake_llm"),
+    ):
         name = stack.name(component)
         argv = podman("exec", name, "cat", "/proc/1/cmdline").stdout.split("\0")
         assert Path(argv[0]).name.startswith("python"), argv  # the console script's shebang

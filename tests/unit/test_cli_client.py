@@ -90,9 +90,12 @@ def test_many_runs_are_read_a_hundred_ids_per_request() -> None:
 # --- results downloads --------------------------------------------------------------------
 
 LINES = [f'{{"run_id": "r{i}", "custom_id": "d{i}"}}\n'.encode() for i in range(5)]
-CSV = [b"document_id,position,run_id,summary\r\n",
-       b'd0,0,r0,"two\nlines, and a ""quote"""\r\n', b"d1,1,r1,plain\r\n",
-       b'd2,2,r2,"a\r\nb"\r\n']  # fmt: skip
+CSV = [
+    b"Document,No.,Run ID,Summary\r\n",
+    b'd0,0,r0,"two\nlines, and a ""quote"""\r\n',
+    b"d1,1,r1,plain\r\n",
+    b'd2,2,r2,"a\r\nb"\r\n',
+]
 
 
 class _Dropped(httpx.SyncByteStream):
@@ -137,18 +140,19 @@ def resuming(
 def test_a_dropped_download_resumes_after_the_last_whole_line(cut: int) -> None:
     client, asked = resuming(LINES, cut)
     out = io.BytesIO()
-    assert client.save_batch_results("b1", out) == 5
+    assert client.save_batch_results("b1", out).runs == 5
     assert out.getvalue() == b"".join(LINES)
     whole = cut // len(LINES[0])
     assert asked == [None, f"r{whole - 1}" if whole else None]
 
 
-@pytest.mark.parametrize("cut", [10, len(CSV[0]) + 8, len(CSV[0]) + len(CSV[1]) - 3,
-                                 len(CSV[0]) + len(CSV[1]) + 2])  # fmt: skip
+@pytest.mark.parametrize(
+    "cut", [10, len(CSV[0]) + 8, len(CSV[0]) + len(CSV[1]) - 3, len(CSV[0]) + len(CSV[1]) + 2]
+)
 def test_a_dropped_csv_download_keeps_quoted_line_ends_and_one_header(cut: int) -> None:
     client, asked = resuming(CSV, cut, csv_header=True)
     out = io.BytesIO()
-    assert client.save_batch_results("b1", out, format="csv") == 3
+    assert client.save_batch_results("b1", out, format="csv").runs == 3
     assert out.getvalue() == b"".join(CSV)
     assert len(asked) == 2
 
@@ -157,8 +161,9 @@ def test_a_download_that_keeps_dropping_gives_up() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, stream=_Dropped(LINES[0] + LINES[1], 3))
 
-    client = DocpipeClient("http://api.test", transport=httpx.MockTransport(handler),
-                           sleep=lambda _: None)  # fmt: skip
+    client = DocpipeClient(
+        "http://api.test", transport=httpx.MockTransport(handler), sleep=lambda _: None
+    )
     with pytest.raises(httpx.RemoteProtocolError):
         client.save_batch_results("b1", io.BytesIO())
 

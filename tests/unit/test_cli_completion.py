@@ -27,10 +27,13 @@ def shell_binary(name: str) -> str:
 def complete_in_bash(source: str, *words: str) -> list[str]:
     """What the completion offers after ``words`` (the last one being typed)."""
     line = " ".join(words)
-    program = (f"{source}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}\n_docpipe\n"
-               'printf "%s\\n" "${COMPREPLY[@]}"')  # fmt: skip
-    done = subprocess.run([shell_binary("bash"), "-c", program], capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    program = (
+        f"{source}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}\n_docpipe\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    done = subprocess.run(
+        [shell_binary("bash"), "-c", program], capture_output=True, text=True, check=True
+    )
     return done.stdout.split()
 
 
@@ -49,13 +52,20 @@ def test_bash_completes_commands_subcommands_options_and_choices(bash_script: st
         "watch",
         "cancel",
         "results",
+        "list",
     ]
     assert set(complete_in_bash(bash_script, "docpipe", "submit", "--")) >= {
-        "--lane", "--pipeline", "--watch", "--api", "--api-key", "--debug",
-    }  # fmt: skip
+        "--lane",
+        "--pipeline",
+        "--watch",
+        "--api",
+        "--api-key",
+        "--debug",
+    }
     assert complete_in_bash(bash_script, "docpipe", "submit", "--lane", "''") == [
-        "interactive", "batch",
-    ]  # fmt: skip
+        "interactive",
+        "batch",
+    ]
     # After an option that takes a free value, and for files: nothing, so the shell offers
     # file names (complete -o default).
     assert complete_in_bash(bash_script, "docpipe", "submit", "--pipeline", "''") == []
@@ -75,11 +85,16 @@ print -r -- "batch: ${{COMPREPLY[@]}}"
 COMP_WORDS=(docpipe submit --lane ''); COMP_CWORD=3; _docpipe
 print -r -- "lanes: ${{COMPREPLY[@]}}"
 """
-    done = subprocess.run([shell_binary("zsh"), "-f", "-c", program], capture_output=True,
-                          text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [shell_binary("zsh"), "-f", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "registered: _bash_complete -o default -F _docpipe",
-        "batch: submit watch cancel results",
+        "batch: submit watch cancel results list",
         "lanes: interactive batch",
     ], done.stdout + done.stderr

@@ -41,8 +41,9 @@ def test_every_installed_distribution_is_pinned_at_its_version() -> None:
     pins, present = pinned(), installed()
     unpinned = sorted(f"{n}=={v}" for n, v in present.items() if n not in pins)
     assert not unpinned, f"installed but not in constraints.txt (make constraints): {unpinned}"
-    other = sorted(f"{n}: {v} installed, {pins[n]} pinned" for n, v in present.items()
-                   if pins[n] != v)  # fmt: skip
+    other = sorted(
+        f"{n}: {v} installed, {pins[n]} pinned" for n, v in present.items() if pins[n] != v
+    )
     assert not other, other
 
 

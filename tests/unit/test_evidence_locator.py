@@ -10,12 +10,15 @@ from hypothesis import strategies as st
 from docpipe.pipelines.evidence import (
     EVIDENCE_SCHEMA,
     MAX_QUOTE_CHARS,
+    Support,
     evidence_for,
     evidence_records,
     locate_quote,
     normalised,
     page_of,
     section_of,
+    support_label,
+    support_of,
     unsupported_values,
 )
 from docpipe_dev.samples import sample_contracts
@@ -130,9 +133,14 @@ def test_evidence_names_offsets_page_and_section_of_a_found_quote() -> None:
         {"number": "2", "title": "Termination", "start": DOC.index("2. TERM"), "end": len(DOC)},
     ]
     page_two = DOC.index("3. LIABILITY")
-    evidence = evidence_for(DOC, 'limited to "USD 250,000"', page_starts=(0, page_two),
-                            sections=sections)  # fmt: skip
-    assert evidence["supported"] is True
+    evidence = evidence_for(
+        DOC,
+        'limited to "USD 250,000"',
+        value={"amount": 250000, "currency": "USD"},
+        page_starts=(0, page_two),
+        sections=sections,
+    )
+    assert evidence["supported"] is True and evidence["support"] == "supported"
     assert DOC[evidence["start"] : evidence["end"]] == "limited to \u201cUSD 250,000\u201d"
     assert (evidence["page"], evidence["section"], evidence["section_title"]) == (
         2,
@@ -142,7 +150,9 @@ def test_evidence_names_offsets_page_and_section_of_a_found_quote() -> None:
 
 
 def test_evidence_of_an_invented_quote_is_unsupported_and_kept() -> None:
-    evidence = evidence_for(DOC, "The cap is one billion dollars.", page_starts=(0,), sections=[])
+    evidence = evidence_for(
+        DOC, "The cap is one billion dollars.", value=10**9, page_starts=(0,), sections=[]
+    )
     assert evidence == {
         "quote": "The cap is one billion dollars.",
         "start": None,
@@ -151,44 +161,133 @@ def test_evidence_of_an_invented_quote_is_unsupported_and_kept() -> None:
         "section": None,
         "section_title": None,
         "supported": False,
+        "support": "quote_not_found",
     }
 
 
-def record(field: str, supported: bool) -> dict[str, object]:
-    found = evidence_for(DOC, "TERMINATION" if supported else "Nowhere.", page_starts=(0,),
-                         sections=[])  # fmt: skip
-    return {"field": field, "value": 1, **found}
+def test_a_value_its_found_quote_does_not_hold_is_not_supported() -> None:
+    """The party "7." case: a quote that is in the document (a clause number) supports
+    only what can be read in it."""
+    document = '7. LIABILITY\nThis Agreement is made between Acme Ltd ("Supplier") and Borealis.'
+    for value in ({"name": "7.", "role": "Supplier"}, "Acme Ltd", 24, "2025-01-01", True):
+        found = evidence_for(document, "7.", value=value, page_starts=(0,), sections=[])
+        expected = "supported" if value is True else "value_not_in_quote"
+        assert (found["start"], found["support"]) == (0, expected), value
+        assert found["supported"] is (value is True)
+        record = {"field": "parties", "value": value, **found}
+        assert support_label(record) == (
+            "supported" if value is True else "quote found, value not in it"
+        )
+    party = evidence_for(
+        document,
+        'between Acme Ltd ("Supplier")',
+        value=[{"name": "ACME LIMITED", "role": "supplier"}],
+        page_starts=(0,),
+        sections=[],
+    )
+    assert party["supported"] is True
+
+
+def record(field: str, support: str) -> dict[str, object]:
+    quote = {"supported": "ninety (90) days' prior", "value_not_in_quote": "TERMINATION"}
+    found = evidence_for(
+        DOC, quote.get(support, "Nowhere."), value=90, page_starts=(0,), sections=[]
+    )
+    assert found["support"] == support
+    return {"field": field, "value": 90, **found}
 
 
 def test_unsupported_values_are_read_from_every_step_that_records_evidence() -> None:
     outputs = {
         "extract_sections": {"sections": []},
-        "extract_fields": {"evidence": [record("term_months", True), record("cap", False)]},
+        "extract_fields": {
+            "evidence": [
+                record("term_months", "supported"),
+                record("cap", "quote_not_found"),
+                record("law", "value_not_in_quote"),
+            ]
+        },
         "summarize": {"summary": "x", "evidence": "not a list"},
         "own_data": {"evidence": [{"field": "x", "supported": False}, "text"]},  # not records
     }
-    assert [r["field"] for r in evidence_records(outputs)] == ["term_months", "cap"]
-    assert unsupported_values(outputs) == ["cap"]
+    assert [r["field"] for r in evidence_records(outputs)] == ["term_months", "cap", "law"]
+    assert unsupported_values(outputs) == [
+        ("cap", Support.QUOTE_NOT_FOUND),
+        ("law", Support.VALUE_NOT_IN_QUOTE),
+    ]
+    assert unsupported_values(outputs, only=Support.VALUE_NOT_IN_QUOTE) == [
+        ("law", Support.VALUE_NOT_IN_QUOTE)
+    ]
 
 
-BOX = {"page": 1, "left": 72.0, "top": 90.5, "right": 200, "bottom": 102.1, "page_width": 595.3,
-       "page_height": 841.9}  # fmt: skip
+def test_a_record_made_before_support_existed_says_what_its_fields_do() -> None:
+    legacy = {"field": "x", "value": 1, "quote": "q", "start": 0, "end": 1, "page": 1}
+    assert support_of({**legacy, "supported": True}) is Support.SUPPORTED
+    assert support_of({**legacy, "supported": False}) is Support.QUOTE_NOT_FOUND
+    corrected = {**legacy, "supported": True, "corrected": True}
+    assert support_of(corrected) is Support.CORRECTED
+    assert support_label(corrected) == "corrected by a reviewer"
+    assert support_label({**corrected, "corrected_by": "Ada"}) == "corrected by Ada"
+
+
+BOX = {
+    "page": 1,
+    "left": 72.0,
+    "top": 90.5,
+    "right": 200,
+    "bottom": 102.1,
+    "page_width": 595.3,
+    "page_height": 841.9,
+}
 RECORD = {
-    "field": "term_months", "value": 24, "quote": "twenty-four (24) months", "start": 5,
-    "end": 28, "page": 1, "section": "1", "section_title": "TERM", "supported": True,
-}  # fmt: skip
+    "field": "term_months",
+    "value": 24,
+    "quote": "twenty-four (24) months",
+    "start": 5,
+    "end": 28,
+    "page": 1,
+    "section": "1",
+    "section_title": "TERM",
+    "supported": True,
+}
 
 
 @pytest.mark.parametrize(
     "change",
-    [{}, {"start": None, "end": None, "page": None, "section": None, "supported": False},
-     {"section_title": None}, {"start": 5.0}, {"extra": "kept"}, {"value": None},
-     {"start": -1}, {"page": 0}, {"start": True}, {"end": "28"}, {"start": 5.5},
-     {"quote": "q" * (MAX_QUOTE_CHARS + 1)}, {"field": 3}, {"supported": "yes"},
-     {"section": 1}, {"section_title": 2}, {"supported": None}, {"boxes": []},
-     {"boxes": [BOX]}, {"boxes": "x"}, {"boxes": [{"page": 1}]}, {"boxes": [BOX | {"page": 0}]},
-     {"boxes": [BOX | {"left": "1"}]}, {"boxes": [BOX | {"page_width": 0}]}],
-)  # fmt: skip
+    [
+        {},
+        {"start": None, "end": None, "page": None, "section": None, "supported": False},
+        {"section_title": None},
+        {"start": 5.0},
+        {"extra": "kept"},
+        {"value": None},
+        {"start": -1},
+        {"page": 0},
+        {"start": True},
+        {"end": "28"},
+        {"start": 5.5},
+        {"quote": "q" * (MAX_QUOTE_CHARS + 1)},
+        {"field": 3},
+        {"supported": "yes"},
+        {"section": 1},
+        {"section_title": 2},
+        {"supported": None},
+        {"boxes": []},
+        {"boxes": [BOX]},
+        {"boxes": "x"},
+        {"boxes": [{"page": 1}]},
+        {"boxes": [BOX | {"page": 0}]},
+        {"boxes": [BOX | {"left": "1"}]},
+        {"boxes": [BOX | {"page_width": 0}]},
+        {"support": "value_not_in_quote", "supported": False},
+        {"support": "maybe"},
+        {"corrected": True, "corrected_by": "Ada", "model_quote": "q", "quote": ""},
+        {"corrected": "yes"},
+        {"corrected_by": 7},
+        {"corrected_by": None},
+        {"model_quote": "q" * (MAX_QUOTE_CHARS + 1)},
+    ],
+)
 def test_the_records_kept_are_exactly_those_the_evidence_schema_allows(
     change: dict[str, object],
 ) -> None:

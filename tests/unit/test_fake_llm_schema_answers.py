@@ -9,7 +9,7 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from docpipe.structured_output import strict_schema
+from docpipe.pipelines.structured_output import strict_schema
 from docpipe_fake_llm.schema_answers import answer_schema, fit_to_schema
 
 NAMES = st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True)
@@ -89,9 +89,12 @@ def test_the_answer_to_any_strict_schema_validates_and_is_deterministic(
 
 def test_answers_are_made_of_the_documents_words_and_numbers() -> None:
     schema = strict_schema(
-        {"type": "object", "properties": {"who": {"type": "string"}, "n": {"type": "integer"}},
-         "required": ["who", "n"]}
-    )  # fmt: skip
+        {
+            "type": "object",
+            "properties": {"who": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["who", "n"],
+        }
+    )
     answer = answer_schema(schema, "Acme Widgets ordered 4217 bolts.")
     assert answer["n"] == 4217
     assert answer["who"] in "Acme Widgets ordered 4217 bolts." or answer["who"].split()[0] in {
@@ -103,6 +106,7 @@ def test_answers_are_made_of_the_documents_words_and_numbers() -> None:
 
 
 def test_a_realistic_answer_is_fitted_to_a_strict_schema_with_nulls() -> None:
-    schema = strict_schema({"type": "object", "properties": {"a": {"type": "integer"},
-                                                             "b": {"type": "string"}}})  # fmt: skip
+    schema = strict_schema(
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+    )
     assert fit_to_schema({"a": 3}, schema, "text") == {"a": 3, "b": None}

@@ -11,7 +11,7 @@ import pytest
 
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
 from docpipe.providers.client import ChatRequest, LLMClient, parse_output
-from docpipe.structured_output import OutputMode
+from docpipe.settings.provider_specs import OutputMode
 
 USER = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello"}]
 REQUEST = ChatRequest(model="m", messages=USER)
@@ -74,19 +74,38 @@ STRICT = {**SCHEMA, "additionalProperties": False}
     ("request_", "expected"),
     [
         (
-            ChatRequest(model="m", messages=USER, output_mode=OutputMode.JSON_SCHEMA,
-                        schema=STRICT, schema_name="summarize", max_tokens=300, seed=7),
-            {"response_format": {"type": "json_schema", "json_schema": {
-                "name": "summarize", "strict": True, "schema": STRICT}},
-             "max_tokens": 300, "seed": 7, "temperature": 0.0},
+            ChatRequest(
+                model="m",
+                messages=USER,
+                output_mode=OutputMode.JSON_SCHEMA,
+                schema=STRICT,
+                schema_name="summarize",
+                max_tokens=300,
+                seed=7,
+            ),
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "summarize", "strict": True, "schema": STRICT},
+                },
+                "max_tokens": 300,
+                "seed": 7,
+                "temperature": 0.0,
+            },
         ),
         (
-            ChatRequest(model="m", messages=USER, output_mode=OutputMode.NONE, max_tokens=50,
-                        max_tokens_field="max_completion_tokens", temperature=0.2),
+            ChatRequest(
+                model="m",
+                messages=USER,
+                output_mode=OutputMode.NONE,
+                max_tokens=50,
+                max_tokens_field="max_completion_tokens",
+                temperature=0.2,
+            ),
             {"max_completion_tokens": 50, "temperature": 0.2},
         ),
     ],
-)  # fmt: skip
+)
 def test_the_output_mode_and_generation_parameters_are_sent(
     request_: ChatRequest, expected: dict[str, Any]
 ) -> None:
@@ -112,13 +131,21 @@ def test_a_completion_without_usage_is_used_and_its_tokens_estimated() -> None:
 
 
 def test_rate_limit_headers_are_read_from_answers_and_errors() -> None:
-    headers = {"x-ratelimit-remaining-requests": "4", "x-ratelimit-remaining-tokens": "900",
-               "x-ratelimit-reset-tokens": "1m30.5s", "x-ratelimit-limit-tokens": "6000",
-               "x-ratelimit-reset-requests": "120ms"}  # fmt: skip
+    headers = {
+        "x-ratelimit-remaining-requests": "4",
+        "x-ratelimit-remaining-tokens": "900",
+        "x-ratelimit-reset-tokens": "1m30.5s",
+        "x-ratelimit-limit-tokens": "6000",
+        "x-ratelimit-reset-requests": "120ms",
+    }
     ok = client(lambda _: completion('{"x": 1}', headers=headers)).chat(REQUEST)
-    assert ok.rate_limits == {"remaining_requests": 4, "remaining_tokens": 900,
-                              "limit_tokens": 6000, "reset_tokens_s": 90.5,
-                              "reset_requests_s": 0.12}  # fmt: skip
+    assert ok.rate_limits == {
+        "remaining_requests": 4,
+        "remaining_tokens": 900,
+        "limit_tokens": 6000,
+        "reset_tokens_s": 90.5,
+        "reset_requests_s": 0.12,
+    }
     with pytest.raises(TransientLLMError) as caught:
         client(lambda _: httpx.Response(429, headers=headers)).chat(REQUEST)
     assert caught.value.rate_limits["remaining_tokens"] == 900
@@ -250,3 +277,34 @@ def test_parse_output_of_a_strict_answer_drops_the_nulls_of_absent_optionals() -
     assert parse_output('{"x": null}', schema, strict=True) == {}
     with pytest.raises(InvalidOutputError):
         parse_output('{"x": null}', schema)
+
+
+def test_many_connections_are_kept_in_small_pools_each_thread_keeping_to_one() -> None:
+    """httpcore scans a pool's every connection per request: a client of 100 connections
+    keeps four pools of 25, and each thread sends all its requests through one of them."""
+    import threading
+
+    many = LLMClient(
+        base_url="http://provider/v1",
+        api_key="k",
+        timeout_s=1,
+        connections=100,
+        transport=httpx.MockTransport(lambda _: completion('{"a": 1}')),
+    )
+    assert len(many._pools) == 4
+    used: list[set[int]] = []  # per thread: the pools its requests went through
+
+    def send_three() -> None:
+        mine: set[int] = set()
+        for _ in range(3):
+            mine.add(id(many._http))
+            many.chat(REQUEST)
+        used.append(mine)
+
+    threads = [threading.Thread(target=send_three) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [len(pools) for pools in used] == [1] * 8
+    assert len(set().union(*used)) == 4, "the threads took the pools in turn"

@@ -33,14 +33,36 @@ def _candidates(rng: random.Random) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "limit", ["1", "2", "5", "9", "10", "100", "100.5", "37.25", "1.000001", "1234.000001",
-              "99999999.999999"],
-)  # fmt: skip
+    "limit",
+    [
+        "1",
+        "2",
+        "5",
+        "9",
+        "10",
+        "100",
+        "100.5",
+        "37.25",
+        "1.000001",
+        "1234.000001",
+        "99999999.999999",
+    ],
+)
 def test_the_pattern_accepts_exactly_the_amounts_up_to_the_limit(limit: str) -> None:
     pattern = re.compile(usd_string_at_most(Decimal(limit)))
     near = Decimal(limit)
-    edges = [limit, str(near + Decimal("0.000001")), str(near - Decimal("0.000001")),
-             f"{limit}0", "0.000001", "0.0000001", "0", "0.0", "1", "1.0"]  # fmt: skip
+    edges = [
+        limit,
+        str(near + Decimal("0.000001")),
+        str(near - Decimal("0.000001")),
+        f"{limit}0",
+        "0.000001",
+        "0.0000001",
+        "0",
+        "0.0",
+        "1",
+        "1.0",
+    ]
     for text in [*edges, *_candidates(random.Random(limit))]:
         accepted = bool(USD_STRING.match(text)) and Decimal(text) <= near
         assert bool(pattern.match(text)) == accepted, (limit, text)

@@ -21,7 +21,7 @@ from docpipe.settings import Settings
 from docpipe_dev.sample_files import contract_in_columns, contract_pdf
 from docpipe_dev.samples import sample_contracts
 from docpipe_dev.word_recall import word_recall
-from tests.document_files import bad_ocr, pdf_with_a_formula_drawn_glyph_by_glyph, shifted
+from tests.support.document_files import bad_ocr, pdf_with_a_formula_drawn_glyph_by_glyph, shifted
 
 LIMITS = PageLimits.of(Settings())
 CONTRACT = sample_contracts(3)[2]
@@ -58,8 +58,9 @@ def test_a_single_column_contract_reads_as_it_always_did() -> None:
     assert flat(" ".join(p.text for p in pages)) == flat(CONTRACT.text)
     # Paragraphs apart by a blank line, as typed.
     assert "\n\n1. SCOPE OF SERVICES\n\n1.1 " in pages[0].text
-    assert all(p.rotation == 0 and p.text_layer_score == pytest.approx(1.0, abs=0.01)
-               for p in pages)  # fmt: skip
+    assert all(
+        p.rotation == 0 and p.text_layer_score == pytest.approx(1.0, abs=0.01) for p in pages
+    )
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -84,8 +85,11 @@ def fragment(text: str, left: float, top: float, *, size: float = 10.0) -> Fragm
 
 def test_a_table_is_read_row_by_row_and_a_label_stays_beside_its_value() -> None:
     rows = [("Item", "Price"), ("Analysis", "EUR 5,000"), ("Reporting", "EUR 1,200")]
-    fragments = [fragment(word, x, 100 + 14 * i) for i, row in enumerate(rows)
-                 for word, x in zip(row, (72, 300), strict=True)]  # fmt: skip
+    fragments = [
+        fragment(word, x, 100 + 14 * i)
+        for i, row in enumerate(rows)
+        for word, x in zip(row, (72, 300), strict=True)
+    ]
     assert lay_out(fragments).text == "Item Price\nAnalysis EUR 5,000\nReporting EUR 1,200"
 
 
@@ -148,8 +152,15 @@ def test_a_text_layer_without_real_words_scores_below_the_default(garbage: str) 
 
 
 def test_a_passage_over_several_lines_has_a_box_per_line() -> None:
-    layout = lay_out([fragment("The", 72, 100), fragment("fee", 95, 100), fragment("is", 118, 100),
-                      fragment("due", 72, 114), fragment("monthly.", 95, 114)])  # fmt: skip
+    layout = lay_out(
+        [
+            fragment("The", 72, 100),
+            fragment("fee", 95, 100),
+            fragment("is", 118, 100),
+            fragment("due", 72, 114),
+            fragment("monthly.", 95, 114),
+        ]
+    )
     geometry = PageGeometry.of((595, 842), ((w.start, w.end, w.box) for w in layout.words))
     start = layout.text.index("fee")
     boxes = geometry.boxes(start, layout.text.index("monthly") + 3)
@@ -161,8 +172,14 @@ def test_a_passage_over_several_lines_has_a_box_per_line() -> None:
 
 
 def test_a_pages_geometry_stays_bounded_however_many_words_it_has() -> None:
-    many = [(i * 2, i * 2 + 1, (float(i % 100) * 5, (i // 100) * 12.0, i % 100 * 5 + 4.0,
-                                (i // 100) * 12.0 + 10)) for i in range(3 * MAX_WORDS)]  # fmt: skip
+    many = [
+        (
+            i * 2,
+            i * 2 + 1,
+            (float(i % 100) * 5, (i // 100) * 12.0, i % 100 * 5 + 4.0, (i // 100) * 12.0 + 10),
+        )
+        for i in range(3 * MAX_WORDS)
+    ]
     geometry = PageGeometry.of((595, 842), many)
     assert len(geometry.words) <= MAX_WORDS
     # Merged with their neighbours on the line, the words still cover the whole text.

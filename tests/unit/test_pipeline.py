@@ -153,8 +153,16 @@ def _evidence_step(name: str = "read") -> Step:
 
 def test_document_extract_pauses_after_the_step_whose_evidence_is_unsupported() -> None:
     def record(field: str, supported: bool) -> dict[str, object]:
-        return {"field": field, "value": 1, "quote": "q", "start": None, "end": None,
-                "page": None, "section": None, "supported": supported}  # fmt: skip
+        return {
+            "field": field,
+            "value": 1,
+            "quote": "q",
+            "start": None,
+            "end": None,
+            "page": None,
+            "section": None,
+            "supported": supported,
+        }
 
     assert DOCUMENT_EXTRACT.review_if == ("unsupported_evidence", "poor_extraction")
     supported = {"evidence": [record("term_months", True)]}
@@ -162,7 +170,21 @@ def test_document_extract_pauses_after_the_step_whose_evidence_is_unsupported() 
     invented = {"evidence": [record("term_months", True), record("liability_cap", False)]}
     [reason] = DOCUMENT_EXTRACT.review_reasons("extract_fields", invented, sample_at=0.5)
     assert reason.kind == "unsupported_evidence"
-    assert reason.message == ("1 value(s) whose quote is not in the document (liability_cap)")
+    assert reason.message == (
+        "1 value(s) their quote does not support: liability_cap (quote not in the document)"
+    )
+    not_in_quote = {**record("governing_law", True), "support": "value_not_in_quote"}
+    not_in_quote["supported"] = False
+    both = {"evidence": [*invented["evidence"], not_in_quote]}
+    [reason] = DOCUMENT_EXTRACT.review_reasons("extract_fields", both, sample_at=0.5)
+    assert reason.message.endswith("governing_law (quote found, value not in it)")
+    narrow = Pipeline("p", 1, (_evidence_step(),), review_if=("value_not_in_quote",))
+    [reason] = narrow.review_reasons(narrow.steps[0].name, both, sample_at=0.5)
+    assert reason.kind == "value_not_in_quote"
+    assert reason.message == (
+        "1 value(s) their quote does not support: governing_law (quote found, value not in it)"
+    )
+    assert narrow.review_reasons(narrow.steps[0].name, invented, sample_at=0.5) == []
 
 
 def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
@@ -174,9 +196,20 @@ def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
     ruled = Pipeline("p", 1, (_evidence_step(),), review_if=("unsupported_evidence",))
     unruled = Pipeline("p", 1, (_evidence_step(),))
     assert ruled.definition_hash != unruled.definition_hash
-    unsupported = {"evidence": [{"field": "x", "value": 1, "quote": "q", "start": None,
-                                 "end": None, "page": None, "section": None,
-                                 "supported": False}]}  # fmt: skip
+    unsupported = {
+        "evidence": [
+            {
+                "field": "x",
+                "value": 1,
+                "quote": "q",
+                "start": None,
+                "end": None,
+                "page": None,
+                "section": None,
+                "supported": False,
+            }
+        ]
+    }
     assert unruled.review_reasons("read", unsupported, sample_at=0.5) == []
     assert [r.kind for r in ruled.review_reasons("read", unsupported, sample_at=0.5)] == [
         "unsupported_evidence"
@@ -185,22 +218,34 @@ def test_review_rules_are_checked_when_the_pipeline_is_defined() -> None:
 
 def extraction(pages: int, *warnings: tuple[str, int, float | None]) -> dict[str, object]:
     """An extract_text output with these (kind, page, value) warnings."""
-    return {"format": "pdf", "pages": pages, "ocr_pages": pages, "characters": 100,
-            "warnings": [{"kind": k, "page": p, "value": v, "message": f"page {p}: {k}"}
-                         for k, p, v in warnings],
-            "rotated_pages": []}  # fmt: skip
+    return {
+        "format": "pdf",
+        "pages": pages,
+        "ocr_pages": pages,
+        "characters": 100,
+        "warnings": [
+            {"kind": k, "page": p, "value": v, "message": f"page {p}: {k}"} for k, p, v in warnings
+        ],
+        "rotated_pages": [],
+    }
 
 
 def poor(output: dict[str, object], step: str = "extract_text", share: float = 0.5) -> list[str]:
     """The messages of document_extract's poor_extraction rule after ``step``."""
-    reasons = DOCUMENT_EXTRACT.review_reasons(step, output, sample_at=0.5,
-                                              poor_extraction_share=share)  # fmt: skip
+    reasons = DOCUMENT_EXTRACT.review_reasons(
+        step, output, sample_at=0.5, poor_extraction_share=share
+    )
     return [r.message for r in reasons if r.kind == "poor_extraction"]
 
 
 def test_poor_extraction_pauses_after_extract_text_when_most_pages_could_not_be_read() -> None:
-    mostly_unread = extraction(4, ("low_ocr_confidence", 1, 31.5), ("no_text", 3, None),
-                               ("reduced_resolution", 2, 150), ("ocr_timeout", 4, 60))  # fmt: skip
+    mostly_unread = extraction(
+        4,
+        ("low_ocr_confidence", 1, 31.5),
+        ("no_text", 3, None),
+        ("reduced_resolution", 2, 150),
+        ("ocr_timeout", 4, 60),
+    )
     assert poor(mostly_unread) == [
         "3 of 4 pages could not be read well: page 1 (low OCR confidence 31.5), page 3 (no "
         "text), page 4 (OCR out of time)"
@@ -213,8 +258,10 @@ def test_poor_extraction_pauses_after_extract_text_when_most_pages_could_not_be_
     ]
     # Warnings that are not about reading poorly, and sentences of runs from before warnings
     # had a kind, count for nothing.
-    fine = {**extraction(2, ("garbage_text_layer", 1, 0.2)),
-            "warnings": ["page 2: low OCR confidence (12)"]}  # fmt: skip
+    fine = {
+        **extraction(2, ("garbage_text_layer", 1, 0.2)),
+        "warnings": ["page 2: low OCR confidence (12)"],
+    }
     assert poor(fine, share=0.0) == []
 
 

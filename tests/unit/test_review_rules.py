@@ -50,9 +50,20 @@ def test_list_lengths() -> None:
 
 def test_always_and_unsupported_evidence() -> None:
     assert reasons("always", {}) == ["always"]
-    unsupported = {"evidence": [{"field": "law", "value": "X", "quote": "q", "start": None,
-                                 "end": None, "page": None, "section": None,
-                                 "supported": False}]}  # fmt: skip
+    unsupported = {
+        "evidence": [
+            {
+                "field": "law",
+                "value": "X",
+                "quote": "q",
+                "start": None,
+                "end": None,
+                "page": None,
+                "section": None,
+                "supported": False,
+            }
+        ]
+    }
     assert reasons(["unsupported_evidence"], unsupported) == ["unsupported_evidence"]
     assert reasons(["unsupported_evidence"], {"evidence": []}) == []
 
@@ -90,8 +101,12 @@ def test_a_malformed_rule_is_refused_when_the_step_is_defined(rule: Any, message
 
 def test_unsupported_evidence_needs_a_step_that_records_evidence() -> None:
     with pytest.raises(PipelineError, match='needs an "evidence" list'):
-        Step(name="read", execute=lambda ctx: {}, output_schema={"type": "object"},
-             review=["unsupported_evidence"])  # fmt: skip
+        Step(
+            name="read",
+            execute=lambda ctx: {},
+            output_schema={"type": "object"},
+            review=["unsupported_evidence"],
+        )
 
 
 def test_rules_are_part_of_the_definition_and_steps_without_keep_their_hash() -> None:

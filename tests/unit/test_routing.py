@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from docpipe.provider_specs import SpeedTier
 from docpipe.providers.routing import Candidate, Route, RouteReason, choose_model
+from docpipe.settings.provider_specs import SpeedTier
 from docpipe.statuses import Lane, Priority
 
 # The step's order: a balanced model first, a fast dear one, a slow cheap one.
@@ -42,8 +42,10 @@ def test_one_candidate_is_chosen_for_what_it_is_and_ties_keep_the_steps_order() 
     assert choose_model([CHEAP], Priority.URGENT, None) == Route(
         "cheap", RouteReason.ONLY_CANDIDATE
     )
-    twins = [Candidate("a", SpeedTier.STANDARD, Decimal(1)),
-             Candidate("b", SpeedTier.STANDARD, Decimal(1))]  # fmt: skip
+    twins = [
+        Candidate("a", SpeedTier.STANDARD, Decimal(1)),
+        Candidate("b", SpeedTier.STANDARD, Decimal(1)),
+    ]
     assert {choose_model(twins, p, None).model for p in Priority} == {"a"}  # type: ignore[union-attr]
 
 

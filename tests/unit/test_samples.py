@@ -11,10 +11,18 @@ from docpipe_dev.samples import SampleContract, dummy_document, sample_contracts
 
 HEADING = re.compile(r"^(\d+)\. ([A-Z][A-Z ,&\-]+)$", re.M)
 FIELDS = [
-    "parties", "contract_type", "effective_date", "term_months", "total_value",
-    "payment_terms_days", "termination_notice_days", "liability_cap", "confidentiality_years",
-    "governing_law", "auto_renewal",
-]  # fmt: skip
+    "parties",
+    "contract_type",
+    "effective_date",
+    "term_months",
+    "total_value",
+    "payment_terms_days",
+    "termination_notice_days",
+    "liability_cap",
+    "confidentiality_years",
+    "governing_law",
+    "auto_renewal",
+]
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +144,15 @@ def test_write_samples_writes_each_contract_in_each_format(tmp_path: Path) -> No
 
     paths = write_samples(tmp_path, count=1, formats=("text", "pdf", "docx", "scan"))
     slug = sample_contracts(1)[0].slug
-    assert [p.name for p in paths] == [f"{slug}.txt", f"{slug}.pdf", f"{slug}.docx",
-                                       f"{slug}.scan.pdf"]  # fmt: skip
+    assert [p.name for p in paths] == [
+        f"{slug}.txt",
+        f"{slug}.pdf",
+        f"{slug}.docx",
+        f"{slug}.scan.pdf",
+    ]
     assert [sniff_format(p.read_bytes()) for p in paths[1:]] == [
-        DocumentFormat.PDF, DocumentFormat.DOCX, DocumentFormat.PDF]  # fmt: skip
+        DocumentFormat.PDF,
+        DocumentFormat.DOCX,
+        DocumentFormat.PDF,
+    ]
     assert paths[3].stat().st_size < 1_000_000, "a scan fits the default upload limit"

@@ -11,8 +11,16 @@ from docpipe.worker.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 # Modules whose loads() runs code chosen by whoever wrote the bytes.
-UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "jsonpickle",
-                  "shelve", "marshal"}  # fmt: skip
+UNSAFE_MODULES = {
+    "pickle",
+    "cPickle",
+    "_pickle",
+    "dill",
+    "cloudpickle",
+    "jsonpickle",
+    "shelve",
+    "marshal",
+}
 UNSAFE_NAMES = {"pickle", "application/x-python-serialize", "yaml", "msgpack"}
 
 

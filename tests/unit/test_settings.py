@@ -1,4 +1,5 @@
 import base64
+import ipaddress
 import json
 from decimal import Decimal
 from typing import Any
@@ -46,18 +47,19 @@ def test_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_prices_are_per_million_tokens_and_unknown_models_are_an_error() -> None:
-    s = Settings()
-    assert s.price_of("gpt-4o-mini").cost(1_000_000, 1_000_000) == Decimal("0.75")
-    assert s.price_of("gpt-4o-mini").cost(1000, 100) == Decimal("0.000210")
+    table = Settings().provider_table
+    assert table.model("gpt-4o-mini").price.cost(1_000_000, 1_000_000) == Decimal("0.75")
+    assert table.model("gpt-4o-mini").price.cost(1000, 100) == Decimal("0.000210")
     with pytest.raises(KeyError, match="'mystery-model' is on no provider"):
-        s.price_of("mystery-model")
+        table.model("mystery-model")
 
 
 def test_price_table_is_read_from_json(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
         "DOCPIPE_MODEL_PRICES", '{"m1": {"input_per_mtok": 1, "output_per_mtok": 2}}'
     )
-    assert Settings().price_of("m1").cost(500_000, 500_000) == Decimal("1.5")
+    price = Settings().provider_table.model("m1").price
+    assert price.cost(500_000, 500_000) == Decimal("1.5")
 
 
 def provider(name: str, models: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -72,10 +74,13 @@ def test_providers_as_a_list_with_a_fallback_on_another_provider(
 ) -> None:
     monkeypatch.setenv("DOCPIPE_PROVIDER_BACKUP_API_KEY", "sk-backup")
     providers = [
-        provider("main", {"m1": {**PRICED, "fallback": "b1", "rpm": 500, "tpm": 90000,
-                                 "speed": "fast"}}, output_mode="json_object"),
+        provider(
+            "main",
+            {"m1": {**PRICED, "fallback": "b1", "rpm": 500, "tpm": 90000, "speed": "fast"}},
+            output_mode="json_object",
+        ),
         provider("backup", {"b1": {**PRICED, "output_mode": "none", "upstream_name": "big"}}),
-    ]  # fmt: skip
+    ]
     monkeypatch.setenv("DOCPIPE_PROVIDERS", json.dumps(providers))
     table = Settings().provider_table
     m1, b1 = table.model("m1"), table.model("b1")
@@ -92,8 +97,12 @@ def test_providers_as_a_list_with_a_fallback_on_another_provider(
 
 
 def test_the_one_provider_settings_are_a_provider_of_their_own() -> None:
-    s = Settings(llm_base_url="http://llm.local/v1", provider_rpm=60, provider_tpm=50_000,
-                 llm_output_mode="json_object")  # type: ignore[arg-type]  # fmt: skip
+    s = Settings(
+        llm_base_url="http://llm.local/v1",
+        provider_rpm=60,
+        provider_tpm=50_000,
+        llm_output_mode="json_object",
+    )  # type: ignore[arg-type]
     (only,) = s.provider_table.providers
     assert (only.base_url, only.rpm, only.tpm) == ("http://llm.local/v1", 60, 50_000)
     assert s.provider_table.model("gpt-4o").output_mode == "json_object"
@@ -103,22 +112,32 @@ def test_the_one_provider_settings_are_a_provider_of_their_own() -> None:
     ("providers", "named"),
     [
         ([provider("a", {})], r"DOCPIPE_PROVIDERS\[0\] \(a\): a provider without models"),
-        ([provider("a", {"m": PRICED}), provider("b", {"m": PRICED})],
-         r"model 'm' is on two providers, DOCPIPE_PROVIDERS\[0\] \(a\) and "
-         r"DOCPIPE_PROVIDERS\[1\] \(b\)"),
-        ([provider("a", {"m": {**PRICED, "fallback": "n"}, "n": {**PRICED, "fallback": "m"}})],
-         r"DOCPIPE_PROVIDERS\[0\] \(a\): fallback loop m -> n -> m"),
+        (
+            [provider("a", {"m": PRICED}), provider("b", {"m": PRICED})],
+            r"model 'm' is on two providers, DOCPIPE_PROVIDERS\[0\] \(a\) and "
+            r"DOCPIPE_PROVIDERS\[1\] \(b\)",
+        ),
+        (
+            [provider("a", {"m": {**PRICED, "fallback": "n"}, "n": {**PRICED, "fallback": "m"}})],
+            r"DOCPIPE_PROVIDERS\[0\] \(a\): fallback loop m -> n -> m",
+        ),
         ([provider("a", {"m": {**PRICED, "fallback": "x"}})], "the fallback 'x' of model 'm'"),
-        ([provider("a", {"m": {"input_per_mtok": 1}})],
-         r"DOCPIPE_PROVIDERS\[0\] \(a\): model 'm' has no price"),
-        ([provider("a", {"m": {**PRICED, "tpm": 500}})],
-         r"the tpm of model 'm' \(500\) is below one request's estimate"),
+        (
+            [provider("a", {"m": {"input_per_mtok": 1}})],
+            r"DOCPIPE_PROVIDERS\[0\] \(a\): model 'm' has no price",
+        ),
+        (
+            [provider("a", {"m": {**PRICED, "tpm": 500}})],
+            r"the tpm of model 'm' \(500\) is below one request's estimate",
+        ),
         ([provider("a", {"m": PRICED}, tpm=100)], r"the tpm of the key \(100\)"),
-        ([provider("a", {"m": PRICED}, api_key_env="NOT_SET_ANYWHERE")],
-         "api_key_env names NOT_SET_ANYWHERE, which is not set"),
+        (
+            [provider("a", {"m": PRICED}, api_key_env="NOT_SET_ANYWHERE")],
+            "api_key_env names NOT_SET_ANYWHERE, which is not set",
+        ),
         ([provider("a", {"m": PRICED}), provider("a", {"n": PRICED})], "'a' is used twice"),
     ],
-)  # fmt: skip
+)
 def test_bad_provider_settings_stop_start_up_naming_the_setting(
     providers: list[dict[str, Any]], named: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -169,7 +188,14 @@ def test_the_webhook_allowlist_is_read_from_a_comma_separated_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS", "127.0.0.1, fd00::/8,Hooks.Internal")
-    assert Settings().webhook_allowed_destinations == ("127.0.0.1/32", "fd00::/8", "hooks.internal")
+    assert Settings().webhook_allowed_destinations == (
+        ipaddress.ip_network("127.0.0.1/32"),
+        ipaddress.ip_network("fd00::/8"),
+        "hooks.internal",
+    )
     monkeypatch.setenv("DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS", "10.0.0.0/8,not a host!")
     with pytest.raises(ValidationError, match="DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS"):
+        Settings()
+    monkeypatch.setenv("DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS", "hooks internal!")
+    with pytest.raises(ValidationError, match="neither a CIDR nor a host name"):
         Settings()

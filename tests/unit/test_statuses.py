@@ -9,6 +9,7 @@ from importlib.resources import files
 
 import pytest
 
+from docpipe.settings.provider_specs import OutputMode
 from docpipe.statuses import (
     ACTIVE_RUN_STATUSES,
     ENDED_RUN_STATUSES,
@@ -22,7 +23,6 @@ from docpipe.statuses import (
     RunStatus,
     StepStatus,
 )
-from docpipe.structured_output import OutputMode
 
 SCHEMA = files("docpipe.state").joinpath("sql/schema.sql").read_text(encoding="utf-8")
 

@@ -9,7 +9,11 @@ import pytest
 from docpipe.pipelines.catalog import check_answer_schemas
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.model import Pipeline, PipelineError, Step
-from docpipe.structured_output import StrictSchemaError, drop_absent_optionals, strict_schema
+from docpipe.pipelines.structured_output import (
+    StrictSchemaError,
+    drop_absent_optionals,
+    strict_schema,
+)
 
 
 def test_optional_properties_become_required_and_nullable_and_objects_closed() -> None:
@@ -60,15 +64,20 @@ def test_refs_anyof_and_oneof_are_kept_in_strict_form() -> None:
     ("schema", "why"),
     [
         ({"type": "array", "items": {"type": "string"}}, "root of a strict schema"),
-        ({"type": "object", "properties": {"m": {"type": "object",
-          "additionalProperties": {"type": "string"}}}}, "#/properties/m: additionalProperties"),
+        (
+            {
+                "type": "object",
+                "properties": {"m": {"type": "object", "additionalProperties": {"type": "string"}}},
+            },
+            "#/properties/m: additionalProperties",
+        ),
         ({"type": "object"}, "object without properties"),
         ({"type": "object", "properties": {"x": {}}}, "#/properties/x: a value of any type"),
         ({"type": "object", "properties": {"x": {"allOf": [{"type": "string"}]}}}, "allOf"),
         ({"type": "object", "properties": {"x": {"type": "array"}}}, "what its items are"),
         ({"type": "object", "properties": {"x": {"$ref": "other.json"}}}, "only local $ref"),
     ],
-)  # fmt: skip
+)
 def test_what_strict_mode_cannot_express_is_refused_with_the_place(
     schema: dict[str, Any], why: str
 ) -> None:
@@ -91,10 +100,12 @@ def test_the_nulls_of_absent_optionals_are_dropped_and_real_nulls_kept() -> None
         "properties": {
             "note": {"type": ["string", "null"]},  # null is a real value here
             "total": {"type": "number"},
-            "items": {"type": "array", "items": {
-                "type": "object", "properties": {"sku": {"type": "string"}}}},
+            "items": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"sku": {"type": "string"}}},
+            },
         },
-    }  # fmt: skip
+    }
     answer = {"note": None, "total": None, "items": [{"sku": None}, {"sku": "A1"}]}
     assert drop_absent_optionals(answer, schema) == {"note": None, "items": [{}, {"sku": "A1"}]}
 
@@ -107,8 +118,13 @@ def test_every_built_in_answer_schema_can_be_sent_strictly() -> None:
 def test_a_pipeline_with_a_schema_strict_mode_refuses_is_refused_naming_the_step() -> None:
     open_map = {"type": "object", "additionalProperties": {"type": "string"}}
     step = Step(
-        name="tag", prompt_version="tag@v1", model="gpt-4o-mini", instructions="Tag.",
-        output_schema=open_map, execute=lambda ctx: {}, answer_schemas=(open_map,),
-    )  # fmt: skip
+        name="tag",
+        prompt_version="tag@v1",
+        model="gpt-4o-mini",
+        instructions="Tag.",
+        output_schema=open_map,
+        execute=lambda ctx: {},
+        answer_schemas=(open_map,),
+    )
     with pytest.raises(PipelineError, match=r"step 'tag' of tags:v1: .*additionalProperties"):
         check_answer_schemas(Pipeline(name="tags", version=1, steps=(step,)))

@@ -24,10 +24,19 @@ CONTRACT = {
     },
     "found_in": {"parties": "0", "term_months": "2"},
     "evidence": [
-        {"field": "term_months", "value": 12, "quote": "twelve months", "start": 10, "end": 23,
-         "page": 1, "section": "2", "section_title": "TERM", "supported": True},
+        {
+            "field": "term_months",
+            "value": 12,
+            "quote": "twelve months",
+            "start": 10,
+            "end": 23,
+            "page": 1,
+            "section": "2",
+            "section_title": "TERM",
+            "supported": True,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def browser_submits(root: Field, **changes: str) -> list[tuple[str, str]]:
@@ -106,19 +115,26 @@ def test_enums_are_selects_and_refs_and_nullable_types_are_followed() -> None:
 
 def test_an_unchanged_form_gives_back_the_output_it_was_made_from() -> None:
     root, _ = form_for(EXTRACTED_SCHEMA, CONTRACT, hidden=("evidence",))
-    after, errors = output_from_form(EXTRACTED_SCHEMA, CONTRACT, browser_submits(root),
-                                     hidden=("evidence",))  # fmt: skip
+    after, errors = output_from_form(
+        EXTRACTED_SCHEMA, CONTRACT, browser_submits(root), hidden=("evidence",)
+    )
     assert errors == []
     assert after == CONTRACT
 
 
 def test_a_corrected_value_is_read_as_its_type_and_a_cleared_one_is_left_out() -> None:
     root, _ = form_for(EXTRACTED_SCHEMA, CONTRACT, hidden=("evidence",))
-    sent = browser_submits(root, **{
-        "/fields/total_value/amount": "15000", "/fields/term_months": "24",
-        "/fields/contract_type": "", "/fields/auto_renewal": "true",
-        "/fields/liability_cap/amount": "500.25", "/fields/liability_cap/currency": "USD",
-    })  # fmt: skip
+    sent = browser_submits(
+        root,
+        **{
+            "/fields/total_value/amount": "15000",
+            "/fields/term_months": "24",
+            "/fields/contract_type": "",
+            "/fields/auto_renewal": "true",
+            "/fields/liability_cap/amount": "500.25",
+            "/fields/liability_cap/currency": "USD",
+        },
+    )
     after, errors = output_from_form(EXTRACTED_SCHEMA, CONTRACT, sent, hidden=("evidence",))
     assert errors == []
     fields = after["fields"]
@@ -161,9 +177,14 @@ def test_every_item_removed_leaves_an_empty_list() -> None:
 
 def test_values_that_are_not_their_type_are_errors_at_their_pointer() -> None:
     root, _ = form_for(EXTRACTED_SCHEMA, CONTRACT, hidden=("evidence",))
-    sent = browser_submits(root, **{"/fields/term_months": "twelve",
-                                    "/fields/total_value/amount": "1e999",
-                                    "/found_in": "{not json"})  # fmt: skip
+    sent = browser_submits(
+        root,
+        **{
+            "/fields/term_months": "twelve",
+            "/fields/total_value/amount": "1e999",
+            "/found_in": "{not json",
+        },
+    )
     after, errors = output_from_form(EXTRACTED_SCHEMA, CONTRACT, sent, hidden=("evidence",))
     assert [e["path"] for e in errors] == [
         "/fields/term_months",
@@ -191,8 +212,9 @@ def test_schema_errors_land_next_to_the_field_their_pointer_names() -> None:
 
 def test_evidence_is_attached_by_pointer() -> None:
     record = CONTRACT["evidence"][0]
-    root, _ = form_for(EXTRACTED_SCHEMA, CONTRACT, hidden=("evidence",),
-                       evidence={"/fields/term_months": [record]})  # fmt: skip
+    root, _ = form_for(
+        EXTRACTED_SCHEMA, CONTRACT, hidden=("evidence",), evidence={"/fields/term_months": [record]}
+    )
     assert by_pointer(root)["/fields/term_months"].evidence == [record]
     assert by_pointer(root)["/fields/contract_type"].evidence == []
 
@@ -209,16 +231,23 @@ def test_pointers_with_slashes_and_tildes_round_trip() -> None:
     assert after == {"a/b": "x", "c~d": 4}
 
 
-_MONEY = st.fixed_dictionaries({
-    "amount": st.one_of(st.integers(0, 10**9),
-                        st.floats(0, 1e9, allow_nan=False).map(lambda f: round(f, 2))),
-    "currency": st.sampled_from(["EUR", "USD"]),
-})  # fmt: skip
+_MONEY = st.fixed_dictionaries(
+    {
+        "amount": st.one_of(
+            st.integers(0, 10**9), st.floats(0, 1e9, allow_nan=False).map(lambda f: round(f, 2))
+        ),
+        "currency": st.sampled_from(["EUR", "USD"]),
+    }
+)
 _FIELDS = st.fixed_dictionaries(
     {},
     optional={
-        "parties": st.lists(st.fixed_dictionaries({"name": st.text(min_size=1, max_size=20),
-                                                   "role": st.text(max_size=10)}), max_size=4),
+        "parties": st.lists(
+            st.fixed_dictionaries(
+                {"name": st.text(min_size=1, max_size=20), "role": st.text(max_size=10)}
+            ),
+            max_size=4,
+        ),
         "contract_type": st.text(min_size=1, max_size=30),
         "term_months": st.integers(0, 1000),
         "total_value": _MONEY,
@@ -226,7 +255,7 @@ _FIELDS = st.fixed_dictionaries(
         "auto_renewal": st.booleans(),
         "governing_law": st.text(min_size=1, max_size=20),
     },
-)  # fmt: skip
+)
 
 
 @settings(max_examples=60, deadline=None)

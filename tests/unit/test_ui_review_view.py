@@ -16,22 +16,50 @@ STARTS = [0, TEXT.index("PAGE TWO")]
 def record(field: str, quote: str, **extra: Any) -> dict[str, Any]:
     start = TEXT.find(quote)
     found = start >= 0
-    return {"field": field, "value": None, "quote": quote, "start": start if found else None,
-            "end": start + len(quote) if found else None,
-            "page": (2 if start >= STARTS[1] else 1) if found else None, "section": None,
-            "supported": found, **extra}  # fmt: skip
+    return {
+        "field": field,
+        "value": None,
+        "quote": quote,
+        "start": start if found else None,
+        "end": start + len(quote) if found else None,
+        "page": (2 if start >= STARTS[1] else 1) if found else None,
+        "section": None,
+        "supported": found,
+        **extra,
+    }
 
 
 def detail(evidence: list[dict[str, Any]], fmt: str = "text") -> ReviewDetail:
-    summary = ReviewSummary(run_id="r", pipeline="document_extract:v1", document_id="d",
-                            batch_id=None, step="extract_fields", reason="rule", reasons=[],
-                            revision=3, waiting_since=datetime.now(UTC), error=None)  # fmt: skip
-    output = {"fields": {"term_months": 12, "total_value": {"amount": 5, "currency": "EUR"}},
-              "found_in": {}, "evidence": evidence}  # fmt: skip
-    return ReviewDetail(summary=summary, document_format=fmt, document_text=TEXT,
-                        page_starts=STARTS, input={}, output=output, errors=[],
-                        evidence=evidence, output_schema=EXTRACTED_SCHEMA, history=[],
-                        models=["gpt-4o"])  # fmt: skip
+    summary = ReviewSummary(
+        run_id="r",
+        pipeline="document_extract:v1",
+        document_id="d",
+        batch_id=None,
+        step="extract_fields",
+        reason="rule",
+        reasons=[],
+        revision=3,
+        waiting_since=datetime.now(UTC),
+        error=None,
+    )
+    output = {
+        "fields": {"term_months": 12, "total_value": {"amount": 5, "currency": "EUR"}},
+        "found_in": {},
+        "evidence": evidence,
+    }
+    return ReviewDetail(
+        summary=summary,
+        document_format=fmt,
+        document_text=TEXT,
+        page_starts=STARTS,
+        input={},
+        output=output,
+        errors=[],
+        evidence=evidence,
+        output_schema=EXTRACTED_SCHEMA,
+        history=[],
+        models=["gpt-4o"],
+    )
 
 
 def test_records_are_placed_by_their_path_or_by_their_field() -> None:
@@ -47,8 +75,10 @@ def test_records_are_placed_by_their_path_or_by_their_field() -> None:
 
 
 def test_the_first_page_shown_is_the_one_of_the_first_located_quote() -> None:
-    view = review_view(detail([record("x", "not there"), record("total_value", "EUR 5")]),
-                       step_names=DOCUMENT_EXTRACT.step_names)  # fmt: skip
+    view = review_view(
+        detail([record("x", "not there"), record("total_value", "EUR 5")]),
+        step_names=DOCUMENT_EXTRACT.step_names,
+    )
     assert (view.page, view.page_error) == (2, None)
     assert [(p.number, p.start) for p in view.pages] == [(1, 0), (2, STARTS[1])]
     assert view.pages[1].text.startswith("PAGE TWO")
@@ -65,8 +95,8 @@ def test_a_page_past_the_end_is_said_and_the_first_page_shown() -> None:
     assert review_view(detail([]), page=0).page_error is not None
 
 
-def test_scans_and_pdfs_are_shown_as_page_images_and_evidence_is_not_a_form_field() -> None:
-    view = review_view(detail([record("term_months", "twelve months")], fmt="scan"))
+def test_pdfs_and_images_are_shown_as_page_images_and_evidence_is_not_a_form_field() -> None:
+    view = review_view(detail([record("term_months", "twelve months")], fmt="tiff"))
     assert view.as_image
     pointers = [f.pointer for f in view.form.walk()]
     assert "/fields/term_months" in pointers and not any(

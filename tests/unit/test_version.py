@@ -28,8 +28,12 @@ def test_the_library_reports_the_version_of_its_pyproject_and_so_do_the_packages
 
 
 def test_docpipe_version_prints_it() -> None:
-    done = subprocess.run([sys.executable, "-m", "docpipe.cli", "--version"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "docpipe.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout == f"docpipe {VERSION}\n"
 
 
@@ -50,12 +54,14 @@ def test_every_image_is_labelled_with_it(tmp_path: Path) -> None:
     starts from, turns it into the OCI label."""
     calls = tmp_path / "calls"
     engine = tmp_path / "engine"
-    engine.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" = image ] && echo 1000000\n'
-                      "exit 0\n")  # fmt: skip
+    engine.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" = image ] && echo 1000000\nexit 0\n'
+    )
     engine.chmod(0o755)
     env = {**os.environ, "CONTAINER_ENGINE": str(engine), "CA_BUNDLE": ""}
-    subprocess.run([str(ROOT / "scripts/build-images")], env=env, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [str(ROOT / "scripts/build-images")], env=env, check=True, capture_output=True, timeout=60
+    )
     builds = [line for line in calls.read_text().splitlines() if line.startswith("build ")]
     assert len(builds) == 5
     assert all(f"--build-arg VERSION={VERSION}" in line for line in builds)

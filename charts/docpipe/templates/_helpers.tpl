@@ -123,6 +123,9 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- if and (not (kindIs "invalid" $c.ocrPageTimeoutSeconds)) (not (lt (float64 $c.ocrPageTimeoutSeconds) (float64 .soft))) }}
 {{- fail (printf "config.ocrPageTimeoutSeconds=%v must be below %s=%v: a page's OCR ends at its own limit, before the soft limit interrupts its step" $c.ocrPageTimeoutSeconds .softName .soft) }}
 {{- end }}
+{{- if and (not (kindIs "invalid" $c.pdfPageTimeoutSeconds)) (not (lt (float64 $c.pdfPageTimeoutSeconds) (float64 .soft))) }}
+{{- fail (printf "config.pdfPageTimeoutSeconds=%v must be below %s=%v: a PDF page ends at its own limit, before the soft limit interrupts its step" $c.pdfPageTimeoutSeconds .softName .soft) }}
+{{- end }}
 {{- end }}
 
 {{/* Global checks, run once from the ConfigMap. */}}
@@ -134,6 +137,12 @@ Takes (dict "root" $ "soft" 60 "softName" "config.taskSoftTimeLimitSeconds" "har
 {{- end }}
 {{- if gt (float64 $c.databaseLockTimeoutSeconds) (float64 $c.databaseStatementTimeoutSeconds) }}
 {{- fail (printf "config.databaseLockTimeoutSeconds=%v must not exceed config.databaseStatementTimeoutSeconds=%v: a lock is waited for inside a statement" $c.databaseLockTimeoutSeconds $c.databaseStatementTimeoutSeconds) }}
+{{- end }}
+{{- if and (has "*" .Values.api.forwardedAllowIps) (not (and .Values.networkPolicy.enabled .Values.networkPolicy.apiIngressFrom)) }}
+{{- fail "api.forwardedAllowIps [\"*\"] trusts every peer to say who the client is and whether it spoke HTTPS: set networkPolicy.apiIngressFrom to the ingress controller (so no other peer reaches the API), or list the ingress's addresses instead" }}
+{{- end }}
+{{- if gt (float64 $c.ocrMinDpi) (float64 $c.ocrRenderDpi) }}
+{{- fail (printf "config.ocrMinDpi=%v must not exceed config.ocrRenderDpi=%v: pages are rendered at most at the render dpi" $c.ocrMinDpi $c.ocrRenderDpi) }}
 {{- end }}
 {{- if gt (float64 $c.retryBackoffBaseSeconds) (float64 $c.retryBackoffCapSeconds) }}
 {{- fail "config.retryBackoffBaseSeconds must not exceed config.retryBackoffCapSeconds" }}
@@ -180,6 +189,19 @@ batchAdmissionWindow: DOCPIPE_BATCH_ADMISSION_WINDOW
 batchFairnessMemorySeconds: DOCPIPE_BATCH_FAIRNESS_MEMORY_S
 brokerVisibilityTimeoutSeconds: DOCPIPE_BROKER_VISIBILITY_TIMEOUT_S
 clientIpRpm: DOCPIPE_CLIENT_IP_RPM
+docxMaxPartBytes: DOCPIPE_DOCX_MAX_PART_BYTES
+maxDocumentChars: DOCPIPE_MAX_DOCUMENT_CHARS
+maxPageChars: DOCPIPE_MAX_PAGE_CHARS
+ocrMinDpi: DOCPIPE_OCR_MIN_DPI
+pdfMaxMemoryBytes: DOCPIPE_PDF_MAX_MEMORY_BYTES
+maxExtractionDeliveries: DOCPIPE_MAX_EXTRACTION_DELIVERIES
+maxExtractionSeconds: DOCPIPE_MAX_EXTRACTION_S
+maxHeavyRequests: DOCPIPE_MAX_HEAVY_REQUESTS
+maxDecisionBytes: DOCPIPE_MAX_DECISION_BYTES
+maxEvaluationUploadBytes: DOCPIPE_MAX_EVALUATION_UPLOAD_BYTES
+maxEvaluationItems: DOCPIPE_MAX_EVALUATION_ITEMS
+maxExpectedOutputBytes: DOCPIPE_MAX_EXPECTED_OUTPUT_BYTES
+hstsMaxAgeSeconds: DOCPIPE_HSTS_MAX_AGE_S
 databaseConnectTimeoutSeconds: DOCPIPE_DATABASE_CONNECT_TIMEOUT_S
 databaseLockTimeoutSeconds: DOCPIPE_DATABASE_LOCK_TIMEOUT_S
 databasePoolSize: DOCPIPE_DATABASE_POOL_SIZE
@@ -207,10 +229,12 @@ maxBatchBytes: DOCPIPE_MAX_BATCH_BYTES
 maxBatchDocuments: DOCPIPE_MAX_BATCH_DOCUMENTS
 maxResultExports: DOCPIPE_MAX_RESULT_EXPORTS
 reviewMaxWaitSeconds: DOCPIPE_REVIEW_MAX_WAIT_S
+reviewExpireAfterSeconds: DOCPIPE_REVIEW_EXPIRE_AFTER_S
 maxDeadlineSeconds: DOCPIPE_MAX_DEADLINE_S
 maxDocumentBytes: DOCPIPE_MAX_DOCUMENT_BYTES
 maxPdfBytes: DOCPIPE_MAX_PDF_BYTES
 maxDocxBytes: DOCPIPE_MAX_DOCX_BYTES
+maxImageBytes: DOCPIPE_MAX_IMAGE_BYTES
 maxDocumentPages: DOCPIPE_MAX_DOCUMENT_PAGES
 maxPagePixels: DOCPIPE_MAX_PAGE_PIXELS
 maxFanoutCalls: DOCPIPE_MAX_FANOUT_CALLS
@@ -226,6 +250,13 @@ ocrRenderDpi: DOCPIPE_OCR_RENDER_DPI
 outboxGraceSeconds: DOCPIPE_OUTBOX_GRACE_S
 outboxSweepIntervalSeconds: DOCPIPE_OUTBOX_SWEEP_INTERVAL_S
 parkDelaysOverSeconds: DOCPIPE_PARK_DELAYS_OVER_S
+providerBatchIntervalSeconds: DOCPIPE_PROVIDER_BATCH_INTERVAL_S
+providerBatchMaxWaitSeconds: DOCPIPE_PROVIDER_BATCH_MAX_WAIT_S
+providerBatchMinCalls: DOCPIPE_PROVIDER_BATCH_MIN_CALLS
+providerBatchRecheckSeconds: DOCPIPE_PROVIDER_BATCH_RECHECK_S
+providerBatchMaxAttempts: DOCPIPE_PROVIDER_BATCH_MAX_ATTEMPTS
+providerBatchDeadlineMarginSeconds: DOCPIPE_PROVIDER_BATCH_DEADLINE_MARGIN_S
+providerBatchWakeLimit: DOCPIPE_PROVIDER_BATCH_WAKE_LIMIT
 providerBurst: DOCPIPE_PROVIDER_BURST
 providerMaxConcurrency: DOCPIPE_PROVIDER_MAX_CONCURRENCY
 providerRpm: DOCPIPE_PROVIDER_RPM
@@ -254,6 +285,7 @@ webhookTenantConcurrency: DOCPIPE_WEBHOOK_TENANT_CONCURRENCY
 webhookTimeoutSeconds: DOCPIPE_WEBHOOK_TIMEOUT_S
 workerMaxMemoryPerChildMb: DOCPIPE_WORKER_MAX_MEMORY_PER_CHILD_MB
 workerMaxTasksPerChild: DOCPIPE_WORKER_MAX_TASKS_PER_CHILD
+workerPageReads: DOCPIPE_WORKER_PAGE_READS
 workerSoftShutdownSeconds: DOCPIPE_WORKER_SOFT_SHUTDOWN_S
 {{- end }}
 

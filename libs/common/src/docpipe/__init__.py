@@ -10,9 +10,10 @@ import-linter, see ``.importlinter``):
 - :mod:`docpipe.broker`: queue names, publishing, what waits in Redis;
 - :mod:`docpipe.observability`: metrics and tracing;
 - :mod:`docpipe.pipelines`: pipeline definitions and the built-in pipeline;
-- the foundation every role shares: :mod:`docpipe.settings`, :mod:`docpipe.errors`,
-  :mod:`docpipe.statuses`, :mod:`docpipe.backoff`;
-- below them all, :mod:`docpipe.destinations`: where a tenant's URL may lead (the SSRF guard).
+- the foundation every role shares, its modules independent of each other:
+  :mod:`docpipe.settings` (a package, one module per concern), :mod:`docpipe.errors`,
+  :mod:`docpipe.statuses`, :mod:`docpipe.backoff`, :mod:`docpipe.json_codec` and
+  :mod:`docpipe.destinations` (where a tenant's URL may lead: the SSRF guard).
 
 The API (``docpipe_api``) uses the state machine, the broker, pipelines and observability;
 the development tooling (``docpipe_dev``) is a separate package that no image installs.

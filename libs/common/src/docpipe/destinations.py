@@ -31,7 +31,6 @@ __all__ = [
     "Target",
     "forbidden_reason",
     "literal_addresses",
-    "parse_allowlist_entry",
     "parse_target",
 ]
 
@@ -42,9 +41,14 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 # wire server is a public address, so it has to be named.
 METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a)
-    for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200",
-              "168.63.129.16")
-)  # fmt: skip
+    for a in (
+        "169.254.169.254",
+        "169.254.170.2",
+        "fd00:ec2::254",
+        "100.100.100.200",
+        "168.63.129.16",
+    )
+)
 # Shared address space (carrier-grade NAT); Python's is_global already excludes it, named here
 # so the refusal says what it is.
 CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
@@ -111,11 +115,13 @@ def forbidden_reason(ip: IPAddress) -> str | None:
             ("link-local", candidate.is_link_local),
             ("multicast", candidate.is_multicast),
             ("reserved", candidate.is_reserved),
-            ("carrier-grade NAT", isinstance(candidate, ipaddress.IPv4Address)
-             and candidate in CGNAT),
+            (
+                "carrier-grade NAT",
+                isinstance(candidate, ipaddress.IPv4Address) and candidate in CGNAT,
+            ),
             ("private", candidate.is_private),
             ("not globally routable", not candidate.is_global),
-        )  # fmt: skip
+        )
         for name, hit in checks:
             if hit:
                 return f"{ip} is {name}" + ("" if candidate is ip else f" ({candidate})")
@@ -127,8 +133,7 @@ def literal_addresses(host: str) -> list[IPAddress]:
     them (``0x7f000001``, ``127.1``, ``::ffff:127.0.0.1``); empty for a host name. Never
     asks DNS."""
     try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_NUMERICHOST)  # fmt: skip
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
     except (socket.gaierror, UnicodeError, ValueError):
         return []
     return _unique(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos)
@@ -136,24 +141,6 @@ def literal_addresses(host: str) -> list[IPAddress]:
 
 def _unique(addresses: Iterable[IPAddress]) -> list[IPAddress]:
     return list(dict.fromkeys(addresses))
-
-
-def parse_allowlist_entry(entry: str) -> IPNetwork | str:
-    """A CIDR (``10.1.0.0/16``, ``127.0.0.1``) or a host name (``hooks.internal``; a leading
-    dot, ``.internal``, allows every name under it); ValueError otherwise."""
-    text = entry.strip()
-    try:
-        return ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        pass
-    name = text.rstrip(".").lower()
-    labels = name.removeprefix(".").split(".")
-    if not name or not all(
-        label and len(label) <= 63 and label.replace("-", "").isalnum() and label.isascii()
-        for label in labels
-    ):
-        raise ValueError(f"{entry!r} is neither a CIDR nor a host name")
-    return name
 
 
 @dataclass(frozen=True)
@@ -164,11 +151,13 @@ class DestinationPolicy:
     allowed_hosts: tuple[str, ...] = ()  # exact names, or ".suffix" for every name under it
 
     @classmethod
-    def from_allowlist(cls, entries: Sequence[str]) -> DestinationPolicy:
-        parsed = [parse_allowlist_entry(e) for e in entries]
+    def from_allowlist(cls, entries: Iterable[IPNetwork | str]) -> DestinationPolicy:
+        """The policy of an allowlist as ``DOCPIPE_WEBHOOK_ALLOWED_DESTINATIONS`` parses it
+        (docpipe.settings.webhooks): networks, and host names."""
+        listed = tuple(entries)
         return cls(
-            allowed_networks=tuple(p for p in parsed if not isinstance(p, str)),
-            allowed_hosts=tuple(p for p in parsed if isinstance(p, str)),
+            allowed_networks=tuple(e for e in listed if not isinstance(e, str)),
+            allowed_hosts=tuple(e for e in listed if isinstance(e, str)),
         )
 
     def host_is_allowed(self, host: str) -> bool:

@@ -9,6 +9,7 @@ boundary where they happen, so the executor decides on retries from the class al
     │           └── TruncatedOutputError  output cut off at its max_tokens (finish_reason length)
     ├── UnreadableDocumentError       an uploaded file cannot give text (``kind`` says why)
     ├── RunStoppedError               the run ended (cancelled, expired) while a step ran
+    ├── WaitingForProviderBatch       a call waits for a provider batch: the step parks
     ├── BudgetExceededError           the next call would spend past a run's or batch's budget
     ├── NotFoundError                 an id the caller named does not exist (for this tenant)
     ├── ConflictError                 the request contradicts stored state
@@ -32,6 +33,7 @@ __all__ = [
     "TransientLLMError",
     "TruncatedOutputError",
     "UnreadableDocumentError",
+    "WaitingForProviderBatch",
 ]
 
 
@@ -139,3 +141,8 @@ class ConflictError(_WithDetails):
 
 class InvalidRequestError(_WithDetails):
     pass
+
+
+class WaitingForProviderBatch(DocpipeError):
+    """A call of the step waits for its provider batch (docpipe.state.provider_batches): not
+    a failure; the step parks in PostgreSQL until the poller wakes it with the answer."""

@@ -80,8 +80,12 @@ def post_in_chunks(
     """POST (or ``method``) ``chunks`` to ``url`` + ``path``; chunked transfer encoding
     unless ``content_length`` is given. Stops sending once the server answers or closes."""
     parts = urlsplit(url)
-    head = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc}", "Connection: close",
-            f"Content-Type: {content_type}"]  # fmt: skip
+    head = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        "Connection: close",
+        f"Content-Type: {content_type}",
+    ]
     head += [f"{name}: {value}" for name, value in (headers or {}).items()]
     head.append(
         f"Content-Length: {content_length}"

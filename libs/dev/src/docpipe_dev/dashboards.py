@@ -214,6 +214,11 @@ def provider() -> _Board:
     return b
 
 
+# A deployment whose batches never asked for the provider-batch lane has none of its series:
+# its panels show 0 rather than "no data".
+_NONE_YET = " or vector(0)"
+
+
 def cost() -> _Board:
     b = _Board("docpipe / Cost", "docpipe-cost", "What the provider costs, in USD.")
     b.number(
@@ -248,6 +253,36 @@ def cost() -> _Board:
             "{{pipeline}}",
         ),
     )
+    b.row("Provider batches")
+    b.graph(
+        "Saved by provider batches, USD per hour",
+        "currencyUSD",
+        Query(
+            _rate(m.PROVIDER_BATCH_SAVED_USD, "pipeline", scale=" * 3600") + _NONE_YET,
+            "{{pipeline}}",
+        ),
+        description="What answers from provider batches cost less than in real time.",
+    )
+    b.graph(
+        "Calls waiting for a provider batch",
+        "short",
+        Query(
+            f"sum by (model, state) ({m.PROVIDER_BATCH_CALLS_WAITING}){_NONE_YET}",
+            "{{model}} {{state}}",
+        ),
+        description="waiting: not yet packed; packed: in a provider batch the provider has.",
+    )
+    b.graph(
+        "Oldest wait for a provider batch",
+        "s",
+        Query(f"max by (model) ({m.PROVIDER_BATCH_OLDEST_WAIT}){_NONE_YET}", "{{model}}"),
+        description="Past the provider's completion window, DocpipeProviderBatchPastWindow fires.",
+    )
+    b.graph(
+        "Provider batches by state",
+        "short",
+        Query(f"sum by (state) ({m.PROVIDER_BATCHES}){_NONE_YET}", "{{state}}"),
+    )
     return b
 
 
@@ -267,7 +302,7 @@ def health() -> _Board:
     )
     b.row("Processes")
     b.graph(
-        "Pool processes per queue",
+        "Slots per queue",
         "short",
         Query(f"sum by (queue_name) ({m.WORKER_CONCURRENCY})", "{{queue_name}}"),
     )
@@ -275,6 +310,26 @@ def health() -> _Board:
         "Tasks running",
         "short",
         Query(f"sum by (hostname) ({m.WORKER_TASKS_ACTIVE})", "{{hostname}}"),
+    )
+    b.graph(
+        "Slots in use and free, per worker",
+        "short",
+        Query(f"max by (hostname) ({m.WORKER_SLOTS_IN_USE})", "{{hostname}} in use"),
+        Query(f"max by (hostname) ({m.WORKER_SLOTS_FREE})", "{{hostname}} free"),
+        description=(
+            "A worker's slots are its pool processes (prefork) or its threads (threads pool). "
+            "In use at their number for long: the pool is too small for what waits in its "
+            "queue."
+        ),
+    )
+    b.graph(
+        "Oldest step in flight, per worker",
+        "s",
+        Query(f"max by (hostname) ({m.WORKER_OLDEST_STEP_AGE})", "{{hostname}}"),
+        description=(
+            "How long each worker's oldest running step has run. Past the hard time limit "
+            "it is a step stuck: a threads worker gives it up and restarts."
+        ),
     )
     b.graph(
         "Periodic jobs: seconds since the last run",
@@ -301,7 +356,11 @@ def health() -> _Board:
     b.graph(
         "Runs by status",
         "short",
-        Query(f"sum by (status) (max by (status, lane) ({m.RUNS}))", "{{status}}"),
+        Query(
+            f"sum by (status) (max by (status, lane) ({m.RUNS}))"
+            f" or sum by (status) (max by (status, lane) ({m.RUNS_ENDED_ESTIMATE}))",
+            "{{status}}",
+        ),
     )
     b.graph(
         "Runs ended badly per minute",

@@ -66,8 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as site:
         env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-        subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-                        "--site-dir", site], cwd=REPO, env=env, check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", site],
+            cwd=REPO,
+            env=env,
+            check=True,
+        )
         take_screenshot(Path(site), args.output, args.width, args.height)
     print(f"saved {args.output}")
     return 0

@@ -126,12 +126,17 @@ def postgres_in(ns: NetworkNamespace, data_dir: Path, port: int = 5432) -> str:
         hba.write(f"host all all {ns.host_address}/32 trust\n")
     argv = [
         str(postgres_bindir() / "postgres"),
-        "-D", str(initialised.pgdata),
-        "-c", f"listen_addresses={ns.address}",
-        "-c", f"port={port}",
-        "-c", "unix_socket_directories=",
-        "-c", "fsync=off",
-    ]  # fmt: skip
+        "-D",
+        str(initialised.pgdata),
+        "-c",
+        f"listen_addresses={ns.address}",
+        "-c",
+        f"port={port}",
+        "-c",
+        "unix_socket_directories=",
+        "-c",
+        "fsync=off",
+    ]
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     log_path = data_dir / "postgres-ns.log"
     ns.start("postgres", [*as_postgres, *argv], log_path)

@@ -37,16 +37,28 @@ WORKER_QUEUES: dict[str, str] = {
 
 
 def worker_argv(lane: str, *, concurrency: int, name: str | None = None) -> list[str]:
-    """A worker pool serving one lane (and the periodic and webhook queues)."""
+    """A worker pool serving one lane (and the periodic and webhook queues), running
+    ``concurrency`` steps at once: in as many processes, or with DOCPIPE_WORKER_POOL=threads
+    as threads of one process (Celery takes the pool from docpipe's configuration when the
+    command line names none)."""
     return [
-        sys.executable, "-m", "celery", "-A", "docpipe.worker.app", "worker",
-        "--queues", WORKER_QUEUES[lane],
-        "--hostname", f"{name or lane}@%h",
-        "--concurrency", str(concurrency),
-        "--pool", "prefork",
-        "--loglevel", "INFO",
-        "--without-gossip", "--without-mingle",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "docpipe.worker.app",
+        "worker",
+        "--queues",
+        WORKER_QUEUES[lane],
+        "--hostname",
+        f"{name or lane}@%h",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
 
 
 def beat_argv() -> list[str]:
@@ -64,16 +76,32 @@ def beat_argv() -> list[str]:
 
 def api_argv(*, host: str, port: int) -> list[str]:
     return [
-        sys.executable, "-m", "uvicorn", "docpipe_api.main:app",
-        "--host", host, "--port", str(port), "--no-access-log",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "docpipe_api.main:app",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--no-access-log",
+    ]
 
 
 def fake_llm_argv(*, host: str, port: int, latency_ms: str = "0:0", rpm: int = 0) -> list[str]:
     return [
-        sys.executable, "-m", "docpipe_fake_llm",
-        "--host", host, "--port", str(port), "--latency-ms", latency_ms, "--rpm", str(rpm),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "docpipe_fake_llm",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--latency-ms",
+        latency_ms,
+        "--rpm",
+        str(rpm),
+    ]
 
 
 @dataclass

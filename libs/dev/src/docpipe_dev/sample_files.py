@@ -1,8 +1,8 @@
 """The sample contracts as people send them: a PDF with a text layer (fpdf2), a Word file
-(python-docx: headings, paragraphs, a table of the parties) and a scanned PDF (the PDF's
-pages rendered to greyscale images with a little noise and rotation, no text layer); and
-as they also come: in two columns, scanned sideways, scanned with a bad earlier OCR's
-text layer."""
+(python-docx: headings, paragraphs, a table of the parties), a scanned PDF (the PDF's
+pages rendered to greyscale images with a little noise and rotation, no text layer), a
+phone's photo of its first page (JPEG) and a two-page TIFF from a scanner; and as they also
+come: in two columns, scanned sideways, scanned with a bad earlier OCR's text layer."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import docx
 import pypdfium2 as pdfium
 from fpdf import FPDF
 from fpdf.enums import TextMode
-from PIL import Image, ImageFilter
+from PIL import Image, ImageChops, ImageFilter
 
 __all__ = [
     "FORMATS",
@@ -24,13 +24,22 @@ __all__ = [
     "contract_in_columns",
     "contract_pdf",
     "contract_pdf_with_photos",
+    "contract_photo",
     "contract_scan",
+    "contract_tiff",
     "scan_with_text_layer",
     "write_contract",
 ]
 
-FORMATS = ("text", "pdf", "docx", "scan")
-SUFFIXES = {"text": ".txt", "pdf": ".pdf", "docx": ".docx", "scan": ".scan.pdf"}
+FORMATS = ("text", "pdf", "docx", "scan", "photo", "tiff")
+SUFFIXES = {
+    "text": ".txt",
+    "pdf": ".pdf",
+    "docx": ".docx",
+    "scan": ".scan.pdf",
+    "photo": ".photo.jpg",
+    "tiff": ".tiff",
+}
 # Scans at 200 dpi in black and white keep a 5-page contract near 250 kB (DOCPIPE_MAX_DOCUMENT_BYTES
 # is 1 MB by default) and still read well.
 _SCAN_DPI = 200
@@ -87,8 +96,9 @@ def _typeset(text: str) -> FPDF:
     pdf.set_margins(20, 18, 20)
     pdf.add_page()
     for paragraph in _paragraphs(_pdf_text(text)):
-        heading = paragraph.isupper() or (paragraph[:3].rstrip(".").isdigit() and
-                                          paragraph.split(" ", 1)[-1].isupper())  # fmt: skip
+        heading = paragraph.isupper() or (
+            paragraph[:3].rstrip(".").isdigit() and paragraph.split(" ", 1)[-1].isupper()
+        )
         pdf.set_font("Helvetica", "B" if heading else "", 11 if heading else 10)
         pdf.multi_cell(0, 5, paragraph)
         pdf.ln(3)
@@ -165,32 +175,89 @@ def contract_scan(text: str, seed: int = 0, *, turned: int = 0, blurred: bool = 
     when the pages went into the scanner sideways or upside down; ``blurred`` out of focus
     past reading (a copy of a copy of a fax: OCR reads little, and that poorly)."""
     rng = random.Random(f"docpipe-scan:{seed}")
-    source = pdfium.PdfDocument(contract_pdf(text))
-    pages: list[Image.Image] = []
-    try:
-        for page in source:
-            image = page.render(scale=_SCAN_DPI / 72, grayscale=True).to_pil().convert("L")
-            page.close()
-            scanned = (
-                image.filter(ImageFilter.GaussianBlur(3.5)) if blurred else _scanned(image, rng)
-            )
-            pages.append(scanned.rotate(-turned, expand=True))
-    finally:
-        source.close()
+    pages = [
+        (image.filter(ImageFilter.GaussianBlur(3.5)) if blurred else _scanned(image, rng)).rotate(
+            -turned, expand=True
+        )
+        for image in _rendered_pages(text)
+    ]
     buffer = io.BytesIO()
-    pages[0].save(buffer, format="PDF", save_all=True, append_images=pages[1:],
-                  resolution=float(_SCAN_DPI))  # fmt: skip
+    pages[0].save(
+        buffer, format="PDF", save_all=True, append_images=pages[1:], resolution=float(_SCAN_DPI)
+    )
     return buffer.getvalue()
 
 
 def _scanned(page: Image.Image, rng: random.Random) -> Image.Image:
-    rotated = page.rotate(rng.uniform(-1.2, 1.2), resample=Image.Resampling.BICUBIC,
-                          expand=False, fillcolor=255)  # fmt: skip
+    rotated = page.rotate(
+        rng.uniform(-1.2, 1.2), resample=Image.Resampling.BICUBIC, expand=False, fillcolor=255
+    )
     # Sparse dark specks, a soft edge, then black and white as a fax-grade scanner stores it
     # (about 35 kB a page).
     noise = Image.effect_noise(rotated.size, 28).point(lambda v: 0 if v < 22 else 255)
     speckled = Image.composite(rotated, noise, noise).filter(ImageFilter.GaussianBlur(0.4))
     return speckled.point(lambda v: 255 if v > 150 else 0).convert("1")
+
+
+def contract_photo(text: str, seed: int = 0) -> bytes:
+    """The contract's first page as a phone photographs it: a little turned (1-1.5 degrees),
+    on paper a shade off white with uneven light, sensor noise and a soft focus, in colour,
+    as a JPEG without a stated resolution."""
+    rng = random.Random(f"docpipe-photo:{seed}")
+    page = _rendered_pages(text, limit=1)[0]
+    turned = page.rotate(
+        rng.choice((-1, 1)) * rng.uniform(1.0, 1.5),
+        resample=Image.Resampling.BICUBIC,
+        expand=True,
+        fillcolor=235,
+    )
+    # Light falling off from one side, noise, a soft focus.
+    light = Image.linear_gradient("L").resize(turned.size).point(lambda v: 255 - v // 8)
+    noisy = Image.blend(turned, Image.effect_noise(turned.size, 40), 0.08)
+    grey = ImageChops.multiply(noisy, light).filter(ImageFilter.GaussianBlur(0.7))
+    # Paper under warm light: the red channel a little brighter than the blue.
+    photo = Image.merge(
+        "RGB",
+        (
+            grey.point(lambda v: min(255, v + 6)),
+            grey,
+            grey.point(lambda v: max(0, v - 10)),
+        ),
+    )
+    buffer = io.BytesIO()
+    photo.save(buffer, format="JPEG", quality=82)
+    return buffer.getvalue()
+
+
+def contract_tiff(text: str, seed: int = 0) -> bytes:
+    """The contract's first two pages as a document scanner stores them: one multi-page
+    TIFF, black and white (CCITT group 4, the fax compression), at its resolution."""
+    rng = random.Random(f"docpipe-tiff:{seed}")
+    pages = [_scanned(page, rng) for page in _rendered_pages(text, limit=2)]
+    buffer = io.BytesIO()
+    pages[0].save(
+        buffer,
+        format="TIFF",
+        save_all=True,
+        append_images=pages[1:],
+        compression="group4",
+        dpi=(_SCAN_DPI, _SCAN_DPI),
+    )
+    return buffer.getvalue()
+
+
+def _rendered_pages(text: str, *, limit: int | None = None) -> list[Image.Image]:
+    """The pages of :func:`contract_pdf` (the first ``limit``) in grey, at the scans' dpi."""
+    source = pdfium.PdfDocument(contract_pdf(text))
+    try:
+        pages = []
+        for index in range(len(source) if limit is None else min(limit, len(source))):
+            page = source[index]
+            pages.append(page.render(scale=_SCAN_DPI / 72, grayscale=True).to_pil().convert("L"))
+            page.close()
+        return pages
+    finally:
+        source.close()
 
 
 def write_contract(directory: Path, slug: str, text: str, fmt: str, *, seed: int = 0) -> Path:
@@ -199,7 +266,9 @@ def write_contract(directory: Path, slug: str, text: str, fmt: str, *, seed: int
     path = directory / f"{slug}{SUFFIXES[fmt]}"
     if fmt == "text":
         path.write_text(text, encoding="utf-8")
+    elif fmt in ("pdf", "docx"):
+        path.write_bytes(contract_pdf(text) if fmt == "pdf" else contract_docx(text))
     else:
-        makers = {"pdf": contract_pdf, "docx": contract_docx}
-        path.write_bytes(contract_scan(text, seed) if fmt == "scan" else makers[fmt](text))
+        makers = {"scan": contract_scan, "photo": contract_photo, "tiff": contract_tiff}
+        path.write_bytes(makers[fmt](text, seed))
     return path

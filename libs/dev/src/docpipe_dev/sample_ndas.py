@@ -14,9 +14,15 @@ from pathlib import Path
 __all__ = ["SampleNda", "sample_ndas", "write_ndas"]
 
 _COMPANIES = (
-    "Acme Analytics Inc.", "Borealis Logistics LLC", "Cobalt Software Ltd", "Dunmore Foods GmbH",
-    "Elmstead Robotics B.V.", "Fairhaven Health Inc.", "Granite Energy plc", "Halcyon Media SAS",
-)  # fmt: skip
+    "Acme Analytics Inc.",
+    "Borealis Logistics LLC",
+    "Cobalt Software Ltd",
+    "Dunmore Foods GmbH",
+    "Elmstead Robotics B.V.",
+    "Fairhaven Health Inc.",
+    "Granite Energy plc",
+    "Halcyon Media SAS",
+)
 
 # Clause title -> (an ordinary wording, an onerous one); {d} is the disclosing side, {r} the
 # receiving side, {n} a number of years.

@@ -7,6 +7,7 @@ reader would look for it; the boilerplate around it never states a competing val
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,7 +16,15 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PAGE_CHARS", "SampleContract", "dummy_document", "sample_contracts", "write_samples"]
+__all__ = [
+    "PAGE_CHARS",
+    "SampleContract",
+    "dummy_document",
+    "expected_items",
+    "sample_contracts",
+    "write_expected",
+    "write_samples",
+]
 
 PAGE_CHARS = 3000
 _MIN_CHARS = 9200
@@ -197,9 +206,14 @@ _UNITS = _words("""
 """)
 _TENS = ["", "", *_words("twenty thirty forty fifty sixty seventy eighty ninety")]
 _SIGNATORY_TITLES = (
-    "Chief Executive Officer", "Chief Financial Officer", "General Counsel", "Managing Director",
-    "Director", "Vice President, Procurement", "Chief Operating Officer",
-)  # fmt: skip
+    "Chief Executive Officer",
+    "Chief Financial Officer",
+    "General Counsel",
+    "Managing Director",
+    "Director",
+    "Vice President, Procurement",
+    "Chief Operating Officer",
+)
 _RESIDENCES = ("London, United Kingdom", "Austin, Texas", "Dublin, Ireland", "Berlin, Germany")
 _SMALL_WORDS = frozenset({"a", "an", "and", "as", "of", "the"})
 
@@ -249,6 +263,23 @@ def sample_contracts(count: int = 8, seed: int = 0) -> list[SampleContract]:
     return [_contract(seed, i, kinds[i % len(kinds)]) for i in range(count)]
 
 
+def expected_items(count: int = 8, seed: int = 0) -> list[dict[str, Any]]:
+    """The contracts as an evaluation set of document_extract's extract_fields: each an
+    upload line with its text and the fields it states (what a perfect reader gives)."""
+    return [
+        {"document": {"id": c.slug, "text": c.text}, "expected": {"fields": c.expected}}
+        for c in sample_contracts(count, seed)
+    ]
+
+
+def write_expected(path: Path, count: int = 8, seed: int = 0) -> Path:
+    """Write :func:`expected_items` to ``path`` as JSON lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = (json.dumps(item, ensure_ascii=False) + "\n" for item in expected_items(count, seed))
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
 def dummy_document() -> SampleContract:
     """Return the empty document that the pipeline must process without failing."""
     return SampleContract(slug="00-dummy-empty", title="", text="", expected={})
@@ -273,8 +304,9 @@ def write_samples(
         dummy = dummy_document()
         paths.append(write_contract(directory, dummy.slug, dummy.text, "text"))
     for i, contract in enumerate(sample_contracts(count, seed)):
-        paths += [write_contract(directory, contract.slug, contract.text, fmt, seed=i)
-                  for fmt in formats]  # fmt: skip
+        paths += [
+            write_contract(directory, contract.slug, contract.text, fmt, seed=i) for fmt in formats
+        ]
     return paths
 
 

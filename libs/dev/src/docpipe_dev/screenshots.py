@@ -4,7 +4,7 @@ as the README shows it (docs/review-page.png), made from a real local stack.
 A scanned sample contract goes through ``document_extract:v1`` with the fake provider told
 to invent one section's quotes, so the run pauses for review; Debian's Chromium (through
 Playwright) signs in, opens the review, shows a supported value's quote on the page and
-takes the screenshot.
+takes the screenshot from the top of the page (the header, the document, the first values).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -24,25 +26,46 @@ from docpipe_dev.sample_files import contract_scan
 from docpipe_dev.samples import sample_contracts
 from docpipe_dev.stack import LocalStack, StackOptions
 
-__all__ = ["review_page_screenshot"]
+__all__ = ["CHROMIUM_ARGS", "review_page_screenshot", "screenshot_stack"]
 
-_CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def review_page_screenshot(out: Path) -> None:
     """Write a screenshot of the review page of a paused run of a scanned contract."""
+    with screenshot_stack(batch_concurrency=1) as stack:
+        run_id = _run_in_review(stack)
+        _shoot(stack, run_id, out)
+
+
+@contextmanager
+def screenshot_stack(*, batch_concurrency: int) -> Iterator[LocalStack]:
+    """A local stack of its own (a temporary folder, a free port, an instant fake
+    provider, API keys on), up for the block and gone after it."""
     os.environ.setdefault("DOCPIPE_AUTH", "keys")
     state = Path(tempfile.mkdtemp(prefix="docpipe-screenshot-"))
     state.chmod(0o711)
-    stack = LocalStack(StackOptions(state_dir=state, api_port=free_port(), fake_latency_ms="0:0",
-                                    interactive_concurrency=2, batch_concurrency=1,
-                                    metrics_port=0))  # fmt: skip
+    stack = LocalStack(
+        StackOptions(
+            state_dir=state,
+            api_port=free_port(),
+            fake_latency_ms="0:0",
+            interactive_concurrency=2,
+            batch_concurrency=batch_concurrency,
+            metrics_port=0,
+        )
+    )
     try:
         stack.up()
         assert stack.api_key is not None
-        run_id = _run_in_review(stack)
-        _shoot(stack, run_id, out)
+        yield stack
     finally:
         stack.down()
         shutil.rmtree(state, ignore_errors=True)
@@ -57,11 +80,15 @@ def _run_in_review(stack: LocalStack) -> str:
     with httpx.Client(base_url=stack.api_url, headers=headers, timeout=30) as api:
         for attempt in range(8):
             httpx.post(f"{fake}/control/reset", timeout=10).raise_for_status()
-            httpx.post(f"{fake}/control/faults", json={"kind": "invented_quote", "count": 1,
-                       "step": "extract_fields"}, timeout=10).raise_for_status()  # fmt: skip
+            httpx.post(
+                f"{fake}/control/faults",
+                json={"kind": "invented_quote", "count": 1, "step": "extract_fields"},
+                timeout=10,
+            ).raise_for_status()
             document = f"review-sample-{attempt}"
-            api.put(f"/documents/{document}", content=scan,
-                    headers={"Content-Type": "application/pdf"}).raise_for_status()  # fmt: skip
+            api.put(
+                f"/documents/{document}", content=scan, headers={"Content-Type": "application/pdf"}
+            ).raise_for_status()
             run_id = str(api.post(f"/documents/{document}/extract").json()["run_id"])
             deadline = time.monotonic() + 300
             while (status := api.get(f"/runs/{run_id}").json()["status"]) in ("queued", "running"):
@@ -78,8 +105,8 @@ def _shoot(stack: LocalStack, run_id: str, out: Path) -> None:
     if executable is None:
         raise RuntimeError("Debian's chromium is not installed (scripts/ensure-system-deps)")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=_CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1440, "height": 1240})
         page.goto(f"{stack.api_url}/ui/sign-in")
         page.get_by_label("API key").fill(stack.api_key or "")
         page.get_by_role("button", name="Sign in").click()
@@ -90,8 +117,9 @@ def _shoot(stack: LocalStack, run_id: str, out: Path) -> None:
         button = quotes.first.get_by_role("button")
         button.click()
         page.wait_for_timeout(800)  # the smooth scroll to the highlighted quote
-        # The value whose quote is shown in the middle; the document pane stays in view.
-        button.evaluate("b => b.scrollIntoView({block: 'center'})")
+        # The page from its top: the header, the whole page with the quote's box, the first
+        # values (the window is as tall as the page image).
+        page.evaluate("window.scrollTo(0, 0)")
         page.wait_for_timeout(300)
         page.screenshot(path=str(out))
         browser.close()

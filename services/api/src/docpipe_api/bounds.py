@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -41,6 +42,7 @@ from docpipe.state.webhook_secrets import has_current_secret
 __all__ = [
     "WINDOW_S",
     "accepted_callback_url",
+    "check_batch_documents",
     "checked_deadline",
     "checked_start_at",
     "enforce_rate_limit",
@@ -50,6 +52,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WINDOW_S = 60
+# A JSON string, escapes included (what may hold a brace that opens no object), or a brace.
+_STRING_OR_BRACE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|\{')
+_BRACE = ord("{")
 
 
 def enforce_rate_limit(client: redis.Redis, subject: str, limit: int, *, who: str) -> None:
@@ -75,6 +80,25 @@ def enforce_rate_limit(client: redis.Redis, subject: str, limit: int, *, who: st
             f"{who} made more than {limit} requests this minute; retry in {retry_after} s",
             headers={"Retry-After": str(retry_after)},
         )
+
+
+def check_batch_documents(body: bytes | bytearray, max_documents: int) -> None:
+    """422 when a batch body holds more objects than a batch may have documents (and the
+    batch itself), counted in its bytes before it is parsed: parsing builds every item
+    first (2.9 M tiny ones in a 32 MB body took 1.8 GB), so the count must come first. A
+    brace in a text opens no object: when the body holds more braces than the limit, its
+    strings and braces are scanned in order, and the count stops once it is past the limit
+    (a hostile body costs a few thousand matches, never a copy of itself)."""
+    if body.count(b"{") <= max_documents + 1:
+        return
+    objects = 0
+    for token in _STRING_OR_BRACE.finditer(body):
+        objects += token.group()[0] == _BRACE
+        if objects > max_documents + 1:
+            raise InvalidRequestError(
+                f"more than {max_documents} documents in one batch; the limit is "
+                f"{max_documents} (DOCPIPE_MAX_BATCH_DOCUMENTS: split it into several batches)"
+            )
 
 
 def run_budget(asked: Decimal | None, settings: Settings, *, field: str) -> Decimal | None:

@@ -17,19 +17,25 @@ from fastapi import Depends, FastAPI
 
 from docpipe import __version__
 from docpipe.broker.transport import CeleryPublisher, redis_client
+from docpipe.extraction.page_images import RenderedPage
 from docpipe.observability import tracing
 from docpipe.pipelines.catalog import Catalog, load_catalog
 from docpipe.settings import Settings, get_settings
 from docpipe.state.db import Database
 from docpipe.state.definitions import check_running_definitions
 from docpipe.state.tenants import VerifiedKeys
-from docpipe_api.deps import Resources, client_address_limited, current_tenant
+from docpipe_api.auth import client_address_limited, current_tenant
 from docpipe_api.errors import error_responses, install_error_handlers
+from docpipe_api.heavy import Flights, HeavyWork
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
+from docpipe_api.readiness import PostgresProbe
+from docpipe_api.resources import Resources
 from docpipe_api.routes import (
     batches,
     documents,
+    evaluation_sets,
+    evaluations,
     health,
     pipelines,
     results,
@@ -38,6 +44,7 @@ from docpipe_api.routes import (
     webhook_secrets,
 )
 from docpipe_api.streams import StreamSlots
+from docpipe_api.transport_security import StrictTransportSecurity
 from docpipe_api.ui import create_ui
 
 __all__ = ["app", "create_app"]
@@ -56,10 +63,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolved = settings or get_settings()
         # A broken pipeline definition stops the API before it serves anything.
         catalog = load_catalog(resolved)
-        describe_pipelines(app, catalog)
+        describe_pipelines(app, catalog, resolved.provider_table.models)
         database = Database.from_settings(resolved)
         _check_definitions(database, catalog)
         broker_redis = redis_client(resolved)
+        readiness = PostgresProbe(
+            resolved.database_url, health.PROBE_TIMEOUTS, kept=health.PROBE_THREADS
+        )
         app.state.docpipe = Resources(
             settings=resolved,
             database=database,
@@ -70,12 +80,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stream_slots=StreamSlots(broker_redis, resolved.event_streams_per_key),
             export_slots=threading.Semaphore(resolved.max_result_exports),
             verified_keys=VerifiedKeys(resolved.api_key_cache_s),
+            heavy=HeavyWork(resolved.max_heavy_requests),
+            page_renders=Flights[RenderedPage](),
+            readiness=readiness,
         )
         ui.state.docpipe = app.state.docpipe
         try:
             with serving_metrics(resolved):
                 yield
         finally:
+            readiness.close()
             broker_redis.close()
             database.close()
             tracing.shutdown()
@@ -91,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     serve_with_live_bounds(app, lambda: settings or get_settings())
     install_observability(app)
+    app.add_middleware(StrictTransportSecurity)
     # Every route but the probes (and /docs, /openapi.json) is limited per client address
     # and then needs a tenant's API key; both checks run before the route reads its body.
     for router in (
@@ -101,6 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         results.router,
         pipelines.router,
         webhook_secrets.router,
+        evaluation_sets.router,
+        evaluations.router,
     ):
         app.include_router(
             router,

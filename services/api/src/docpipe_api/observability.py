@@ -13,10 +13,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from docpipe.observability import metrics, tracing
 from docpipe.settings import Settings
+from docpipe_api.middleware import HttpMiddleware
 
 __all__ = ["install_observability", "serving_metrics"]
 
@@ -31,8 +32,9 @@ def install_observability(app: FastAPI) -> None:
 @contextmanager
 def serving_metrics(settings: Settings) -> Iterator[None]:
     """``/metrics`` at DOCPIPE_METRICS_HOST:DOCPIPE_METRICS_PORT (0: off) while the app runs."""
-    server = metrics.serve_metrics(settings.metrics_port, settings.metrics_host,
-                                   metrics.exposition_registry())  # fmt: skip
+    server = metrics.serve_metrics(
+        settings.metrics_port, settings.metrics_host, metrics.exposition_registry()
+    )
     try:
         yield
     finally:
@@ -41,17 +43,11 @@ def serving_metrics(settings: Settings) -> Iterator[None]:
             server.server_close()
 
 
-class RequestDuration:
+class RequestDuration(HttpMiddleware):
     """ASGI middleware: ``docpipe_http_request_duration_seconds{method, route, status_code}``,
     labelled by the route's template (``/runs/{run_id}``), never the raw path."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 500
 

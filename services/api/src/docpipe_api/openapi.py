@@ -10,7 +10,7 @@ loaded, in the lifespan; another key is refused with 422).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -31,7 +31,16 @@ _EXTRACT_NUMBER_MAXIMA: dict[str, Callable[[Settings], float]] = {
     "budget_usd": lambda s: float(s.max_run_budget_usd),  # a run's; a batch's is its total
 }
 # The request bodies that name a pipeline.
-_PIPELINE_BODIES = (("/documents/{document_id}/extract", "post"), ("/batches", "post"))
+_PIPELINE_BODIES = (
+    ("/documents/{document_id}/extract", "post"),
+    ("/batches", "post"),
+    ("/evaluations", "post"),
+)
+# The request body that names a pipeline by name, and one of its steps.
+_STEP_BODY = ("/evaluation-sets", "post")
+# The requests that name a step of a run.
+_RETRY_PATH = "/runs/{run_id}/retry"
+_DECISION_PATH = "/runs/{run_id}/review"
 
 
 def serve_with_live_bounds(app: FastAPI, settings: Callable[[], Settings]) -> None:
@@ -48,20 +57,64 @@ def serve_with_live_bounds(app: FastAPI, settings: Callable[[], Settings]) -> No
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def describe_pipelines(app: FastAPI, pipelines: Catalog) -> None:
-    """Make ``app``'s OpenAPI document list ``pipelines``' keys where a body names one."""
+def describe_pipelines(app: FastAPI, pipelines: Catalog, known_models: Iterable[str]) -> None:
+    """Make ``app``'s OpenAPI document list ``pipelines``' keys where a body names one, the
+    steps and models an evaluation may name, and their steps' names where a request names
+    a run's step (a retry's ``from_step``: one of the run's steps, which only the run
+    knows, but always one of these)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        document = build()  # cached by the app: the enum goes into the cached copy
+        document = build()  # cached by the app: the enums go into the cached copy
         for path, method in _PIPELINE_BODIES:
             body = document["paths"][path][method]["requestBody"]["content"]["application/json"]
             body["schema"]["properties"]["pipeline"]["enum"] = sorted(pipelines.by_key)
+        steps = pipelines.step_names
+        for parameter in document["paths"][_RETRY_PATH]["post"]["parameters"]:
+            if parameter["name"] == "from_step":
+                _enumerate(parameter["schema"], steps)
+        decision = document["paths"][_DECISION_PATH]["post"]["requestBody"]["content"]
+        _enumerate(decision["application/json"]["schema"]["properties"]["from_step"], steps)
+        models = document["paths"]["/evaluations"]["post"]["requestBody"]["content"]
+        evaluation = models["application/json"]["schema"]
+        asking = {s.name for p in pipelines for s in p.steps if s.model is not None}
+        evaluation["properties"]["models"] |= {
+            "propertyNames": {"enum": ["*", *sorted(asking)]},
+            "additionalProperties": {"enum": sorted(known_models)},
+        }
+        # A model is named for a step of the pipeline evaluated, not of any pipeline.
+        evaluation["anyOf"] = [
+            {
+                "properties": {
+                    "pipeline": {"const": p.key},
+                    "models": {
+                        "propertyNames": {
+                            "enum": ["*", *sorted(s.name for s in p.steps if s.model)]
+                        }
+                    },
+                }
+            }
+            for p in pipelines
+        ]
+        path, method = _STEP_BODY
+        body = document["paths"][path][method]["requestBody"]["content"]["application/json"]
+        latest = {p.name: pipelines.latest(p.name) for p in pipelines}
+        body["schema"]["anyOf"] = [
+            {"properties": {"pipeline": {"const": name}, "step": {"enum": p.step_names}}}
+            for name, p in sorted(latest.items())
+        ]
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _enumerate(schema: dict[str, Any], values: list[str]) -> None:
+    """The string variant of ``schema`` (itself, or one of its ``anyOf``) takes ``values``."""
+    for variant in schema.get("anyOf", [schema]):
+        if variant.get("type") == "string":
+            variant["enum"] = values
 
 
 def _apply(document: dict[str, Any], settings: Settings) -> None:
@@ -110,8 +163,11 @@ def _smaller_digits(digits: str) -> list[str]:
         if high < low:
             continue
         rest = len(digits) - i - 1
-        out.append(digits[:i] + (str(low) if low == high else f"[{low}-{high}]")
-                   + (f"[0-9]{{{rest}}}" if rest else ""))  # fmt: skip
+        out.append(
+            digits[:i]
+            + (str(low) if low == high else f"[{low}-{high}]")
+            + (f"[0-9]{{{rest}}}" if rest else "")
+        )
     return out
 
 

@@ -11,15 +11,15 @@ from docpipe.pipelines.model import NAME_PATTERN
 from docpipe.statuses import DecisionAction, ReviewReason
 
 __all__ = [
-    "Decision",
     "DecisionIn",
+    "DecisionOut",
     "DocumentTextOut",
     "EditIn",
     "ReviewDetailOut",
-    "ReviewItem",
+    "ReviewItemOut",
     "ReviewPageOut",
     "ReviewReasonOut",
-    "ReviewState",
+    "ReviewStateOut",
 ]
 
 _ANSWER = ConfigDict(from_attributes=True)
@@ -27,25 +27,29 @@ MAX_EDITS = 1000
 
 
 class ReviewReasonOut(BaseModel):
-    kind: str = Field(description="the rule or failure: always, above, below, missing, "
-                      "longer_than, shorter_than, sample, unsupported_evidence, "
-                      "invalid_output, attempts_exhausted, definition_changed")  # fmt: skip
+    kind: str = Field(
+        description="the rule or failure: always, above, below, missing, "
+        "longer_than, shorter_than, sample, unsupported_evidence, "
+        "invalid_output, attempts_exhausted, definition_changed"
+    )
     field: str | None = Field(default=None, description="the output field the rule looked at")
     message: str
 
 
-class ReviewState(BaseModel):
+class ReviewStateOut(BaseModel):
     """Why a run waits for a person, while it does."""
 
     step: str = Field(description="the step a person is asked about")
     reason: ReviewReason
     reasons: list[ReviewReasonOut]
-    revision: int = Field(description="raised by every change of the review; a decision "
-                          "names the revision it was made on")  # fmt: skip
+    revision: int = Field(
+        description="raised by every change of the review; a decision "
+        "names the revision it was made on"
+    )
     waiting_since: datetime
 
 
-class Decision(BaseModel):
+class DecisionOut(BaseModel):
     """One decision of the audit trail."""
 
     model_config = _ANSWER
@@ -54,8 +58,9 @@ class Decision(BaseModel):
     step: str
     revision: int = Field(description="the revision the decision was made on")
     action: DecisionAction
-    reviewer_key_id: str | None = Field(description="the API key that decided (null "
-                                        "without API keys)")  # fmt: skip
+    reviewer_key_id: str | None = Field(
+        description="the API key that decided (null without API keys)"
+    )
     reviewer_name: str = Field(description="the key's name, else its id")
     reason: str | None
     output_before: dict[str, Any] | None = None
@@ -67,7 +72,7 @@ class Decision(BaseModel):
     decided_at: datetime
 
 
-class ReviewItem(BaseModel):
+class ReviewItemOut(BaseModel):
     model_config = _ANSWER
 
     run_id: str
@@ -83,36 +88,56 @@ class ReviewItem(BaseModel):
 
 
 class ReviewPageOut(BaseModel):
-    reviews: list[ReviewItem] = Field(description="oldest first")
-    next_cursor: str | None = Field(description="pass as cursor for the next page; null: "
-                                    "this was the last")  # fmt: skip
+    reviews: list[ReviewItemOut] = Field(description="oldest first")
+    next_cursor: str | None = Field(
+        description="pass as cursor for the next page; null: this was the last"
+    )
 
 
 class ReviewDetailOut(BaseModel):
     """Everything a reviewer needs to decide."""
 
-    review: ReviewItem
+    review: ReviewItemOut
     document_format: str
     document_text: str = Field(description="the text the offsets of the evidence refer to")
     page_starts: list[int] = Field(description="offset in document_text where each page starts")
-    input: dict[str, Any] = Field(description="the outputs of the steps before, as the step "
-                                  "read them")  # fmt: skip
-    output: dict[str, Any] | None = Field(description="the step's output (null when it gave "
-                                          "none that could be kept)")  # fmt: skip
+    input: dict[str, Any] = Field(
+        description="the outputs of the steps before, as the step read them"
+    )
+    output: dict[str, Any] | None = Field(
+        description="the step's output (null when it gave none that could be kept)"
+    )
     errors: list[str]
     evidence: list[dict[str, Any]]
     output_schema: dict[str, Any] = Field(description="what an approved output must satisfy")
-    history: list[Decision]
+    history: list[DecisionOut]
     models: list[str] = Field(description="models a retry may ask")
 
 
 class EditIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description="a JSON Pointer into the output, e.g. /fields/total/amount",
-                      max_length=1000, pattern="^/")  # fmt: skip
+    path: str = Field(
+        description="a JSON Pointer into the output, e.g. /fields/total/amount",
+        max_length=1000,
+        pattern="^/",
+    )
     action: Literal["confirm", "correct", "clear"]
     value: Any = Field(default=None, description="correct: the new value")
+
+
+class QuoteIn(BaseModel):
+    """A passage of the document a reviewer chose as a value's support."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        description="the value's JSON Pointer, as its evidence record's path names it",
+        max_length=1000,
+        pattern="^/",
+    )
+    start: int = Field(ge=0, le=2**31 - 1, description="offset in the document's text")
+    end: int = Field(ge=1, le=2**31 - 1, description="offset after the passage's last character")
 
 
 class DecisionIn(BaseModel):
@@ -125,16 +150,31 @@ class DecisionIn(BaseModel):
     output: dict[str, Any] | None = Field(
         default=None, description="approve: the whole output as the reviewer wants it"
     )
-    edits: list[EditIn] = Field(default_factory=list, max_length=MAX_EDITS,
-                                description="approve: field by field, after output")  # fmt: skip
-    from_step: str | None = Field(default=None, pattern=NAME_PATTERN,
-                                  description="retry: this step or an earlier one (default: "
-                                  "the step in review)")  # fmt: skip
-    model: str | None = Field(default=None, max_length=200,
-                              description="retry: a model the deployment knows, asked "
-                              "instead of from_step's own")  # fmt: skip
-    reason: str | None = Field(default=None, max_length=2000,
-                               description="reject: why (required); otherwise a note")  # fmt: skip
+    edits: list[EditIn] = Field(
+        default_factory=list,
+        max_length=MAX_EDITS,
+        description="approve: field by field, after output",
+    )
+    from_step: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERN,
+        description="retry: this step or an earlier one (default: the step in review)",
+    )
+    model: str | None = Field(
+        default=None,
+        max_length=200,
+        description="retry: a model the deployment knows, asked instead of from_step's own",
+    )
+    reason: str | None = Field(
+        default=None, max_length=2000, description="reject: why (required); otherwise a note"
+    )
+    quotes: list[QuoteIn] = Field(
+        default_factory=list,
+        max_length=MAX_EDITS,
+        description="approve: passages of the document that support values instead of the "
+        "model's quotes (each judged as a quote is: supported when the value can be read in "
+        "it), recorded with the reviewer's name (quoted_by)",
+    )
 
 
 class DocumentTextOut(BaseModel):

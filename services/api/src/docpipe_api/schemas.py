@@ -24,7 +24,7 @@ from pydantic import (
 from docpipe import __version__
 from docpipe.state.documents import DOCUMENT_ID
 from docpipe.statuses import DeliveryStatus, Lane, Priority
-from docpipe_api.review_schemas import Decision, ReviewState
+from docpipe_api.review_schemas import DecisionOut, ReviewStateOut
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -32,36 +32,36 @@ __all__ = [
     "MAX_DEADLINE_S",
     "NO_NUL",
     "UUID_PATTERN",
-    "BatchAccepted",
+    "BatchAcceptedOut",
     "BatchDocumentIn",
-    "BatchRequest",
-    "BatchRun",
-    "BatchRunsPage",
-    "BatchStatus",
+    "BatchIn",
+    "BatchRunOut",
+    "BatchRunsPageOut",
+    "BatchStatusOut",
     "DocumentOut",
-    "DocumentText",
-    "ErrorBody",
-    "EvidencedValue",
-    "ExtractAccepted",
-    "ExtractRequest",
-    "Health",
-    "ModelChoice",
+    "DocumentTextIn",
+    "ErrorOut",
+    "EvidencedValueOut",
+    "ExtractAcceptedOut",
+    "ExtractIn",
+    "HealthOut",
+    "ModelChoiceOut",
     "PageWarningOut",
-    "PipelineDetail",
-    "PipelineList",
-    "PipelineSummary",
-    "QuoteBox",
-    "Readiness",
-    "ResultLine",
-    "RotatedPage",
-    "RunStatus",
-    "RunStatusList",
-    "StepDetail",
-    "StepStatus",
-    "WebhookSecret",
-    "WebhookSecretCreated",
-    "WebhookSecrets",
-    "WebhookStatus",
+    "PipelineDetailOut",
+    "PipelineListOut",
+    "PipelineSummaryOut",
+    "QuoteBoxOut",
+    "ReadinessOut",
+    "ResultLineOut",
+    "RotatedPageOut",
+    "RunStatusListOut",
+    "RunStatusOut",
+    "StepDetailOut",
+    "StepStatusOut",
+    "WebhookSecretCreatedOut",
+    "WebhookSecretOut",
+    "WebhookSecretsOut",
+    "WebhookStatusOut",
     "request_body_schema",
 ]
 
@@ -110,14 +110,20 @@ def _usd(value: Any) -> Any:
 Usd = Annotated[
     Decimal,
     BeforeValidator(_usd),
-    WithJsonSchema({
-        "anyOf": [
-            {"type": "number", "minimum": float(USD_MIN), "maximum": float(USD_MAX),
-             "description": "rounded to micro-dollars (6 places)"},
-            {"type": "string", "pattern": USD_STRING.pattern},
-        ]
-    }),
-]  # fmt: skip
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {
+                    "type": "number",
+                    "minimum": float(USD_MIN),
+                    "maximum": float(USD_MAX),
+                    "description": "rounded to micro-dollars (6 places)",
+                },
+                {"type": "string", "pattern": USD_STRING.pattern},
+            ]
+        }
+    ),
+]
 
 
 def request_body_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -140,13 +146,13 @@ def request_body_schema(model: type[BaseModel]) -> dict[str, Any]:
     return dict(inline(schema))
 
 
-class ErrorBody(BaseModel):
+class ErrorOut(BaseModel):
     """Every error answer: one human-readable sentence saying what was wrong."""
 
     detail: str
 
 
-class DocumentText(BaseModel):
+class DocumentTextIn(BaseModel):
     """The JSON form of a document upload (the other form is the text as text/plain)."""
 
     model_config = REQUEST_MODEL
@@ -157,20 +163,26 @@ class DocumentText(BaseModel):
 class PageWarningOut(BaseModel):
     """Something extraction noticed on a page."""
 
-    kind: str = Field(description="low_ocr_confidence, no_text, ocr_timeout, reduced_resolution, "
-                      "orientation_undecided or garbage_text_layer")  # fmt: skip
+    kind: str = Field(
+        description="low_ocr_confidence, no_text, ocr_timeout, reduced_resolution, "
+        "orientation_undecided or garbage_text_layer"
+    )
     page: int = Field(description="1-based page")
-    value: float | None = Field(description="the measure that decided it: the OCR confidence "
-                                "(0-100), the seconds of the time limit, the dpi, the text "
-                                "layer's score (0-1); null when there is none")  # fmt: skip
+    value: float | None = Field(
+        description="the measure that decided it: the OCR confidence "
+        "(0-100), the seconds of the time limit, the dpi, the text "
+        "layer's score (0-1); null when there is none"
+    )
     message: str = Field(description="the same in a sentence")
 
 
-class RotatedPage(BaseModel):
+class RotatedPageOut(BaseModel):
     page: int = Field(description="1-based page")
-    degrees: Literal[90, 180, 270] = Field(description="clockwise, to read it upright from "
-                                           "how the PDF shows it (its own /Rotate applied), "
-                                           "as orientation detection found")  # fmt: skip
+    degrees: Literal[90, 180, 270] = Field(
+        description="clockwise, to read it upright from "
+        "how the PDF shows it (its own /Rotate applied), "
+        "as orientation detection found"
+    )
 
 
 class DocumentOut(BaseModel):
@@ -180,24 +192,29 @@ class DocumentOut(BaseModel):
     sha256: str = Field(description="SHA-256 of the uploaded bytes (a text's UTF-8), hex")
     size_bytes: int
     created_at: datetime
-    format: Literal["text", "pdf", "docx"] = Field(description="as its bytes showed")
-    extracted: bool = Field(description="its text is known (a PDF's or DOCX's once a run's "
-                            "extract_text step read it; a text's always)")  # fmt: skip
+    format: Literal["text", "pdf", "docx", "png", "jpeg", "tiff"] = Field(
+        description="as its bytes showed"
+    )
+    extracted: bool = Field(
+        description="its text is known (a file's once a run's "
+        "extract_text step read it; a text's always)"
+    )
     pages: int | None = Field(description="pages of its text; null until extracted")
-    ocr_pages: int | None = Field(description="pages read by OCR (no text layer); null until "
-                                  "extracted")  # fmt: skip
+    ocr_pages: int | None = Field(
+        description="pages read by OCR (no text layer); null until extracted"
+    )
     ocr: bool | None = Field(description="whether any page needed OCR; null until extracted")
     warnings: list[PageWarningOut] | None = Field(
         description="what extraction noticed, page by page (low OCR confidence, pages without "
         "text, ...); null until extracted"
     )
-    rotated_pages: list[RotatedPage] | None = Field(
+    rotated_pages: list[RotatedPageOut] | None = Field(
         description="the pages found scanned sideways or upside down, turned to be read "
         "upright; null until extracted"
     )
 
 
-class ExtractRequest(BaseModel):
+class ExtractIn(BaseModel):
     """Options of an extraction run; every field may be left out."""
 
     # start_at is for the interactive lane (batch runs start when admission lets them).
@@ -241,44 +258,57 @@ class ExtractRequest(BaseModel):
         "fastest the budget left can pay for), normal (the step's own order), low (the "
         "cheapest); default: normal in the interactive lane, low in the batch lane",
     )
+    reuse_answers: bool = Field(
+        default=False,
+        description="answer a call from the tenant's earlier answer to the very same request "
+        "(model, parameters, messages, schema) when a run that reuses answers had it answered, "
+        "instead of sending it: free, and recorded (reused_from); this run's own answers are "
+        "kept for such runs. Evaluations always reuse",
+    )
 
     def fingerprint(self) -> dict[str, Any]:
         """The options in one canonical form, so equal requests compare equal."""
-        return ({"priority": self.priority} if self.priority else {}) | {
-            "pipeline": self.pipeline,
-            "lane": self.lane,
-            "deadline_s": self.deadline_s,
-            "budget_usd": format(self.budget_usd.normalize(), "f") if self.budget_usd else None,
-            "callback_url": str(self.callback_url) if self.callback_url else None,
-            "start_at": self.start_at.isoformat() if self.start_at else None,
-        }
+        # Options added later count only when set: an earlier request's replay stays equal.
+        return (
+            ({"priority": self.priority} if self.priority else {})
+            | ({"reuse_answers": True} if self.reuse_answers else {})
+            | {
+                "pipeline": self.pipeline,
+                "lane": self.lane,
+                "deadline_s": self.deadline_s,
+                "budget_usd": format(self.budget_usd.normalize(), "f") if self.budget_usd else None,
+                "callback_url": str(self.callback_url) if self.callback_url else None,
+                "start_at": self.start_at.isoformat() if self.start_at else None,
+            }
+        )
 
 
-class ExtractAccepted(BaseModel):
+class ExtractAcceptedOut(BaseModel):
     run_id: str
     status: str
     created: bool = Field(description="false: the Idempotency-Key named an existing run")
 
 
-class ModelChoice(BaseModel):
+class ModelChoiceOut(BaseModel):
     """Calls of a step that went to one model for one reason (routing, or fallback)."""
 
     model_config = ANSWER_MODEL
 
     model: str
-    reason: str = Field(description="only_candidate, preferred, fastest, cheapest, "
-                        "within_budget or fallback")  # fmt: skip
+    reason: str = Field(
+        description="only_candidate, preferred, fastest, cheapest, within_budget or fallback"
+    )
     calls: int
 
 
-class StepStatus(BaseModel):
+class StepStatusOut(BaseModel):
     model_config = ANSWER_MODEL
 
     step: str
     status: str
     attempt: int
     model: str | None
-    model_choices: list[ModelChoice] = Field(
+    model_choices: list[ModelChoiceOut] = Field(
         default_factory=list, description="where the step's calls went, and why"
     )
     prompt_version: str | None
@@ -295,7 +325,7 @@ class StepStatus(BaseModel):
     )
 
 
-class QuoteBox(BaseModel):
+class QuoteBoxOut(BaseModel):
     """Where a quote stands on a page: one line of it."""
 
     model_config = ANSWER_MODEL
@@ -305,42 +335,76 @@ class QuoteBox(BaseModel):
     top: float = Field(description="points from its top edge (y grows downwards)")
     right: float
     bottom: float
-    page_width: float = Field(description="the upright page's width in points: a box times "
-                              "image width / page_width stands on the image")  # fmt: skip
+    page_width: float = Field(
+        description="the upright page's width in points: a box times "
+        "image width / page_width stands on the image"
+    )
     page_height: float
 
 
-class EvidencedValue(BaseModel):
+class EvidencedValueOut(BaseModel):
     """An extracted value with the evidence of the quote it was read from."""
 
     model_config = ANSWER_MODEL
 
     field: str = Field(description="the field the value is for, e.g. liability_cap")
-    path: str | None = Field(default=None, description="JSON Pointer of the value in its "
-                             "step's output, where known")  # fmt: skip
-    value: Any = Field(description="the value as read (for a list such as parties: the items "
-                       "this quote supports)")  # fmt: skip
+    path: str | None = Field(
+        default=None, description="JSON Pointer of the value in its step's output, where known"
+    )
+    value: Any = Field(
+        description="the value as read (for a list such as parties: the items this quote supports)"
+    )
     quote: str = Field(description="the passage the model says it read the value from")
-    start: int | None = Field(description="where the quote starts in the document's text "
-                              "(offset in characters); null when it is not there")  # fmt: skip
-    end: int | None = Field(description="where it ends (exclusive): text[start:end] is the "
-                            "passage as the document has it")  # fmt: skip
+    start: int | None = Field(
+        description="where the quote starts in the document's text "
+        "(offset in characters); null when it is not there"
+    )
+    end: int | None = Field(
+        description="where it ends (exclusive): text[start:end] is the "
+        "passage as the document has it"
+    )
     page: int | None = Field(description="1-based page of start (1 for plain text)")
     section: str | None = Field(description="number of the section holding start")
     section_title: str | None = None
-    supported: bool = Field(description="false: the quote was not found in the document "
-                            "(whitespace, hyphenation and quotation marks aside); the value "
-                            "is kept, flagged, and a pipeline with review_if: "
-                            "[unsupported_evidence] pauses for review")  # fmt: skip
+    supported: bool = Field(
+        description="true: the quote is in the document (whitespace, hyphenation and "
+        "quotation marks aside) and the value can be read in it (numbers, amounts, dates and "
+        "names normalised; see the Evidence page); false otherwise (support says why): the "
+        "value is kept, flagged, and a pipeline with review_if: [unsupported_evidence] "
+        "pauses for review"
+    )
+    support: Literal["supported", "value_not_in_quote", "quote_not_found", "corrected"] | None = (
+        Field(
+            default=None,
+            description="what the evidence says for the value: supported; value_not_in_quote "
+            "(the quote is found, the value is not in it); quote_not_found; corrected (a "
+            "reviewer changed the value: the model's quote, kept as model_quote, is not its "
+            "support). Null in a record made before support was recorded, whose supported meant "
+            "only that the quote was found",
+        )
+    )
     corrected: bool = Field(default=False, description="a reviewer corrected the value")
-    boxes: list[QuoteBox] = Field(
+    corrected_by: str | None = Field(
+        default=None, description="the name of the reviewer who corrected it"
+    )
+    model_quote: str | None = Field(
+        default=None,
+        description="a corrected value's quote as the model gave it (quote is then empty, "
+        "unless a reviewer attached one)",
+    )
+    quoted_by: str | None = Field(
+        default=None,
+        description="the name of the reviewer who chose quote, a passage of the document, as "
+        "the value's support (null: the model's quote)",
+    )
+    boxes: list[QuoteBoxOut] = Field(
         default_factory=list,
         description="the quote on its page(s), one box per line it covers; empty when it "
         "was not found, or in a text or DOCX document (no pages to draw on)",
     )
 
 
-class TypedResult(BaseModel):
+class TypedResultOut(BaseModel):
     """What a run gave, typed as provider batch APIs type a request's result."""
 
     type: Literal["succeeded", "failed", "needs_review", "cancelled", "pending"] = Field(
@@ -351,31 +415,32 @@ class TypedResult(BaseModel):
     outputs: dict[str, dict[str, Any] | None] = Field(
         description="every step's output in pipeline order; null for a step not done"
     )
-    values: list[EvidencedValue] = Field(description="each extracted value with its evidence")
+    values: list[EvidencedValueOut] = Field(description="each extracted value with its evidence")
 
 
-class ResultLine(BaseModel):
+class ResultLineOut(BaseModel):
     """One line of a batch's results export: one run."""
 
-    custom_id: str = Field(description="the document id the batch request named (or docpipe "
-                           "generated, for a document sent without one)")  # fmt: skip
+    custom_id: str = Field(
+        description="the document id the batch request named (or docpipe "
+        "generated, for a document sent without one)"
+    )
     run_id: str = Field(description="the run; pass the last one you got as ?after= to resume")
     document_id: str
-    position: int | None = Field(description="the document's place in the batch request, "
-                                 "0-based")  # fmt: skip
+    position: int | None = Field(description="the document's place in the batch request, 0-based")
     status: str = Field(description="the run's status")
-    result: TypedResult
-    review: ReviewState | None = Field(
+    result: TypedResultOut
+    review: ReviewStateOut | None = Field(
         description="while the run awaits a person: the step, why, and the revision"
     )
-    decisions: list[Decision] = Field(description="the audit trail of its reviews, oldest first")
+    decisions: list[DecisionOut] = Field(description="the audit trail of its reviews, oldest first")
     cost_usd: float
     error: str | None
     created_at: datetime
     finished_at: datetime | None
 
 
-class RunStatus(BaseModel):
+class RunStatusOut(BaseModel):
     model_config = ANSWER_MODEL
 
     run_id: str
@@ -392,31 +457,31 @@ class RunStatus(BaseModel):
     error: str | None
     created_at: datetime
     finished_at: datetime | None
-    steps: list[StepStatus]
-    review: ReviewState | None = Field(
+    steps: list[StepStatusOut]
+    review: ReviewStateOut | None = Field(
         default=None,
         description="while the run awaits a person (status needs_review): the "
         "step, why, and the revision a decision names (POST /runs/{run_id}/review)",
     )
-    decisions: list[Decision] = Field(
+    decisions: list[DecisionOut] = Field(
         default_factory=list, description="the audit trail of its reviews, oldest first"
     )
-    webhook: WebhookStatus | None = None
+    webhook: WebhookStatusOut | None = None
     result: dict[str, Any] | None = Field(
         default=None, description="each step's output by step name, once the run is done"
     )
-    values: list[EvidencedValue] | None = Field(
+    values: list[EvidencedValueOut] | None = Field(
         default=None,
         description="once the run is done or needs_review: each extracted value with its "
         "evidence, for pipelines whose steps record it (document_extract does)",
     )
 
 
-class RunStatusList(BaseModel):
-    runs: list[RunStatus] = Field(description="in the order asked; unknown ids left out")
+class RunStatusListOut(BaseModel):
+    runs: list[RunStatusOut] = Field(description="in the order asked; unknown ids left out")
 
 
-class WebhookStatus(BaseModel):
+class WebhookStatusOut(BaseModel):
     """The latest completion-webhook delivery of a run or batch."""
 
     model_config = ANSWER_MODEL
@@ -435,7 +500,7 @@ class WebhookStatus(BaseModel):
     )
 
 
-class WebhookSecret(BaseModel):
+class WebhookSecretOut(BaseModel):
     """A webhook signing secret as it may be shown: never the secret itself."""
 
     model_config = ANSWER_MODEL
@@ -447,17 +512,17 @@ class WebhookSecret(BaseModel):
     )
 
 
-class WebhookSecrets(BaseModel):
+class WebhookSecretsOut(BaseModel):
     """The tenant's signing secrets: every webhook is signed with each of them."""
 
-    current: WebhookSecret
-    previous: WebhookSecret | None = Field(
+    current: WebhookSecretOut
+    previous: WebhookSecretOut | None = Field(
         description="the secret a rotation replaced, still signing beside the current one "
         "until its expires_at, so receivers can switch over"
     )
 
 
-class WebhookSecretCreated(WebhookSecrets):
+class WebhookSecretCreatedOut(WebhookSecretsOut):
     secret: str = Field(
         description="whsec_...: shown only in this answer; receivers verify webhooks with it "
         "(Standard Webhooks, e.g. standardwebhooks.Webhook(secret).verify(body, headers))"
@@ -488,13 +553,16 @@ class BatchDocumentIn(BaseModel):
         return self
 
 
-class BatchRequest(BaseModel):
+class BatchIn(BaseModel):
     """Many documents processed in the batch lane, with shared options."""
 
     model_config = REQUEST_MODEL
 
     documents: list[BatchDocumentIn] = Field(
         min_length=1,
+        # The most DOCPIPE_MAX_BATCH_DOCUMENTS may be; the served document states the
+        # setting's own value (docpipe_api.openapi).
+        max_length=100_000,
         description="at most DOCPIPE_MAX_BATCH_DOCUMENTS documents (default 10000; more: "
         "422), each text at most DOCPIPE_MAX_DOCUMENT_BYTES of UTF-8 (default 1000000; more: "
         "413), the whole body at most DOCPIPE_MAX_BATCH_BYTES (default 32000000; more: 413)",
@@ -514,23 +582,36 @@ class BatchRequest(BaseModel):
         default=None, description="called once the batch has ended (http or https)"
     )
     deadline_s: float | None = Field(
-        default=None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        le=MAX_DEADLINE_S,
+        allow_inf_nan=False,
         description="every run must finish within this many seconds of the request; at "
         "most DOCPIPE_MAX_DEADLINE_S (default 604800, 7 days; more: 422)",
-    )  # fmt: skip
+    )
     priority: Priority | None = Field(
-        default=None, description="the runs' priority (see ExtractRequest); default: low"
+        default=None, description="the runs' priority (see ExtractIn); default: low"
+    )
+    reuse_answers: bool = Field(
+        default=False, description="the runs reuse the tenant's answers (see ExtractIn)"
+    )
+    provider_batch: bool = Field(
+        default=False,
+        description="the provider-batch lane: the runs' calls go through their providers' "
+        "batch interfaces at their discount (half price), answered within the provider's "
+        "completion window (up to 24 hours); calls to a provider without a batch interface "
+        "are sent at once",
     )
 
 
-class BatchAccepted(BaseModel):
+class BatchAcceptedOut(BaseModel):
     batch_id: str
     status: str
     runs_total: int
     created: bool = Field(description="false: the Idempotency-Key named an existing batch")
 
 
-class BatchStatus(BaseModel):
+class BatchStatusOut(BaseModel):
     model_config = ANSWER_MODEL
 
     batch_id: str
@@ -543,13 +624,22 @@ class BatchStatus(BaseModel):
     steps_total: int
     cost_so_far_usd: float
     budget_usd: float | None
+    provider_batch: bool = Field(description="its calls go through provider batches")
+    realtime_cost_usd: float = Field(
+        description="what its calls so far would have cost in real time (cost_so_far_usd "
+        "plus what provider batches' discount saved)"
+    )
+    reserved_usd: float = Field(
+        description="what its calls waiting for provider batches are estimated to cost at "
+        "the batch price, reserved of its budget until they are answered (not paid yet)"
+    )
     eta_s: float | None = Field(description="seconds to go at the pace so far (null: unknown)")
     created_at: datetime
     finished_at: datetime | None
-    webhook: WebhookStatus | None
+    webhook: WebhookStatusOut | None
 
 
-class BatchRun(BaseModel):
+class BatchRunOut(BaseModel):
     model_config = ANSWER_MODEL
 
     run_id: str
@@ -562,12 +652,12 @@ class BatchRun(BaseModel):
     error: str | None
 
 
-class BatchRunsPage(BaseModel):
-    runs: list[BatchRun]
+class BatchRunsPageOut(BaseModel):
+    runs: list[BatchRunOut]
     next_after: str | None = Field(description="pass as ?after= for the next page")
 
 
-class PipelineSummary(BaseModel):
+class PipelineSummaryOut(BaseModel):
     key: str = Field(description="name:vN, what runs name in their 'pipeline'")
     name: str
     version: int
@@ -576,11 +666,11 @@ class PipelineSummary(BaseModel):
     steps: list[str]
 
 
-class PipelineList(BaseModel):
-    pipelines: list[PipelineSummary]
+class PipelineListOut(BaseModel):
+    pipelines: list[PipelineSummaryOut]
 
 
-class StepDetail(BaseModel):
+class StepDetailOut(BaseModel):
     name: str
     kind: str = Field(description="ask, map or reduce (pipeline files), or python")
     models: list[str] = Field(description="tried in this order; empty: the step asks no model")
@@ -590,21 +680,21 @@ class StepDetail(BaseModel):
     output_schema: dict[str, Any]
 
 
-class PipelineDetail(BaseModel):
+class PipelineDetailOut(BaseModel):
     key: str
     name: str
     version: int
     source: str
     definition_hash: str
-    steps: list[StepDetail]
+    steps: list[StepDetailOut]
 
 
-class Health(BaseModel):
+class HealthOut(BaseModel):
     status: Literal["ok"] = "ok"
     version: str = Field(default=__version__, description="docpipe's version (docpipe --version)")
 
 
-class Readiness(BaseModel):
+class ReadinessOut(BaseModel):
     status: Literal["ready", "unavailable"]
     checks: dict[str, Literal["ok", "unavailable"]] = Field(
         description="per dependency: 'ok' or 'unavailable' (the reason goes to the API's log)"

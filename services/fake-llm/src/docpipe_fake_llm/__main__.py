@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import argparse
 import os
+from decimal import Decimal
 from pathlib import Path
 
 import uvicorn
 
 from docpipe_fake_llm.app import create_app
-from docpipe_fake_llm.config import FakeLLMConfig, parse_latency, parse_model_limit
+from docpipe_fake_llm.billing import DEFAULT_PRICES, parse_price
+from docpipe_fake_llm.config import (
+    FakeLLMConfig,
+    parse_error_rate,
+    parse_latency,
+    parse_model_limit,
+)
+from docpipe_fake_llm.mistakes import Mistakes
 
 __all__ = ["main"]
 
@@ -33,6 +41,13 @@ def main(argv: list[str] | None = None) -> None:
         model_limits=dict(args.model_limit),
         rate_headers=not args.no_rate_headers,
         request_log=args.request_log,
+        mistakes=Mistakes(dict(args.error_rate), args.extra_rate, args.error_seed),
+        prices={**DEFAULT_PRICES, **dict(args.price)},
+        batch_discount=args.batch_discount,
+        batch_completion_s=args.batch_completion_s,
+        batch_window_s=args.batch_window_s,
+        batch_max_requests=args.batch_max_requests,
+        batch_max_bytes=args.batch_max_bytes,
     )
     uvicorn.run(
         create_app(config),
@@ -98,6 +113,62 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=env("FAKE_LLM_REQUEST_LOG") or None,
         help="append each completion request's X-Client-Request-Id (or '-') to this file",
+    )
+    parser.add_argument(
+        "--error-rate",
+        type=parse_error_rate,
+        action="append",
+        default=[],
+        metavar="MODEL_OR_PROMPT_VERSION=SHARE",
+        help="get this share of a model's (or a prompt version's) values wrong on purpose: "
+        "wrong, left out (repeat for more)",
+    )
+    parser.add_argument(
+        "--extra-rate",
+        type=float,
+        default=0.0,
+        help="chance per call and unstated field of an invented value (default 0)",
+    )
+    parser.add_argument(
+        "--error-seed", type=int, default=0, help="the seed of every mistake (default 0)"
+    )
+    parser.add_argument(
+        "--price",
+        type=parse_price,
+        action="append",
+        default=[],
+        metavar="MODEL=INPUT:OUTPUT",
+        help="what a model's answers are billed, USD per million tokens (repeat for more)",
+    )
+    parser.add_argument(
+        "--batch-discount",
+        type=Decimal,
+        default=env("FAKE_LLM_BATCH_DISCOUNT", "0.5"),
+        help="the share batch requests are billed less (default 0.5)",
+    )
+    parser.add_argument(
+        "--batch-completion-s",
+        type=float,
+        default=env("FAKE_LLM_BATCH_COMPLETION_S", "5"),
+        help="seconds a batch takes to process its requests (default 5)",
+    )
+    parser.add_argument(
+        "--batch-window-s",
+        type=float,
+        default=env("FAKE_LLM_BATCH_WINDOW_S") or None,
+        help="a batch's completion window in seconds (default: the one it asks for)",
+    )
+    parser.add_argument(
+        "--batch-max-requests",
+        type=int,
+        default=env("FAKE_LLM_BATCH_MAX_REQUESTS", "50000"),
+        help="the most requests one batch may hold",
+    )
+    parser.add_argument(
+        "--batch-max-bytes",
+        type=int,
+        default=env("FAKE_LLM_BATCH_MAX_BYTES", str(200 * 1024 * 1024)),
+        help="the largest input file (OpenAI) or batch body (Anthropic), in bytes",
     )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]

@@ -6,8 +6,16 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["ANSWER_FAULTS", "DEFAULT_HANG_S", "DEFAULT_RETRY_AFTER_S", "Fault", "FaultKind",
-           "FaultQueue", "broken_content", "invent_quotes"]  # fmt: skip
+__all__ = [
+    "ANSWER_FAULTS",
+    "DEFAULT_HANG_S",
+    "DEFAULT_RETRY_AFTER_S",
+    "Fault",
+    "FaultKind",
+    "FaultQueue",
+    "broken_content",
+    "invent_quotes",
+]
 
 # "length": the answer is cut off after one token, as if max_tokens had been reached.
 # "invented_quote": a valid answer whose every quote (extract_fields) is not in the text.
@@ -101,9 +109,13 @@ def invent_quotes(answer: Any) -> Any:
     if not isinstance(answer, dict) or not isinstance(fields := answer.get("fields"), dict):
         return answer
     invented = {
-        name: {**read, "quote": f"The parties agree that the {name.replace('_', ' ')} is "
-                                "set out in Schedule Z."}
-        if isinstance(read, dict) and "quote" in read else read
+        name: {
+            **read,
+            "quote": f"The parties agree that the {name.replace('_', ' ')} is "
+            "set out in Schedule Z.",
+        }
+        if isinstance(read, dict) and "quote" in read
+        else read
         for name, read in fields.items()
-    }  # fmt: skip
+    }
     return {**answer, "fields": invented}

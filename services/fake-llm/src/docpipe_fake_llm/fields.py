@@ -27,11 +27,23 @@ _Read = tuple[Any, str]  # (value, the passage it was read from)
 _MONTHS = {
     name: number
     for number, name in enumerate(
-        ("january", "february", "march", "april", "may", "june", "july", "august",
-         "september", "october", "november", "december"),
+        (
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ),
         start=1,
     )
-}  # fmt: skip
+}
 _MONTH = "(" + "|".join(_MONTHS) + ")"
 _DATE = re.compile(
     rf"\b{_MONTH}\s+(\d{{1,2}}),?\s+(\d{{4}})\b"  # March 3, 2025
@@ -44,10 +56,18 @@ _MONEY = re.compile(
     rf"|{_NUMBER}\s?(USD|EUR|GBP|US dollars|euros?|pounds sterling)\b"
 )
 _CURRENCIES = {
-    "$": "USD", "us$": "USD", "usd": "USD", "us dollars": "USD",
-    "€": "EUR", "eur": "EUR", "euro": "EUR", "euros": "EUR",
-    "£": "GBP", "gbp": "GBP", "pounds sterling": "GBP",
-}  # fmt: skip
+    "$": "USD",
+    "us$": "USD",
+    "usd": "USD",
+    "us dollars": "USD",
+    "€": "EUR",
+    "eur": "EUR",
+    "euro": "EUR",
+    "euros": "EUR",
+    "£": "GBP",
+    "gbp": "GBP",
+    "pounds sterling": "GBP",
+}
 
 # A line break inside a paragraph (not a blank line, not before a numbered clause or an
 # all-caps heading, which the text files put on lines of their own).

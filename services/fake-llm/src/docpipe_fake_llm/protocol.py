@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 _STEP_HEADER = re.compile(r"\A\s*docpipe-step:[ \t]*(\S+)")
+_PROMPT_VERSION = re.compile(r"^prompt-version:[ \t]*(\S+)", re.MULTILINE)
 
 
 class ProtocolError(Exception):
@@ -50,6 +51,7 @@ class ChatRequest:
     max_tokens: int | None = None
     stream: bool = False
     include_usage: bool = False
+    prompt_version: str | None = None  # from the system prompt's "prompt-version:" line
 
     @property
     def prompt_tokens(self) -> int:
@@ -86,11 +88,14 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     step = header[1] if header and header[1] in STEPS else None
     if step is None and response_type == "json_object":
         if header is None:
-            raise _invalid("the first system message must start with 'docpipe-step: <step>', "
-                           "or the request must ask for a json_schema response_format",
-                           "missing_step_header")  # fmt: skip
-        raise _invalid(f"unknown docpipe-step {header[1]!r} (and no json_schema to answer to)",
-                       "unknown_step")  # fmt: skip
+            raise _invalid(
+                "the first system message must start with 'docpipe-step: <step>', "
+                "or the request must ask for a json_schema response_format",
+                "missing_step_header",
+            )
+        raise _invalid(
+            f"unknown docpipe-step {header[1]!r} (and no json_schema to answer to)", "unknown_step"
+        )
     return ChatRequest(
         model=model,
         step=step,
@@ -102,6 +107,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         stream=body.get("stream") is True,
         include_usage=isinstance(body.get("stream_options"), dict)
         and body["stream_options"].get("include_usage") is True,
+        prompt_version=version[1] if (version := _PROMPT_VERSION.search(system)) else None,
     )
 
 
@@ -131,22 +137,28 @@ def _response_format(value: Any) -> tuple[str, dict[str, Any] | None]:
     if kind in ("text", "json_object"):
         return kind, None
     if kind != "json_schema":
-        raise _invalid("response_format.type must be text, json_object or json_schema",
-                       "invalid_response_format")  # fmt: skip
+        raise _invalid(
+            "response_format.type must be text, json_object or json_schema",
+            "invalid_response_format",
+        )
     spec = value.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-        raise _invalid("response_format.json_schema needs a 'name' and a 'schema'",
-                       "invalid_response_format")  # fmt: skip
+        raise _invalid(
+            "response_format.json_schema needs a 'name' and a 'schema'", "invalid_response_format"
+        )
     name, schema = spec["name"], spec.get("schema")
     if not _SCHEMA_NAME.match(name):
-        raise _invalid(f"Invalid 'response_format.json_schema.name': {name!r}",
-                       "invalid_response_format")  # fmt: skip
+        raise _invalid(
+            f"Invalid 'response_format.json_schema.name': {name!r}", "invalid_response_format"
+        )
     if not isinstance(schema, dict):
-        raise _invalid("response_format.json_schema.schema must be an object",
-                       "invalid_response_format")  # fmt: skip
+        raise _invalid(
+            "response_format.json_schema.schema must be an object", "invalid_response_format"
+        )
     if spec.get("strict") is True and (problem := strict_problem(schema)):
-        raise _invalid(f"Invalid schema for response_format '{name}': {problem}",
-                       "invalid_json_schema")  # fmt: skip
+        raise _invalid(
+            f"Invalid schema for response_format '{name}': {problem}", "invalid_json_schema"
+        )
     return "json_schema", schema
 
 
@@ -163,8 +175,10 @@ def strict_problem(schema: dict[str, Any]) -> str | None:
         if "object" in types:
             properties = node.get("properties") or {}
             if node.get("additionalProperties") is not False:
-                return (f"In context={context}, 'additionalProperties' is required to be "
-                        "supplied and to be false.")  # fmt: skip
+                return (
+                    f"In context={context}, 'additionalProperties' is required to be "
+                    "supplied and to be false."
+                )
             missing = [p for p in properties if p not in node.get("required", [])]
             if missing:
                 return (

@@ -19,6 +19,10 @@ class Stats:
 
     def __init__(self) -> None:
         self.requests_total = 0
+        # Completion requests being answered now, and the most there were at once: how many
+        # calls the clients really hold in flight together.
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.by_step: Counter[str] = Counter()
         self.by_status: Counter[str] = Counter()
         self.by_response_format: Counter[str] = Counter()
@@ -28,6 +32,12 @@ class Stats:
 
     def record_request(self) -> None:
         self.requests_total += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def record_answered(self) -> None:
+        """A request counted by record_request has its answer (or error)."""
+        self.in_flight = max(0, self.in_flight - 1)  # (a reset may come in between)
 
     def record_step(self, step: str) -> None:
         self.by_step[step] += 1
@@ -57,6 +67,8 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         return {
             "requests_total": self.requests_total,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
             "by_step": dict(self.by_step),
             "by_status": dict(self.by_status),
             "by_response_format": dict(self.by_response_format),

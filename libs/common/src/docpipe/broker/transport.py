@@ -83,11 +83,21 @@ def transport_config(settings: Settings) -> dict[str, Any]:
     }
 
 
+# Connections of one process' client. A command holds one for its round trip only; past
+# this many at once, a command waits for one to come back (redis-py's default pool would
+# raise instead, and the limiter would then let calls through unlimited: a threads worker
+# has hundreds of steps asking at once).
+REDIS_CONNECTIONS = 32
+
+
 def redis_client(settings: Settings) -> redis.Redis:
     """A client of DOCPIPE_REDIS_URL: connecting gives up after redis_connect_timeout_s, a
-    command's answer after redis_socket_timeout_s (redis.TimeoutError, a RedisError)."""
-    return redis.Redis.from_url(
+    command's answer (and the wait for a free connection) after redis_socket_timeout_s
+    (redis.TimeoutError / ConnectionError, RedisErrors)."""
+    pool = redis.BlockingConnectionPool.from_url(
         settings.redis_url,
+        max_connections=REDIS_CONNECTIONS,
+        timeout=settings.redis_socket_timeout_s,
         socket_connect_timeout=settings.redis_connect_timeout_s,
         socket_timeout=settings.redis_socket_timeout_s,
         socket_keepalive=True,
@@ -96,6 +106,7 @@ def redis_client(settings: Settings) -> redis.Redis:
         # pooled connection to a restarted server); a timeout is final.
         retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
     )
+    return redis.Redis(connection_pool=pool)
 
 
 app = Celery("docpipe", broker=get_settings().redis_url)
@@ -152,9 +163,18 @@ class CeleryPublisher:
         # The run's trace continues across the queue (see docpipe.observability.tracing).
         # The arguments are ids: their repr is what Celery's bounded saferepr would print,
         # without its cost on every message.
+        # No time limits in the message (None clears the ones Celery would copy from the
+        # publisher's configuration): the worker that runs it applies its own pool's.
         with tracing.publish_context(message.run_id, message.traceparent):
-            self._app.tasks[task].apply_async(args, queue=message.queue, headers=headers,
-                                              argsrepr=repr(args), kwargsrepr="{}")  # fmt: skip
+            self._app.tasks[task].apply_async(
+                args,
+                queue=message.queue,
+                headers=headers,
+                argsrepr=repr(args),
+                kwargsrepr="{}",
+                time_limit=None,
+                soft_time_limit=None,
+            )
 
 
 @after_task_publish.connect

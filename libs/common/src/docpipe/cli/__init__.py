@@ -18,6 +18,8 @@ from docpipe.cli import (
     batches,
     completion,
     database,
+    evaluations,
+    lists,
     pipelines,
     results,
     reviews,
@@ -37,14 +39,17 @@ passage each was read from."""
 
 GETTING_STARTED = """\
 getting started:
-  docpipe stack up                      the whole stack on this machine (Ctrl-C stops it)
+  docpipe stack up --detach             the whole stack on this machine, in the background
+  docpipe stack status | down           where it is; stop it
   docpipe submit contract.pdf --watch   a run per file, its progress, then its results
   docpipe results RUN_ID                the values a run found, with their evidence
 
 environment:
   DOCPIPE_API_URL       the API (default: http://127.0.0.1:8000, where stack up serves it)
   DOCPIPE_API_KEY       your tenant's API key
-  DOCPIPE_DATABASE_URL  PostgreSQL, for migrate and api-key"""
+  DOCPIPE_DATABASE_URL  PostgreSQL, for migrate and api-key (default for api-key: the
+                        local stack's)
+  DOCPIPE_STACK_DIR     the local stack's state directory (default: .local/stack)"""
 
 
 def _epilog() -> str:
@@ -66,21 +71,40 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"docpipe {__version__}",
-                        help="print docpipe's version and exit")  # fmt: skip
-    parser.add_argument("--debug", action="store_true",
-                        help="on a failure, show the traceback instead of one line")  # fmt: skip
-    sub = parser.add_subparsers(title="commands", dest="command", required=True,
-                                metavar="COMMAND")  # fmt: skip
-    for group in (runs, results, batches, reviews, pipelines, webhooks, database, completion):
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"docpipe {__version__}",
+        help="print docpipe's version and exit",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="on a failure, show the traceback instead of one line"
+    )
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
+    for group in (
+        runs,
+        lists,
+        results,
+        batches,
+        reviews,
+        evaluations,
+        pipelines,
+        webhooks,
+        database,
+        completion,
+    ):
         group.register(sub)
     for plugin in entry_points(group="docpipe.cli"):
         plugin.load().register(sub)
     for command in commands(parser):
         if not command.subcommands and command.parser is not parser:
             # SUPPRESS: a subcommand's default would overwrite a --debug given before it.
-            command.parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                                        help="on a failure, show the traceback")  # fmt: skip
+            command.parser.add_argument(
+                "--debug",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="on a failure, show the traceback",
+            )
     return parser
 
 
@@ -98,8 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         failure = explain(exc)
         if failure is None:
-            print(f"error: unexpected {type(exc).__name__}: {' '.join(str(exc).split())} "
-                  "(run it again with --debug for the traceback)", file=sys.stderr)  # fmt: skip
+            print(
+                f"error: unexpected {type(exc).__name__}: {' '.join(str(exc).split())} "
+                "(run it again with --debug for the traceback)",
+                file=sys.stderr,
+            )
             return ExitCode.NOT_DONE
         print(f"error: {failure.message}", file=sys.stderr)
         return failure.exit_code

@@ -17,15 +17,25 @@ import io
 import json
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO, Any
 
 import httpx
 
 from docpipe.backoff import retry_delay
+from docpipe.pipelines.columns import CUT_MARK_END
 
-__all__ = ["DEFAULT_PIPELINE", "MAX_RUN_IDS", "ApiError", "ApiUnreachable", "DocpipeClient"]
+__all__ = [
+    "DEFAULT_PIPELINE",
+    "MAX_RUN_IDS",
+    "ApiError",
+    "ApiUnreachable",
+    "DocpipeClient",
+    "SavedExport",
+]
 
 DEFAULT_PIPELINE = "document_extract:v1"
 MAX_RUN_IDS = 100  # per GET /runs?ids=...
@@ -35,6 +45,10 @@ MAX_RUN_IDS = 100  # per GET /runs?ids=...
 MAX_RETRIES = 5
 MAX_WAIT_S = 60.0
 _BACKOFF_BASE_S = 0.5
+# The results export's header naming the fields it has no column for, and its CSV's run id
+# column (docpipe_api.results_export).
+OMITTED_HEADER = "X-Docpipe-Omitted-Fields"
+RUN_ID_TITLE = "Run ID"
 
 
 class ApiError(RuntimeError):
@@ -177,6 +191,16 @@ class DocpipeClient:
                 found[status["run_id"]] = status
         return found
 
+    def list_runs(self, **filters: str | None) -> dict[str, Any]:
+        """A page of the tenant's runs, newest first (``cursor`` for the next)."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        return dict(self._call("GET", "/runs", params=params))
+
+    def list_batches(self, **filters: str | None) -> dict[str, Any]:
+        """A page of the tenant's batches, newest first, with their progress and cost."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        return dict(self._call("GET", "/batches", params=params))
+
     def cancel(self, run_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/runs/{run_id}/cancel"))
 
@@ -221,28 +245,94 @@ class DocpipeClient:
         return dict(self._call("POST", f"/batches/{batch_id}/cancel"))
 
     def save_batch_results(
-        self, batch_id: str, out: IO[bytes], *, format: str = "jsonl", status: str | None = None
-    ) -> int:
-        """Write the batch's results export to ``out`` as the API streams it; returns the
-        runs written. When the connection drops mid-way, the download goes on after the last
-        run written whole (``after=``), a few times at most: each run is in ``out`` once."""
+        self,
+        batch_id: str,
+        out: IO[bytes],
+        *,
+        format: str = "jsonl",
+        status: str | None = None,
+        evidence: bool = False,
+    ) -> SavedExport:
+        """Write the batch's results export to ``out`` as the API streams it; says the runs
+        written and the fields the export left out. When the connection drops mid-way, the
+        download goes on after the last run written whole (``after=``), a few times at
+        most: each run is in ``out`` once."""
         saved = _SavedResults(out, csv_format=format == "csv")
-        params = {"format": format} | ({"status": status} if status else {})
+        params = {"format": format, **_export_params(status, evidence)}
         for attempt in range(1, MAX_RETRIES + 2):
             resume = {"after": saved.after} if saved.after else {}
             try:
-                with self._answer("GET", f"/batches/{batch_id}/results", stream=True,
-                                  params=params | resume) as answer:  # fmt: skip
+                with self._answer(
+                    "GET", f"/batches/{batch_id}/results", stream=True, params=params | resume
+                ) as answer:
                     saved.start_answer()
                     for block in answer.iter_bytes():
                         saved.receive(block)
                     saved.receive(b"", ended=True)
-                return saved.runs
+                return SavedExport(saved.runs, answer.headers.get(OMITTED_HEADER))
             except httpx.TransportError:
                 if attempt > MAX_RETRIES:
                     raise
                 self._sleep(retry_delay(attempt, base_s=_BACKOFF_BASE_S, cap_s=MAX_WAIT_S))
         raise AssertionError("unreachable")
+
+    def save_batch_workbook(
+        self, batch_id: str, out: IO[bytes], *, status: str | None = None, evidence: bool = False
+    ) -> SavedExport:
+        """Write the batch's results as an XLSX workbook to ``out`` (a file: read back to
+        count its rows and cut cells). A workbook cannot be resumed part-way: a download
+        that drops starts again, a few times at most."""
+        params = {"format": "xlsx", **_export_params(status, evidence)}
+        for attempt in range(1, MAX_RETRIES + 2):
+            out.seek(0)
+            out.truncate()
+            try:
+                with self._answer(
+                    "GET", f"/batches/{batch_id}/results", stream=True, params=params
+                ) as answer:
+                    for block in answer.iter_bytes():
+                        out.write(block)
+                out.flush()
+                runs, cut = _workbook_counts(out)
+                return SavedExport(runs, answer.headers.get(OMITTED_HEADER), cut)
+            except httpx.TransportError:
+                if attempt > MAX_RETRIES:
+                    raise
+                self._sleep(retry_delay(attempt, base_s=_BACKOFF_BASE_S, cap_s=MAX_WAIT_S))
+        raise AssertionError("unreachable")
+
+    def create_evaluation_set(self, name: str, pipeline: str, step: str) -> dict[str, Any]:
+        body = {"name": name, "pipeline": pipeline, "step": step}
+        return dict(self._call("POST", "/evaluation-sets", json=body))
+
+    def upload_set_items(self, name: str, lines: IO[bytes], source: str) -> dict[str, Any]:
+        """Send a JSON-lines file of expected outputs as it is read."""
+        return dict(
+            self._call(
+                "POST",
+                f"/evaluation-sets/{name}/items",
+                params={"source": source},
+                content=iter(lambda: lines.read(1 << 20), b""),
+                headers={"Content-Type": "application/jsonl"},
+            )
+        )
+
+    def promote_reviews(self, name: str, **which: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/evaluation-sets/{name}/promote", json=which))
+
+    def start_evaluation(self, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._call("POST", "/evaluations", json=body))
+
+    def evaluation(self, evaluation_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/evaluations/{evaluation_id}"))
+
+    def compare_evaluations(
+        self, baseline: str, candidate: str, max_drop: float | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"baseline": baseline, "candidate": candidate}
+        if max_drop is not None:
+            params["max_drop"] = max_drop
+        return dict(self._call("GET", "/evaluations/compare", params=params))
 
     def pipelines(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/pipelines")["pipelines"])
@@ -260,6 +350,47 @@ class DocpipeClient:
 
     def webhook_secret(self) -> dict[str, Any]:
         return dict(self._call("GET", "/webhook-secret"))
+
+
+@dataclass(frozen=True)
+class SavedExport:
+    """What a results download wrote: its runs, the fields it has no column for (and why,
+    as the API says), and its cells cut at a spreadsheet's limit."""
+
+    runs: int
+    omitted: str | None = None
+    cut_cells: int = 0
+
+
+def _export_params(status: str | None, evidence: bool) -> dict[str, str]:
+    return ({"status": status} if status else {}) | ({"evidence": "true"} if evidence else {})
+
+
+def _workbook_counts(book: IO[bytes]) -> tuple[int, int]:
+    """(rows of documents, cells cut) of a results workbook: its values sheet's rows below
+    the two header rows, and the cut marks in its sheets; read a block at a time."""
+    book.seek(0)
+    rows = cut = 0
+    with zipfile.ZipFile(book) as archive:
+        for index, name in enumerate(("xl/worksheets/sheet1.xml", "xl/worksheets/sheet2.xml")):
+            found = _count_in(archive, name, (b"<row ", CUT_MARK_END.encode()))
+            rows += found[0] - 2 if index == 0 else 0
+            cut += found[1]
+    return max(rows, 0), cut
+
+
+def _count_in(archive: zipfile.ZipFile, name: str, needles: tuple[bytes, ...]) -> list[int]:
+    counts = [0] * len(needles)
+    overlap = max(len(n) for n in needles) - 1
+    tail = b""
+    with archive.open(name) as part:
+        while block := part.read(1 << 20):
+            data = tail + block
+            for i, needle in enumerate(needles):
+                # The tail is shorter than a needle: a match in data ends in the new block.
+                counts[i] += data.count(needle)
+            tail = data[-overlap:]
+    return counts
 
 
 class _SavedResults:
@@ -287,7 +418,7 @@ class _SavedResults:
             if self._header_due:
                 self._header_due = False
                 if self._run_id_column is None:
-                    self._run_id_column = _csv_fields(record).index("run_id")
+                    self._run_id_column = _csv_fields(record).index(RUN_ID_TITLE)
                     self._out.write(record)
                 continue
             self._out.write(record)
@@ -359,5 +490,4 @@ def _wait_s(response: httpx.Response, attempt: int) -> float:
         retry_after = None
     if retry_after is not None:
         retry_after = min(max(retry_after, 0.0), MAX_WAIT_S)
-    return retry_delay(attempt, base_s=_BACKOFF_BASE_S, cap_s=MAX_WAIT_S,
-                       retry_after_s=retry_after)  # fmt: skip
+    return retry_delay(attempt, base_s=_BACKOFF_BASE_S, cap_s=MAX_WAIT_S, retry_after_s=retry_after)

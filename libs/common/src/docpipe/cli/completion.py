@@ -52,8 +52,10 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
                 continue
             words = " ".join(str(c) for c in action.choices or ())
             for flag in action.option_strings:
-                values.append(f"        {shlex.quote(command.name + '|' + flag)}) "
-                              f"echo {shlex.quote(words)} ;;")  # fmt: skip
+                values.append(
+                    f"        {shlex.quote(command.name + '|' + flag)}) "
+                    f"echo {shlex.quote(words)} ;;"
+                )
     body = _BASH.format(
         subcommands="\n".join(subcommands),
         options="\n".join(options),

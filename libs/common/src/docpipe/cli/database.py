@@ -4,6 +4,7 @@ work straight in the database (DOCPIPE_DATABASE_URL)."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -12,8 +13,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from docpipe.cli.common import console
+from docpipe.cli.common import console, errors, show
 from docpipe.cli.failures import ExitCode
+from docpipe.cli.local_stack import live_record, state_dir
 
 if TYPE_CHECKING:
     from docpipe.state.db import Database
@@ -30,10 +32,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "changes a definition that active runs started with (the chart's migration Job "
         "runs this, so such a release fails before any process starts).",
     )
-    migrate.add_argument("--lock-timeout", type=float, default=5.0, metavar="SECONDS",
-                         help="longest wait for one lock before a migration rolls back and "
-                         "tries again, so that it never blocks the tables for long "
-                         "(default: %(default)s)")  # fmt: skip
+    migrate.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="longest wait for one lock before a migration rolls back and "
+        "tries again, so that it never blocks the tables for long "
+        "(default: %(default)s)",
+    )
     migrate.add_argument(
         "--attempts",
         type=int,
@@ -47,10 +54,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "api-key",
         help="tenants' API keys: create, list, revoke (in the database directly)",
         description="API keys are managed in the database at DOCPIPE_DATABASE_URL, not "
-        "through the API: run these where the database is reachable.",
+        "through the API: run these where the database is reachable. Without "
+        "DOCPIPE_DATABASE_URL, the database of the local stack running from "
+        "$DOCPIPE_STACK_DIR (else .local/stack) is used.",
     )
-    api_key_sub = api_key.add_subparsers(dest="api_key_command", required=True,
-                                         metavar="COMMAND")  # fmt: skip
+    api_key_sub = api_key.add_subparsers(dest="api_key_command", required=True, metavar="COMMAND")
     create = api_key_sub.add_parser(
         "create",
         help="make an API key for a tenant; it is printed once",
@@ -115,11 +123,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _database() -> Iterator[Database]:
-    """The database of DOCPIPE_DATABASE_URL (API keys are managed there directly)."""
+    """The database of DOCPIPE_DATABASE_URL, else of the local stack running from
+    $DOCPIPE_STACK_DIR (or .local/stack), else the settings' default (API keys are managed
+    there directly)."""
     from docpipe.settings import get_settings
     from docpipe.state.db import Database, Timeouts
 
-    db = Database(get_settings().database_url, max_size=1, timeouts=Timeouts.of(get_settings()))
+    url = get_settings().database_url
+    if not os.environ.get("DOCPIPE_DATABASE_URL"):
+        directory = state_dir()
+        if (stack := live_record(directory.resolve())) is not None:
+            url = stack.database_url
+            errors.print(f"(the database of the local stack running from {directory})")
+    db = Database(url, max_size=1, timeouts=Timeouts.of(get_settings()))
     try:
         yield db
     finally:
@@ -158,9 +174,15 @@ def cmd_api_key_list(args: argparse.Namespace) -> int:
         return moment.strftime("%Y-%m-%d %H:%M") if moment else ""
 
     for key in keys:
-        table.add_row(key.id, key.tenant_id, key.name, when(key.created_at),
-                      when(key.last_used_at), when(key.revoked_at))  # fmt: skip
-    console.print(table)
+        table.add_row(
+            key.id,
+            key.tenant_id,
+            key.name,
+            when(key.created_at),
+            when(key.last_used_at),
+            when(key.revoked_at),
+        )
+    show(table)
     return 0
 
 

@@ -8,7 +8,7 @@ from enum import IntEnum
 
 from docpipe.cli.client import ApiError, ApiUnreachable
 
-__all__ = ["ExitCode", "Failure", "explain"]
+__all__ = ["ExitCode", "Failure", "UsageError", "explain"]
 
 
 class ExitCode(IntEnum):
@@ -40,6 +40,10 @@ _MEANINGS = {
 }
 
 
+class UsageError(Exception):
+    """A command's arguments are wrong: the message says which and how to write them."""
+
+
 @dataclass(frozen=True)
 class Failure:
     message: str
@@ -48,19 +52,24 @@ class Failure:
 
 # What each refusal means, and what to do about it (the API's own detail goes between).
 _REFUSALS = {
-    401: ("the API wants a valid API key", "pass your tenant's key with --api-key or "
-          "DOCPIPE_API_KEY ('docpipe api-key create TENANT' makes one)"),
+    401: (
+        "the API wants a valid API key",
+        "pass your tenant's key with --api-key or "
+        "DOCPIPE_API_KEY ('docpipe api-key create TENANT' makes one)",
+    ),
     403: ("the API does not allow this to your key", ""),
     404: ("not found", "check the id (another tenant's ids are not found either)"),
     409: ("it conflicts with what is stored", ""),
     413: ("too large for the API", ""),
     422: ("the API refused the request as invalid", ""),
-}  # fmt: skip
+}
 
 
 def explain(exc: BaseException) -> Failure | None:
     """The one line and exit code for ``exc``, or None for an error the command does not
     know (shown as an unexpected error)."""
+    if isinstance(exc, UsageError):
+        return Failure(str(exc), ExitCode.USAGE)
     if isinstance(exc, ApiUnreachable):
         return Failure(
             f"cannot reach the docpipe API at {exc.url} ({exc.reason}): start one with "
@@ -79,8 +88,9 @@ def _explain_answer(exc: ApiError) -> Failure:
     status, detail = exc.status, exc.detail
     if status in _REFUSALS:
         what, todo = _REFUSALS[status]
-        return Failure(f"{what} ({status}): {detail}" + (f"; {todo}" if todo else ""),
-                       ExitCode.REFUSED)  # fmt: skip
+        return Failure(
+            f"{what} ({status}): {detail}" + (f"; {todo}" if todo else ""), ExitCode.REFUSED
+        )
     tries = f" after {exc.attempts} tries" if exc.attempts > 1 else ""
     if status == 429:
         return Failure(
@@ -95,8 +105,9 @@ def _explain_answer(exc: ApiError) -> Failure:
             ExitCode.UNAVAILABLE,
         )
     if status >= 500:
-        return Failure(f"the API failed ({status}): {detail}; its log says why",
-                       ExitCode.UNAVAILABLE)  # fmt: skip
+        return Failure(
+            f"the API failed ({status}): {detail}; its log says why", ExitCode.UNAVAILABLE
+        )
     return Failure(f"the API refused the request ({status}): {detail}", ExitCode.REFUSED)
 
 

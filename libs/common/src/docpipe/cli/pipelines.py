@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Collection
 from pathlib import Path
 
 from rich.table import Table
 
-from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.common import add_api_flags, api_client, console, show
+from docpipe.cli.local_stack import live_record, state_dir
 from docpipe.pipelines.files import load_pipeline_file
 from docpipe.pipelines.model import PipelineError
 
@@ -24,8 +26,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "of a pipeline file, for its author (validate).",
     )
     group_sub = group.add_subparsers(dest="pipelines_command", required=True, metavar="COMMAND")
-    listing = group_sub.add_parser("list", help="the pipelines this deployment runs, with "
-                                   "their steps")  # fmt: skip
+    listing = group_sub.add_parser(
+        "list", help="the pipelines this deployment runs, with their steps"
+    )
     listing.set_defaults(handler=cmd_list)
     show = group_sub.add_parser(
         "show", help="one pipeline's steps, models, prompt versions and schemas, as JSON"
@@ -38,8 +41,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "validate",
         help="check pipeline files as the workers would load them (exit 1 if one is wrong)",
         description="Loads each file as a worker would and prints 'ok' with its steps, or "
-        "file:line: what is wrong. Needs no API and no database; prices are not checked "
-        "(they are the deployment's settings).",
+        "file:line: what is wrong. Needs no API and no database. The models its steps ask "
+        "are checked against the providers of the local stack running from "
+        "$DOCPIPE_STACK_DIR (else .local/stack), else against the providers configured here "
+        "(DOCPIPE_PROVIDERS or DOCPIPE_MODEL_PRICES), as the workers would check them.",
     )
     validate.add_argument("files", nargs="+", metavar="FILE", help="pipeline files (.yaml)")
     validate.set_defaults(handler=cmd_validate)
@@ -53,7 +58,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_column(column)
     for p in found:
         table.add_row(p["key"], " -> ".join(p["steps"]), p["source"], p["definition_hash"][:12])
-    console.print(table)
+    show(table)
     return 0
 
 
@@ -64,13 +69,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Each file loaded as the workers would load it; prices are not checked here (they
-    are the deployment's settings)."""
+    """Each file loaded and checked as the workers would: its models against the providers
+    this command can see (:func:`_known_models`)."""
+    from docpipe.pipelines.catalog import check_answer_schemas, check_models
+
+    known, where = _known_models()
     wrong = 0
     for name in args.files:
         path = Path(name)
         try:
             pipeline = load_pipeline_file(path.read_text(encoding="utf-8"), str(path))
+            if known is not None:
+                check_models(pipeline, known)
+            check_answer_schemas(pipeline)
         except (OSError, UnicodeDecodeError) as exc:
             console.print(f"[red]{path}: cannot read it ({exc})[/red]")
             wrong += 1
@@ -80,4 +91,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
         else:
             steps = " -> ".join(pipeline.step_names)
             console.print(f"{path}: ok, {pipeline.key} ({steps})", highlight=False)
+    console.print(f"(models: {where})", highlight=False, soft_wrap=True)
     return 1 if wrong else 0
+
+
+def _known_models() -> tuple[Collection[str] | None, str]:
+    """The models a step may ask, and whose they are: the running local stack's, else this
+    environment's settings; None (and why) when neither can be seen."""
+    from pydantic import ValidationError
+
+    from docpipe.settings import get_settings
+
+    directory = state_dir()
+    if (stack := live_record(directory.resolve())) is not None:
+        return stack.models, f"checked against the local stack's providers ({directory})"
+    try:
+        models = get_settings().provider_table.models
+    except (ValidationError, ValueError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        return None, f"not checked: the provider settings here do not load ({reason})"
+    return models, "checked against DOCPIPE_PROVIDERS / DOCPIPE_MODEL_PRICES here"

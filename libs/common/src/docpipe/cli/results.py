@@ -13,8 +13,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.common import add_api_flags, api_client, console, show
 from docpipe.cli.failures import ExitCode
+from docpipe.pipelines.evidence import Support, support_label, support_of
 
 __all__ = ["evidence_count", "readable", "register", "results_table", "run_results"]
 
@@ -30,8 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "quote, its page and section, and whether the quote is in the document) and its last "
         "step's output. Exit code 1 unless every run ended done.",
     )
-    results.add_argument("run_ids", nargs="+", metavar="RUN_ID",
-                         help="run ids, as docpipe submit prints them")  # fmt: skip
+    results.add_argument(
+        "run_ids", nargs="+", metavar="RUN_ID", help="run ids, as docpipe submit prints them"
+    )
     results.add_argument(
         "--json",
         action="store_true",
@@ -55,11 +57,12 @@ def cmd_results(args: argparse.Namespace) -> int:
         print(json.dumps([{k: run.get(k) for k in keys} for run in runs], indent=2))
     else:
         for run in runs:
-            console.print(run_results(run))
+            for part in run_results(run).renderables:
+                show(part)
     return ExitCode.OK if all(r["status"] == "done" for r in runs) else ExitCode.NOT_DONE
 
 
-def run_results(run: dict[str, Any]) -> RenderableType:
+def run_results(run: dict[str, Any]) -> Group:
     """One run: a heading, its values with evidence, and its last step's output."""
     heading = Text.assemble(
         (f"run {run['run_id']}", "bold"),
@@ -90,17 +93,20 @@ def values_table(values: Sequence[dict[str, Any]], width: int | None = None) -> 
     for v in values:
         section = " ".join(str(s) for s in (v.get("section"), v.get("section_title")) if s)
         quote = Text(v.get("quote") or "")
-        if not v.get("supported"):
-            quote = Text.assemble(("not in the document: ", "red"), quote)
-        table.add_row(v["field"], readable(v.get("value")), str(v.get("page") or ""),
-                      section, quote)  # fmt: skip
+        support = support_of(v)
+        if support is Support.CORRECTED:
+            quote = Text.assemble((support_label(v), "blue"))
+        elif support is not Support.SUPPORTED:
+            quote = Text.assemble((f"{support_label(v)}: ", "red"), quote)
+        table.add_row(
+            v["field"], readable(v.get("value")), str(v.get("page") or ""), section, quote
+        )
     return table
 
 
 def output_table(step: str, output: Any) -> Table:
     """A step's output, one row per key, each value :func:`readable`."""
-    table = Table(title=f"{step} (the last step's output)", title_justify="left",
-                  show_lines=True)  # fmt: skip
+    table = Table(title=f"{step} (the last step's output)", title_justify="left", show_lines=True)
     table.add_column("key", overflow="fold", no_wrap=True)
     table.add_column("value", overflow="fold")
     items = output.items() if isinstance(output, dict) else [("", output)]
@@ -140,17 +146,27 @@ def readable(value: Any) -> str:
 def results_table(rows: Sequence[tuple[str, dict[str, Any]]]) -> Table:
     """The summary of many runs that ``docpipe watch`` and ``make run`` end with."""
     table = Table(title="docpipe results")
-    columns = ("document", "format", "pipeline", "status", "found", "evidence", "tokens",
-               "cost USD", "attempts", "note")  # fmt: skip
-    # A document's id is one word: as wide as the longest (up to a limit), so that the
-    # columns of words (found, note) wrap instead.
-    longest = max((len(doc) for doc, _ in rows), default=8)
+    columns = (
+        "document",
+        "format",
+        "pipeline",
+        "status",
+        "found",
+        "evidence",
+        "tokens",
+        "cost USD",
+        "attempts",
+        "note",
+    )
+    # Only the columns of words (found, note) wrap: a document's name, a pipeline, a figure
+    # is one word, kept whole. (A minimum width on the document column instead left rich
+    # a table wider than the terminal, cut on the right: the note, a failure's reason, went.)
     for column in columns:
         table.add_column(
             column,
             justify="right" if column in ("tokens", "cost USD") else "left",
             overflow="fold",
-            min_width=min(longest, 48) if column == "document" else None,
+            no_wrap=column not in ("found", "note"),
         )
     total_cost = 0.0
     for doc, status in rows:
@@ -184,11 +200,14 @@ def _format(result: dict[str, Any]) -> str:
 
 
 def evidence_count(values: list[dict[str, Any]] | None) -> str:
-    """``supported/total``: of the run's values, how many quotes were found in the document
-    (empty for a pipeline that records no evidence)."""
+    """``supported/total``: of the run's values, how many their quote supports (found in
+    the document, the value in it; empty for a pipeline that records no evidence), and how
+    many a reviewer corrected (a person, not a quote, stands behind those)."""
     if not values:
         return ""
-    return f"{sum(1 for v in values if v['supported'])}/{len(values)}"
+    supported = sum(1 for v in values if v["supported"])
+    corrected = sum(1 for v in values if support_of(v) is Support.CORRECTED)
+    return f"{supported}/{len(values)}" + (f", {corrected} corrected" if corrected else "")
 
 
 def _found(result: dict[str, Any]) -> str:

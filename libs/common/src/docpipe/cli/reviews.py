@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from docpipe.cli.client import DocpipeClient
-from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.common import add_api_flags, age, api_client, console, show
+from docpipe.cli.failures import UsageError
+from docpipe.pipelines.evidence import support_label
 
 __all__ = ["register"]
 
@@ -42,14 +45,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     approve.add_argument("run_id", metavar="RUN_ID", help="the run whose step output you accept")
     approve.add_argument(
-        "--edit", type=Path, metavar="FILE",
+        "--edit",
+        type=Path,
+        metavar="FILE",
         help="a JSON file: the whole output (an object), or edits "
         '([{"path": "/fields/x", "action": "correct"|"clear"|"confirm", "value": ...}])',
-    )  # fmt: skip
+    )
     approve.add_argument(
-        "--set", action="append", default=[], metavar="POINTER=JSON",
+        "--set",
+        action="append",
+        default=[],
+        metavar="POINTER=JSON",
         help="correct one value, e.g. --set /fields/term_months=24 (repeatable)",
-    )  # fmt: skip
+    )
     retry = review_sub.add_parser("retry", help="run the step (or an earlier one) again")
     retry.add_argument("run_id", metavar="RUN_ID", help="the run whose step should run again")
     retry.add_argument("--from-step", help="this step or an earlier one (default: the step)")
@@ -59,9 +67,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     reject.add_argument("--reason", required=True, help="why (recorded, and the run's error)")
     for parser, handler in ((approve, cmd_approve), (retry, cmd_retry), (reject, cmd_reject)):
         parser.add_argument(
-            "--revision", type=int,
+            "--revision",
+            type=int,
             help="the revision you decided on (default: the one the review has now)",
-        )  # fmt: skip
+        )
         parser.add_argument("--note", help="a note kept with the decision")
         parser.set_defaults(handler=handler)
     for parser in (listing, show, approve, retry, reject):
@@ -70,15 +79,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     with api_client(args) as client:
-        page = client.reviews(pipeline=args.pipeline, step=args.step, reason=args.reason,
-                              batch_id=args.batch, limit=str(args.limit))  # fmt: skip
+        page = client.reviews(
+            pipeline=args.pipeline,
+            step=args.step,
+            reason=args.reason,
+            batch_id=args.batch,
+            limit=str(args.limit),
+        )
     table = Table("run", "pipeline", "document", "step", "reason", "waiting", "revision")
     table.columns[0].no_wrap = True  # an id is copied whole into the next command
     for r in page["reviews"]:
         why = "; ".join(x["message"] for x in r["reasons"]) or r["reason"]
-        table.add_row(r["run_id"], r["pipeline"], r["document_id"], r["step"],
-                      why, _age(r["age_s"]), str(r["revision"]))  # fmt: skip
-    console.print(table)
+        table.add_row(
+            r["run_id"],
+            r["pipeline"],
+            r["document_id"],
+            r["step"],
+            why,
+            age(r["age_s"]),
+            str(r["revision"]),
+        )
+    show(table)
     if page["next_cursor"]:
         console.print(f"(more: {len(page['reviews'])} shown)")
     return 0
@@ -93,7 +114,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     r = detail["review"]
     console.print(
         f"run {r['run_id']} ({r['pipeline']}, document {r['document_id']}) waits at step "
-        f"{r['step']} for {_age(r['age_s'])}, revision {r['revision']}"
+        f"{r['step']} for {age(r['age_s'])}, revision {r['revision']}"
     )
     for reason in r["reasons"]:
         console.print(f"  - {reason['kind']}: {reason['message']}")
@@ -101,11 +122,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         console.print(f"  ! {error}")
     console.print_json(json.dumps(detail["output"]))
     for e in detail["evidence"]:
-        mark = "supported" if e["supported"] else "[red]NOT in the document[/red]"
+        mark = escape(support_label(e))
+        if not e["supported"]:
+            mark = f"[red]{mark}[/red]"
         console.print(f"  {e['field']}: {json.dumps(e['value'])} <- {e['quote']!r} ({mark})")
     for d in detail["history"]:
-        console.print(f"  {d['decided_at']} {d['reviewer_name']}: {d['action']}"
-                      + (f" ({d['reason']})" if d["reason"] else ""))  # fmt: skip
+        console.print(
+            f"  {d['decided_at']} {d['reviewer_name']}: {d['action']}"
+            + (f" ({d['reason']})" if d["reason"] else "")
+        )
     return 0
 
 
@@ -113,19 +138,35 @@ def cmd_approve(args: argparse.Namespace) -> int:
     decision: dict[str, Any] = {"action": "approve"}
     edits: list[dict[str, Any]] = []
     if args.edit is not None:
-        given = json.loads(args.edit.read_text(encoding="utf-8"))
+        try:
+            given = json.loads(args.edit.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--edit {args.edit}: not JSON ({exc})") from None
         if isinstance(given, dict):
             decision["output"] = given
         else:
             edits += given
     for assignment in args.set:
-        pointer, sep, value = assignment.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {assignment!r}: write POINTER=JSON, e.g. /fields/x=12")
-        edits.append({"path": pointer, "action": "correct", "value": json.loads(value)})
+        edits.append({"action": "correct", **_assignment(assignment)})
     if edits:
         decision["edits"] = edits
     return _decide(args, decision)
+
+
+def _assignment(assignment: str) -> dict[str, Any]:
+    """``POINTER=JSON`` as an edit's path and value; UsageError (exit 2) saying how to write
+    it, a string quoted as JSON, otherwise."""
+    pointer, sep, value = assignment.partition("=")
+    if not sep or not pointer.startswith("/"):
+        raise UsageError(f"--set {assignment!r}: write POINTER=JSON, e.g. --set /fields/x=12")
+    try:
+        return {"path": pointer, "value": json.loads(value)}
+    except json.JSONDecodeError:
+        quoted = json.dumps(value)
+        raise UsageError(
+            f"--set {assignment!r}: the value is not JSON; quote a string as JSON, e.g. "
+            f"--set '{pointer}={quoted}'"
+        ) from None
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -144,18 +185,9 @@ def _decide(args: argparse.Namespace, decision: dict[str, Any]) -> int:
         if args.note and "reason" not in decision:
             decision["reason"] = args.note
         run = client.decide(args.run_id, {k: v for k, v in decision.items() if v is not None})
-    console.print(f"run {run['run_id']}: {decision['action']} recorded; the run is "
-                  f"{run['status']}")  # fmt: skip
+    console.print(f"run {run['run_id']}: {decision['action']} recorded; the run is {run['status']}")
     return 0
 
 
 def _revision(client: DocpipeClient, run_id: str) -> int:
     return int(client.review(run_id)["review"]["revision"])
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"

@@ -7,16 +7,18 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from docpipe.cli.client import DEFAULT_PIPELINE, ApiError, DocpipeClient
-from docpipe.cli.common import add_api_flags, api_client, console
+from docpipe.cli.common import add_api_flags, api_client, console, show
 from docpipe.cli.failures import ExitCode
-from docpipe.cli.results import results_table
+from docpipe.cli.results import evidence_count, results_table
 from docpipe.cli.uploads import Refusal, attempt, print_summary, upload_files
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 
@@ -29,15 +31,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     submit = sub.add_parser(
         "submit",
         help="upload documents and start a run of a pipeline on each",
-        description="Uploads each FILE as a document named after it (a .pdf or .docx as a "
-        "file, anything else as UTF-8 text) and starts a run of the pipeline on it. Prints "
-        "one line per run on stdout: its id and the document. Submitting the same file "
-        "again gives the same run. A file the API refuses (too large, not a PDF or DOCX, "
-        "unreadable) is named on stderr with the reason and the others go on; a summary "
-        "ends the command, and the exit code is 1 if any file was refused.",
+        description="Uploads each FILE as a document named after it (a .pdf, .docx, .png, "
+        ".jpg, .jpeg, .tif or .tiff as a file, anything else as UTF-8 text) and starts a run "
+        "of the pipeline on it. Prints one line per run on stdout: its id and the document. "
+        "Submitting the same file again gives the same run. A file the API refuses (too "
+        "large, of another format, unreadable) is named on stderr with the reason and the "
+        "others go on; a summary ends the command, and the exit code is 1 if any file was "
+        "refused.",
     )
-    submit.add_argument("files", nargs="+", metavar="FILE",
-                        help="documents: PDF, Word (.docx) or text files")  # fmt: skip
+    submit.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="documents: PDF, Word (.docx), image (PNG, JPEG, TIFF) or text files",
+    )
     submit.add_argument(
         "--lane",
         choices=list(Lane),
@@ -65,16 +72,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Shows a progress bar per run (steps done, status, cost) until every run "
         "has ended, then the results table. Exit code 1 unless every run ended done.",
     )
-    watch.add_argument("run_ids", nargs="+", metavar="RUN_ID",
-                       help="run ids, as docpipe submit prints them")  # fmt: skip
+    watch.add_argument(
+        "run_ids", nargs="+", metavar="RUN_ID", help="run ids, as docpipe submit prints them"
+    )
     watch.set_defaults(handler=cmd_watch)
     status = sub.add_parser(
         "status",
-        help="a run's whole status as JSON: steps, attempts, tokens, cost, result",
-        description="Prints what GET /runs/{id} answers: the run's status, each step's "
-        "attempts, tokens, cost and model, and its result once done.",
+        help="how a run stands: its status, cost and each step (--json: everything)",
+        description="Prints a run's summary (status, steps done, tokens, cost, its error or "
+        "why it waits for a person) and a table of its steps (status, attempts, model, "
+        "tokens, cost, time). --json prints what GET /runs/{id} answers, the outputs too.",
     )
     status.add_argument("run_id", metavar="RUN_ID", help="a run id, as docpipe submit prints it")
+    status.add_argument(
+        "--json", action="store_true", help="everything GET /runs/{id} answers, as JSON"
+    )
     status.set_defaults(handler=cmd_status)
     for parser in (submit, watch, status):
         add_api_flags(parser)
@@ -96,8 +108,13 @@ def submit_files(
     uploads = upload_files(client, files)
     submitted = Submitted(refused=uploads.refused)
     for path, doc_id in uploads.stored:
-        start = partial(client.extract, doc_id, idempotency_key=f"cli:{doc_id}:{lane}:{pipeline}",
-                        lane=lane, pipeline=pipeline)  # fmt: skip
+        start = partial(
+            client.extract,
+            doc_id,
+            idempotency_key=f"cli:{doc_id}:{lane}:{pipeline}",
+            lane=lane,
+            pipeline=pipeline,
+        )
         run = attempt(uploads, path, start)
         if run is not None:
             submitted.started.append((doc_id, run["run_id"]))
@@ -124,8 +141,65 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     with api_client(args) as client:
-        console.print_json(json.dumps(client.run(args.run_id)))
+        run = client.run(args.run_id)
+    if args.json:
+        console.print_json(json.dumps(run))
+        return 0
+    for line in run_summary(run):
+        console.print(line, highlight=False, soft_wrap=True)
+    show(steps_table(run["steps"]))
     return 0
+
+
+def run_summary(run: dict[str, Any]) -> list[str]:
+    """A run in a few lines: what it is, how far it got and for what, and what to do next."""
+    steps = run["steps"]
+    tokens = sum((s["input_tokens"] or 0) + (s["output_tokens"] or 0) for s in steps)
+    lines = [
+        f"run {run['run_id']}  {run['document_id']}  {run['pipeline']}  {run['status']}",
+        f"  {run['steps_done']}/{run['steps_total']} steps done, {tokens:,} tokens, "
+        f"${run['cost_so_far_usd']:.6f}, {run['lane']} lane"
+        + (f", batch {run['batch_id']}" if run.get("batch_id") else ""),
+    ]
+    if run.get("error"):
+        lines.append(f"  error: {run['error']}")
+    if review := run.get("review"):
+        why = "; ".join(r["message"] for r in review["reasons"]) or review["reason"]
+        lines.append(
+            f"  waits for a person after step {review['step']}: {why} "
+            f"('docpipe review show {run['run_id']}')"
+        )
+    if values := run.get("values"):
+        lines.append(
+            f"  {len(values)} values, {evidence_count(values)} supported by their quote "
+            f"('docpipe results {run['run_id']}')"
+        )
+    return lines
+
+
+def steps_table(steps: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="steps", title_justify="left")
+    for column in ("step", "status", "attempts", "model", "tokens", "cost USD", "took", "note"):
+        right = column in ("attempts", "tokens", "cost USD", "took")
+        table.add_column(column, justify="right" if right else "left", overflow="fold")
+    for s in steps:
+        tokens = (s["input_tokens"] or 0) + (s["output_tokens"] or 0)
+        took = ""
+        if s.get("started_at") and s.get("finished_at"):
+            began, ended = (datetime.fromisoformat(s[k]) for k in ("started_at", "finished_at"))
+            took = f"{(ended - began).total_seconds():.1f}s"
+        note = s.get("error") or (f"reviewed: {s['reviewed']}" if s.get("reviewed") else "")
+        table.add_row(
+            s["step"],
+            s["status"],
+            str(s["attempt"]),
+            s.get("model") or "",
+            f"{tokens:,}" if tokens else "",
+            f"{s['cost_usd']:.6f}" if s.get("cost_usd") is not None else "",
+            took,
+            note,
+        )
+    return table
 
 
 def _all_done(final: dict[str, dict[str, Any]]) -> int:
@@ -170,5 +244,5 @@ def watch_runs(client: DocpipeClient, runs: Sequence[tuple[str, str]]) -> dict[s
                     final[run_id] = status
                     progress.stop_task(bars[run_id])
             time.sleep(POLL_INTERVAL_S)
-    console.print(results_table([(doc, final[run_id]) for doc, run_id in runs]))
+    show(results_table([(doc, final[run_id]) for doc, run_id in runs]))
     return final

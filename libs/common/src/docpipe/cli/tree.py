@@ -37,8 +37,9 @@ class Command:
         ]
 
 
-def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("docpipe",),
-             help_line: str = "") -> Iterator[Command]:  # fmt: skip
+def commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ("docpipe",), help_line: str = ""
+) -> Iterator[Command]:
     """Every command of the tree, parents before their subcommands, in the order added."""
     children: list[tuple[str, argparse.ArgumentParser, str]] = []
     for action in parser._actions:

@@ -1,8 +1,9 @@
 """Files to documents, one at a time, going on past the ones that are refused.
 
-A PDF or Word file is uploaded as it is (the API reads its format from its bytes) under its
-name ("contract.pdf"); any other file as UTF-8 text under its stem ("contract.txt":
-"contract"), so the same contract as text, PDF and DOCX makes three documents. A file the
+A PDF, Word file or image (PNG, JPEG, TIFF) is uploaded as it is (the API reads its format
+from its bytes), any other file as UTF-8 text; each under its name as it was sent
+("contract.pdf", "contract.txt"), so the same contract as text, PDF and DOCX makes three
+documents, and the lists, the pages and the exports show the name the file had. A file the
 API refuses (413 past its format's limit, 415, 422, 409 for other bytes under a stored id)
 or that cannot be read here is named with the reason, on stderr, and the others go on.
 Anything else (the API unreachable, a key refused) stops the command: it is no file's fault.
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 from docpipe.cli.client import ApiError, DocpipeClient
 from docpipe.cli.common import errors
+from docpipe.extraction.formats import ACCEPTED_FORMATS
 
 __all__ = [
     "FILE_SUFFIXES",
@@ -31,7 +33,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-FILE_SUFFIXES = (".pdf", ".docx")
+FILE_SUFFIXES = (".pdf", ".docx", ".png", ".jpg", ".jpeg", ".tif", ".tiff")
 # What the API answers about a file itself; other errors are not one file's.
 _FILE_REFUSALS = frozenset({400, 409, 413, 415, 422})
 
@@ -49,7 +51,8 @@ class Uploads:
 
 
 def document_id_of(path: Path) -> str:
-    return path.name if path.suffix.lower() in FILE_SUFFIXES else path.stem
+    """The document id a file is stored under: its name."""
+    return path.name
 
 
 def upload_files(client: DocpipeClient, files: Sequence[Path]) -> Uploads:
@@ -77,7 +80,9 @@ def attempt(uploads: Uploads, path: Path, call: Callable[[], T]) -> T | None:
             raise
         reason = str(exc)
     except UnicodeDecodeError as exc:
-        reason = f"not UTF-8 text (byte {exc.start}: {exc.reason}); send PDF or DOCX as such"
+        reason = (
+            f"not UTF-8 text (byte {exc.start}: {exc.reason}); docpipe takes {ACCEPTED_FORMATS}"
+        )
     except OSError as exc:
         reason = f"cannot be read ({exc.strerror or exc})"
     uploads.refused.append(Refusal(path, reason))
@@ -88,7 +93,6 @@ def attempt(uploads: Uploads, path: Path, call: Callable[[], T]) -> T | None:
 def print_summary(files: int, submitted: int, refused: Sequence[Refusal]) -> None:
     """One line for the whole command, then each refused file again (a long run's first
     refusals have scrolled away by then)."""
-    errors.print(f"{submitted} of {files} files submitted, {len(refused)} refused",
-                 highlight=False)  # fmt: skip
+    errors.print(f"{submitted} of {files} files submitted, {len(refused)} refused", highlight=False)
     for refusal in refused:
         errors.print(f"  {refusal.path}: {refusal.reason}", highlight=False, markup=False)

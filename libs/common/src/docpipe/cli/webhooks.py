@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Webhooks (a run's or batch's callback_url) are signed with your "
         "tenant's own secret; your receivers verify them with it.",
     )
-    secret_sub = secret.add_subparsers(dest="webhook_secret_command", required=True,
-                                       metavar="COMMAND")  # fmt: skip
+    secret_sub = secret.add_subparsers(
+        dest="webhook_secret_command", required=True, metavar="COMMAND"
+    )
     rotate = secret_sub.add_parser(
         "rotate", help="create the signing secret, or rotate it (the new one is shown once)"
     )

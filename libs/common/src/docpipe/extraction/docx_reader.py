@@ -15,8 +15,11 @@ some of these (headers, equations, Strict) and give no bounds on what a hostile 
 them build. The XML is a few hundred lines to read in full, and lets the reader stream the
 body a block at a time (memory stays at one paragraph or table of a long document).
 
-Bounds: the zip is checked (:mod:`zipguard`) before any part is opened; pages, text boxes
-and nesting have caps (``too_many_pages``, ``too_complex``).
+Bounds: the zip is checked (:mod:`zipguard`) before any part is opened, each part's size
+before it is parsed; pages, text boxes and nesting have caps (``too_many_pages``,
+``too_complex``); the text, repeats included, is counted while it is written
+(``too_much_text``); the whole reading has a deadline (``too_slow``). It happens once, when
+the reader is opened: the driver opens one reader per delivery of its step.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import zipfile
 
 from lxml import etree
 
+from docpipe.extraction.failures import as_unreadable
+from docpipe.extraction.limits import TextBudget
 from docpipe.extraction.pages import PageLimits, PageText
 from docpipe.extraction.word.numbering import Numbering
 from docpipe.extraction.word.package import R, W, WordPackage, corrupt
@@ -40,14 +45,23 @@ _SEPARATOR_NOTES = ("separator", "continuationSeparator", "continuationNotice")
 
 class DocxReader:
     """An opened DOCX: its pages' text, read at once (no OCR, so nothing to memoise per page
-    beyond what the driver does for every format)."""
+    beyond what the driver does for every format). ``deadline``: the time.monotonic() by
+    which the reading must end (None: no limit)."""
 
-    def __init__(self, data: bytes, limits: PageLimits, bounds: ZipBounds) -> None:
+    def __init__(
+        self,
+        data: bytes,
+        limits: PageLimits,
+        bounds: ZipBounds,
+        *,
+        deadline: float | None = None,
+    ) -> None:
         started = time.monotonic()
         check_actual_sizes(data, bounds)
         try:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                self._pages = _pages_of(WordPackage(archive), limits)
+            with as_unreadable("the Word file"), zipfile.ZipFile(io.BytesIO(data)) as archive:
+                package = WordPackage(archive, max_part_bytes=limits.max_part_bytes)
+                self._pages = _pages_of(package, limits, deadline)
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise corrupt(f"the DOCX is damaged ({exc})") from None
         self.page_count = len(self._pages)
@@ -56,19 +70,25 @@ class DocxReader:
     def close(self) -> None:
         self._pages = []
 
-    def read_page(self, index: int) -> PageText:
+    def read_page(self, index: int, *, deadline: float | None = None) -> PageText:
+        """Page ``index``, read when the file was opened (within the deadline it had)."""
         return PageText(index, self._pages[index], ocr=False, seconds=self._seconds)
 
 
-def _pages_of(package: WordPackage, limits: PageLimits) -> list[str]:
+def _pages_of(package: WordPackage, limits: PageLimits, deadline: float | None) -> list[str]:
     notes = _notes(package)
-    story = Story(Numbering(package.part_of_type("numbering"), package.part_of_type("styles")),
-                  notes)  # fmt: skip
+    story = Story(
+        Numbering(package.part_of_type("numbering"), package.part_of_type("styles")),
+        notes,
+        TextBudget(limits.max_document_chars),
+        deadline=deadline,
+    )
     pages: list[list[str]] = [[]]
     footnotes: dict[int, list[str]] = {}  # page -> the notes its blocks cite
     furniture: list[str] = []  # the header and footer parts the sections name
     last_written = 0
     for block in package.body_blocks():
+        story.check_time()
         for properties in _section_properties(block):
             furniture += _furniture_parts(package, properties)
         for text in story.block(block):
@@ -133,8 +153,10 @@ def _furniture(package: WordPackage, story: Story, parts: list[str]) -> tuple[li
 
 def _notes(package: WordPackage) -> Notes:
     settings = package.part_of_type("settings")
-    notes = Notes(_notes_by_id(package.part_of_type("footnotes"), "footnote"),
-                  _notes_by_id(package.part_of_type("endnotes"), "endnote"))  # fmt: skip
+    notes = Notes(
+        _notes_by_id(package.part_of_type("footnotes"), "footnote"),
+        _notes_by_id(package.part_of_type("endnotes"), "endnote"),
+    )
     if settings is not None:
         for kind in ("footnote", "endnote"):
             fmt = settings.find(f"{W}{kind}Pr/{W}numFmt")
@@ -146,5 +168,8 @@ def _notes(package: WordPackage) -> Notes:
 def _notes_by_id(part: etree._Element | None, kind: str) -> dict[str, etree._Element]:
     if part is None:
         return {}
-    return {note.get(W + "id", ""): note for note in part.iterfind(W + kind)
-            if note.get(W + "type") not in _SEPARATOR_NOTES}  # fmt: skip
+    return {
+        note.get(W + "id", ""): note
+        for note in part.iterfind(W + kind)
+        if note.get(W + "type") not in _SEPARATOR_NOTES
+    }

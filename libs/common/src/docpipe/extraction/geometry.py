@@ -64,13 +64,18 @@ class PageGeometry:
         return cls(round(width * scale, 1), round(height * scale, 1), tuple(placed))
 
     def as_json(self) -> dict[str, Any]:
-        return {"width": self.width, "height": self.height,
-                "words": [[s, e, *box] for s, e, box in self.words]}  # fmt: skip
+        return {
+            "width": self.width,
+            "height": self.height,
+            "words": [[s, e, *box] for s, e, box in self.words],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PageGeometry:
-        words = tuple((int(w[0]), int(w[1]), (float(w[2]), float(w[3]), float(w[4]), float(w[5])))
-                      for w in data["words"])  # fmt: skip
+        words = tuple(
+            (int(w[0]), int(w[1]), (float(w[2]), float(w[3]), float(w[4]), float(w[5])))
+            for w in data["words"]
+        )
         return cls(float(data["width"]), float(data["height"]), words)
 
     def boxes(self, start: int, end: int) -> list[Box]:
@@ -82,8 +87,12 @@ class PageGeometry:
                 continue
             if lines and _same_line(lines[-1], box) and box[0] >= lines[-1][0]:
                 last = lines[-1]
-                lines[-1] = (last[0], min(last[1], box[1]), max(last[2], box[2]),
-                             max(last[3], box[3]))  # fmt: skip
+                lines[-1] = (
+                    last[0],
+                    min(last[1], box[1]),
+                    max(last[2], box[2]),
+                    max(last[3], box[3]),
+                )
             else:
                 lines.append(box)
         return lines
@@ -91,8 +100,12 @@ class PageGeometry:
 
 def _scaled(box: Box, scale: float) -> Box:
     left, top, right, bottom = box
-    return (round(left * scale, 1), round(top * scale, 1), round(right * scale, 1),
-            round(bottom * scale, 1))  # fmt: skip
+    return (
+        round(left * scale, 1),
+        round(top * scale, 1),
+        round(right * scale, 1),
+        round(bottom * scale, 1),
+    )
 
 
 def _same_line(a: Box, b: Box) -> bool:
@@ -107,8 +120,9 @@ def _merged_pairs(words: Sequence[tuple[int, int, Box]]) -> list[tuple[int, int,
     while i < len(words):
         if i + 1 < len(words) and _same_line(words[i][2], words[i + 1][2]):
             (start, _, a), (_, end, b) = words[i], words[i + 1]
-            merged.append((start, end, (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]),
-                                        max(a[3], b[3]))))  # fmt: skip
+            merged.append(
+                (start, end, (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])))
+            )
             i += 2
         else:
             merged.append(words[i])

@@ -163,8 +163,9 @@ def _bands(
             above: list[list[Fragment]] = []
             if not cuts:
                 # Rows read row by row so far that leave the gap free join the columns.
-                while band and (taken := _intersection(inner, _free(band[-1], extent, gutter),
-                                                       gutter)):  # fmt: skip
+                while band and (
+                    taken := _intersection(inner, _free(band[-1], extent, gutter), gutter)
+                ):
                     if _top(above[0] if above else row) > _bottom(band[-1]) + _BAND_GAP * height:
                         break
                     above.insert(0, band.pop())
@@ -213,9 +214,10 @@ def _read(
     """A band's lines: piece by piece when its gutters part prose columns, else row by row."""
     fragments = [f for row in rows for f in row]
     gutters = sorted(
-        (x0, x1) for x0, x1 in cuts
+        (x0, x1)
+        for x0, x1 in cuts
         if any(f.box[2] <= x0 for f in fragments) and any(f.box[0] >= x1 for f in fragments)
-    )  # fmt: skip
+    )
     if len(rows) >= _PROSE_LINES and gutters:
         pieces: list[list[Fragment]] = [[] for _ in range(len(gutters) + 1)]
         for fragment in fragments:

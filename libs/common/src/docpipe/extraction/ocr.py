@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 import re
 import shutil
@@ -38,6 +39,8 @@ __all__ = [
     "read_upright",
 ]
 
+log = logging.getLogger(__name__)
+
 # One thread per page: a worker process is one unit of concurrency, and Tesseract's OpenMP
 # threads would compete with the other worker processes for the same cores.
 _ENV = {"OMP_THREAD_LIMIT": "1"}
@@ -56,7 +59,8 @@ _TOO_FEW_CHARACTERS = "Too few characters"
 
 
 class OcrError(RuntimeError):
-    """Tesseract is missing or failed (a deployment problem, not the document's)."""
+    """Tesseract is missing or failed. Its message is for tenants too: what Tesseract
+    printed goes to the worker's log, never into it."""
 
 
 class OcrTimeout(Exception):
@@ -120,16 +124,16 @@ def read_upright(
     try:
         factor = max(1, round(dpi / _OSD_DPI))
         small = image.reduce(factor) if factor > 1 else image
-        orientation = detect_orientation(_png(small), dpi=dpi // factor,
-                                         timeout_s=_left(deadline))  # fmt: skip
+        orientation = detect_orientation(_png(small), dpi=dpi // factor, timeout_s=_left(deadline))
         if orientation is None or orientation.rotate == 0:
             return UprightText(first, 0, image.size, undecided=poor and orientation is None)
         if not poor:
             # Tesseract read the sideways lines well as they lie: the text stands, only its
             # boxes are turned to where they are on the upright page.
             degrees = orientation.rotate
-            return UprightText(_turned(first, image.size, degrees), degrees,
-                               _turned_size(image.size, degrees))  # fmt: skip
+            return UprightText(
+                _turned(first, image.size, degrees), degrees, _turned_size(image.size, degrees)
+            )
         turned = image.rotate(-orientation.rotate, expand=True)  # PIL turns counter-clockwise
         second = read_image(_png(turned), language=language, dpi=dpi, timeout_s=_left(deadline))
     except OcrTimeout:
@@ -152,8 +156,7 @@ def _turned(read: OcrText, size: tuple[int, int], degrees: int) -> OcrText:
     words = []
     for w in read.words:
         left, top, right, bottom = turn_box((w.left, w.top, w.right, w.bottom), size, degrees)
-        words.append(replace(w, left=int(left), top=int(top), right=int(right),
-                             bottom=int(bottom)))  # fmt: skip
+        words.append(replace(w, left=int(left), top=int(top), right=int(right), bottom=int(bottom)))
     return replace(read, words=tuple(words))
 
 
@@ -165,7 +168,7 @@ def read_image(png: bytes, *, language: str, dpi: int, timeout_s: float) -> OcrT
     """The text Tesseract reads on one page image (PNG bytes), within ``timeout_s``."""
     done = _tesseract(png, ["-l", language, "--dpi", str(dpi), "--psm", "3", "tsv"], timeout_s)
     if done.returncode != 0:
-        raise OcrError(f"tesseract failed (exit {done.returncode}): {_stderr(done)}")
+        raise _failed("tesseract", done, "")
     return _text_of(done.stdout.decode("utf-8", "replace"))
 
 
@@ -179,8 +182,7 @@ def detect_orientation(png: bytes, *, dpi: int, timeout_s: float) -> Orientation
         return Orientation(int(rotate.group(1)) % 360, float(confidence.group(1)))
     if _TOO_FEW_CHARACTERS in out + _stderr(done):
         return None
-    raise OcrError(f"tesseract orientation detection failed (exit {done.returncode}): "
-                   f"{_stderr(done) or out[-500:]}")  # fmt: skip
+    raise _failed("tesseract orientation detection", done, out)
 
 
 def _tesseract(
@@ -213,6 +215,12 @@ def _stderr(done: subprocess.CompletedProcess[bytes]) -> str:
     return done.stderr.decode("utf-8", "replace").strip()[-500:]
 
 
+def _failed(what: str, done: subprocess.CompletedProcess[bytes], out: str) -> OcrError:
+    """The failure, its output logged for operators and left out of the error."""
+    log.warning("%s failed (exit %d): %s", what, done.returncode, _stderr(done) or out[-500:])
+    return OcrError(f"{what} failed (exit {done.returncode}); its output is in the worker's log")
+
+
 def _png(image: Image.Image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", compress_level=1)
@@ -241,9 +249,17 @@ def _text_of(tsv: str) -> OcrText:
                 parts.append(gap + text)
                 offset += len(gap)
                 left, top = int(row["left"]), int(row["top"])
-                words.append(OcrWord(offset, offset + len(text), left, top,
-                                     left + int(row["width"]), top + int(row["height"]),
-                                     float(row["conf"])))  # fmt: skip
+                words.append(
+                    OcrWord(
+                        offset,
+                        offset + len(text),
+                        left,
+                        top,
+                        left + int(row["width"]),
+                        top + int(row["height"]),
+                        float(row["conf"]),
+                    )
+                )
                 offset += len(text)
     confidences = [w.confidence for w in words if w.confidence >= 0]
     mean = round(sum(confidences) / len(confidences), 1) if confidences else None

@@ -9,9 +9,17 @@ from typing import Any
 
 from docpipe.errors import UnreadableDocumentError
 from docpipe.extraction.geometry import PageGeometry
+from docpipe.extraction.limits import check_page_chars
 from docpipe.settings import Settings
 
-__all__ = ["PAGE_SEPARATOR", "WARNING_KINDS", "PageLimits", "PageText", "PageWarning", "join_pages"]
+__all__ = [
+    "PAGE_SEPARATOR",
+    "WARNING_KINDS",
+    "PageLimits",
+    "PageText",
+    "PageWarning",
+    "join_pages",
+]
 
 # Between two pages of the document text: a blank line, like between paragraphs, so a
 # heading at the top of a page stays a line of its own.
@@ -43,14 +51,17 @@ class PageWarning:
             raise ValueError(f"unknown page warning kind {self.kind!r} (known: {WARNING_KINDS})")
 
     def as_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "page": self.page, "value": self.value,
-                "message": self.message}  # fmt: skip
+        return {"kind": self.kind, "page": self.page, "value": self.value, "message": self.message}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PageWarning:
         value = data.get("value")
-        return cls(str(data["kind"]), int(data["page"]), None if value is None else float(value),
-                   str(data["message"]))  # fmt: skip
+        return cls(
+            str(data["kind"]),
+            int(data["page"]),
+            None if value is None else float(value),
+            str(data["message"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -79,9 +90,15 @@ class PageLimits:
     ocr_page_timeout_s: float
     ocr_render_dpi: int
     max_page_pixels: int
+    ocr_min_dpi: int
     ocr_min_text_chars: int
     ocr_low_confidence: float
     text_layer_min_score: float
+    max_document_chars: int
+    max_page_chars: int
+    max_part_bytes: int  # a DOCX's XML part, before it is parsed
+    pdf_page_timeout_s: float
+    pdf_max_memory_bytes: int
 
     @classmethod
     def of(cls, settings: Settings) -> PageLimits:
@@ -91,9 +108,15 @@ class PageLimits:
             ocr_page_timeout_s=settings.ocr_page_timeout,
             ocr_render_dpi=settings.ocr_render_dpi,
             max_page_pixels=settings.max_page_pixels,
+            ocr_min_dpi=settings.ocr_min_dpi,
             ocr_min_text_chars=settings.ocr_min_text_chars,
             ocr_low_confidence=settings.ocr_low_confidence,
             text_layer_min_score=settings.text_layer_min_score,
+            max_document_chars=settings.max_document_chars,
+            max_page_chars=settings.max_page_chars,
+            max_part_bytes=settings.docx_max_part_bytes,
+            pdf_page_timeout_s=settings.pdf_page_timeout,
+            pdf_max_memory_bytes=settings.pdf_max_memory_bytes,
         )
 
     def check_page_count(self, pages: int) -> None:
@@ -103,6 +126,10 @@ class PageLimits:
                 "DOCPIPE_MAX_DOCUMENT_PAGES)",
                 kind="too_many_pages",
             )
+
+    def check_page_chars(self, page: int, chars: int) -> None:
+        """too_much_text when page ``page`` (1-based) holds more than max_page_chars."""
+        check_page_chars(page, chars, self.max_page_chars)
 
 
 def join_pages(texts: Sequence[str]) -> tuple[str, tuple[int, ...]]:

@@ -35,8 +35,17 @@ _LINE_END_HYPHEN = "\ufffe"
 # (a character outside the BMP is left out), each with the line-end hyphen that ends it.
 _TOKEN = re.compile("[^\\s\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe]+\ufffe?|\ufffe")
 # Ligatures as the letters they join ("ﬁ" -> "fi"), so that words are spelt as typed.
-_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
-                            "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"})  # fmt: skip
+_LIGATURES = str.maketrans(
+    {
+        "\ufb00": "ff",
+        "\ufb01": "fi",
+        "\ufb02": "fl",
+        "\ufb03": "ffi",
+        "\ufb04": "ffl",
+        "\ufb05": "st",
+        "\ufb06": "st",
+    }
+)
 # Characters further apart than this many heights (or on another line) are not one run
 # (PDFium puts a space between words, so this is about glyphs placed out of order)...
 _RUN_GAP = 0.5
@@ -62,15 +71,17 @@ class TextLayer:
         return ((w.start, w.end, w.box) for w in self.layout.words)
 
 
-def read_text_layer(page: pdfium.PdfPage) -> TextLayer:
-    """The page's text layer read in reading order (an empty text when it has none)."""
+def read_text_layer(page: pdfium.PdfPage, *, check_chars: Callable[[int], None]) -> TextLayer:
+    """The page's text layer read in reading order (an empty text when it has none);
+    ``check_chars`` is given its number of characters before any of them is read (and
+    raises to refuse a page that holds too many)."""
     x0, y0, x1, y1 = page.get_bbox()  # the crop box within the media box, inherited or not
     # Boxes stand on the page as stored (its crop box, y downwards) until turned: the turn
     # that makes the lines run left to right includes the /Rotate that shows the page.
     stored = (x1 - x0, y1 - y0)
     text_page = page.get_textpage()
     try:
-        chars = _Characters(text_page, (x0, y1))
+        chars = _Characters(text_page, (x0, y1), check_chars)
         tokens = [m.span() for m in _TOKEN.finditer(chars.text)]
         turn = _turn_for(chars, tokens)
         fragments = _fragments(chars, tokens, lambda box: turn_box(box, stored, turn))
@@ -84,9 +95,15 @@ class _Characters:
     """A text page's characters: its text (one character per PDFium index) and each one's
     box, asked when needed."""
 
-    def __init__(self, text_page: pdfium.PdfTextPage, origin: tuple[float, float]) -> None:
+    def __init__(
+        self,
+        text_page: pdfium.PdfTextPage,
+        origin: tuple[float, float],
+        check_chars: Callable[[int], None],
+    ) -> None:
         self._handle = text_page.raw  # (the helper object is converted again at every call)
         count = max(0, pdfium_c.FPDFText_CountChars(self._handle))
+        check_chars(count)
         buffer = (ctypes.c_ushort * (count + 1))()
         if count:
             pdfium_c.FPDFText_GetText(self._handle, 0, count, buffer)
@@ -98,8 +115,10 @@ class _Characters:
     def spaced(self, start: int, end: int) -> bool:
         """Whether the characters from ``start`` to ``end`` hold a space of the PDF's own
         (not one PDFium put in)."""
-        return any(self.text[i].isspace() and not pdfium_c.FPDFText_IsGenerated(self._handle, i)
-                   for i in range(max(start, 0), end))  # fmt: skip
+        return any(
+            self.text[i].isspace() and not pdfium_c.FPDFText_IsGenerated(self._handle, i)
+            for i in range(max(start, 0), end)
+        )
 
     def box(self, index: int) -> Box | None:
         """The character's box (left, top, right, bottom) from the crop box's top left;

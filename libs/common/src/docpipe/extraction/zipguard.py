@@ -1,5 +1,10 @@
 """Bounds on what a zip (a DOCX) may expand to, checked before anything is read.
 
+First the end of its central directory (:func:`check_directory`): the members it declares
+and the directory's size, read from the end record alone, before Python's zipfile builds
+an entry for every member (a million entries take it seconds, on the API's event loop or
+in a worker).
+
 The central directory declares each member's sizes: a total past ``max_bytes``, or a ratio
 of expanded to stored bytes past ``max_ratio``, is refused without decompressing anything.
 A zip may lie about those sizes (Python's zipfile then stops at the declared size and
@@ -15,16 +20,25 @@ import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
+from typing import IO
 
 from docpipe.errors import UnreadableDocumentError
 
-__all__ = ["ZipBounds", "check_actual_sizes", "check_declared_sizes"]
+__all__ = ["ZipBounds", "check_actual_sizes", "check_declared_sizes", "check_directory"]
 
 _CHUNK = 64 * 1024
 # Members a Word file has: a few dozen parts, a few hundred with embedded media.
 _MAX_MEMBERS = 10_000
 _LOCAL_HEADER = b"PK\x03\x04"
 _LOCAL_HEADER_SIZE = 30
+# A directory entry is 46 bytes and a name (and extras): a few hundred bytes a member.
+_MAX_DIRECTORY_BYTES = _MAX_MEMBERS * 300
+# The end record (22 bytes and a comment of up to 64 KiB), and Zip64's.
+_END = b"PK\x05\x06"
+_END_SIZE = 22
+_ZIP64_LOCATOR = b"PK\x06\x07"
+_ZIP64_LOCATOR_SIZE = 20
+_ZIP64_END = b"PK\x06\x06"
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,49 @@ def _corrupt(message: str) -> UnreadableDocumentError:
     return UnreadableDocumentError(message, kind="corrupt")
 
 
+def check_directory(file: IO[bytes]) -> None:
+    """decompression_bomb when the zip's end record declares more members than a Word file
+    has, or a larger central directory than they need; read from the end record alone (the
+    file is left where it was). A file without one is left to zipfile to refuse."""
+    start = file.tell()
+    try:
+        size = file.seek(0, io.SEEK_END)
+        tail_size = min(size, _END_SIZE + 0xFFFF)
+        file.seek(size - tail_size)
+        tail = file.read(tail_size)
+        at = tail.rfind(_END)
+        if at < 0 or len(tail) - at < _END_SIZE:
+            return
+        members, directory_bytes = struct.unpack_from("<HI", tail, at + 10)
+        if members == 0xFFFF or directory_bytes == 0xFFFFFFFF:
+            members, directory_bytes = _zip64_sizes(file, tail, at, members, directory_bytes)
+    finally:
+        file.seek(start)
+    if members > _MAX_MEMBERS:
+        raise _bomb(f"the zip declares {members} members (at most {_MAX_MEMBERS})")
+    if directory_bytes > _MAX_DIRECTORY_BYTES:
+        raise _bomb(
+            f"the zip's directory is {directory_bytes} bytes (at most {_MAX_DIRECTORY_BYTES}: "
+            f"{_MAX_MEMBERS} members)"
+        )
+
+
+def _zip64_sizes(
+    file: IO[bytes], tail: bytes, at: int, members: int, directory_bytes: int
+) -> tuple[int, int]:
+    """The Zip64 end record's member count and directory size, when it has one."""
+    locator = at - _ZIP64_LOCATOR_SIZE
+    if locator < 0 or tail[locator : locator + 4] != _ZIP64_LOCATOR:
+        return members, directory_bytes
+    (offset,) = struct.unpack_from("<Q", tail, locator + 8)
+    file.seek(offset)
+    record = file.read(56)
+    if len(record) < 56 or record[:4] != _ZIP64_END:
+        return members, directory_bytes
+    total, size = struct.unpack_from("<QQ", record, 32)
+    return int(total), int(size)
+
+
 def check_declared_sizes(archive: zipfile.ZipFile, stored_bytes: int, bounds: ZipBounds) -> None:
     """Refuse an archive whose central directory declares too much (no decompression)."""
     members = archive.infolist()
@@ -61,6 +118,7 @@ def check_actual_sizes(data: bytes, bounds: ZipBounds) -> None:
     """Both checks: what the directory declares, then what the members really inflate to.
     UnreadableDocumentError(decompression_bomb) past the bounds, (corrupt) for a zip that
     cannot be read or whose members are not what its directory says."""
+    check_directory(io.BytesIO(data))
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError, OSError) as exc:

@@ -51,6 +51,7 @@ __all__ = [
     "SCRAPED_GAUGES",
     "Metrics",
     "ScrapedGauge",
+    "count_expired_reviews",
     "count_model_choice",
     "count_recoveries",
     "count_review_decision",
@@ -88,15 +89,18 @@ PROVIDER_RATE_LIMITED = "docpipe_provider_rate_limited_total"
 MODEL_CHOICES = "docpipe_model_choices_total"
 LIMITER_WAIT = "docpipe_limiter_wait_seconds"
 COST_USD = "docpipe_cost_usd_total"
+PROVIDER_BATCH_SAVED_USD = "docpipe_provider_batch_saved_usd_total"
 REAPER_RECOVERIES = "docpipe_reaper_recoveries_total"
 OUTBOX_SWEPT = "docpipe_outbox_swept_total"
 HTTP_REQUEST_DURATION = "docpipe_http_request_duration_seconds"
 BEAT_LAST_TICK = "docpipe_beat_last_tick_timestamp_seconds"
 REVIEW_DECISIONS = "docpipe_review_decisions_total"
+REVIEWS_EXPIRED = "docpipe_reviews_expired_total"
 # Served by beat from Redis and PostgreSQL (docpipe.worker.state_collector).
 QUEUE_LENGTH = "celery_queue_length"
 QUEUE_LAG = "docpipe_queue_lag_seconds"
 RUNS = "docpipe_runs"
+RUNS_ENDED_ESTIMATE = "docpipe_runs_ended_estimate"
 BATCH_BACKLOG = "docpipe_batch_backlog_runs"
 OUTBOX_BACKLOG = "docpipe_outbox_backlog"
 OUTBOX_PARKED = "docpipe_outbox_parked"
@@ -109,20 +113,31 @@ LIMITER_ALLOWED_TPM = "docpipe_limiter_allowed_tpm"
 LIMITER_CONFIGURED_TPM = "docpipe_limiter_configured_tpm"
 PERIODIC_LAST_FINISHED = "docpipe_periodic_job_last_finished_timestamp_seconds"
 REVIEW_BACKLOG = "docpipe_review_backlog_runs"
+EVALUATION_ACCURACY = "docpipe_evaluation_accuracy"
 REVIEW_OLDEST_AGE = "docpipe_review_oldest_age_seconds"
 REVIEW_MAX_WAIT = "docpipe_review_max_wait_seconds"
 STATE_COLLECTOR_UP = "docpipe_state_collector_up"
+PROVIDER_BATCHES = "docpipe_provider_batches"
+PROVIDER_BATCH_CALLS_WAITING = "docpipe_provider_batch_calls_waiting"
+PROVIDER_BATCH_OLDEST_WAIT = "docpipe_provider_batch_oldest_wait_seconds"
+# Served by each worker from its own pool (docpipe.worker.slot_collector).
+WORKER_SLOTS = "docpipe_worker_slots"
+WORKER_SLOTS_IN_USE = "docpipe_worker_slots_in_use"
+WORKER_SLOTS_FREE = "docpipe_worker_slots_free"
+WORKER_OLDEST_STEP_AGE = "docpipe_worker_oldest_step_age_seconds"
 
 
 @dataclass(frozen=True)
 class ScrapedGauge:
-    """A gauge beat reads from Redis or PostgreSQL at scrape time: its help and labels are
-    declared here, beside the metrics recorded where things happen, so that every figure
-    docpipe serves is described in one module (and in the docs' metrics reference)."""
+    """A gauge read at scrape time (by beat from Redis or PostgreSQL, by a worker from its
+    own pool): its help and labels are declared here, beside the metrics recorded where
+    things happen, so that every figure docpipe serves is described in one module (and in
+    the docs' metrics reference)."""
 
     name: str
     documentation: str
     labels: tuple[str, ...] = ()
+    served_by: str = "beat"  # or "worker"
 
 
 SCRAPED_GAUGES = {
@@ -130,30 +145,86 @@ SCRAPED_GAUGES = {
     for gauge in (
         ScrapedGauge(QUEUE_LENGTH, "Messages waiting, incl. priority sub-lists", ("queue_name",)),
         ScrapedGauge(QUEUE_LAG, "Age of the oldest waiting message, seconds", ("queue_name",)),
-        ScrapedGauge(RUNS, "Runs by status and lane", ("status", "lane")),
+        ScrapedGauge(
+            RUNS, "Runs in flight or awaiting a person, by status and lane", ("status", "lane")
+        ),
+        ScrapedGauge(
+            RUNS_ENDED_ESTIMATE,
+            "Ended runs by status and lane, estimated from the table's statistics (ANALYZE)",
+            ("status", "lane"),
+        ),
         ScrapedGauge(BATCH_BACKLOG, "Batch runs awaiting admission"),
         ScrapedGauge(OUTBOX_BACKLOG, "Outbox rows due, unpublished"),
         ScrapedGauge(OUTBOX_PARKED, "Outbox rows parked for later"),
         ScrapedGauge(OUTBOX_OLDEST_AGE, "Oldest due outbox row, seconds"),
         ScrapedGauge(LIMITER_ALLOWED_RPM, "Requests/minute allowed now", ("provider", "model")),
-        ScrapedGauge(LIMITER_CONFIGURED_RPM,
-                     "Requests/minute configured, or stated by the provider",
-                     ("provider", "model")),
+        ScrapedGauge(
+            LIMITER_CONFIGURED_RPM,
+            "Requests/minute configured, or stated by the provider",
+            ("provider", "model"),
+        ),
         ScrapedGauge(LIMITER_ALLOWED_TPM, "Tokens/minute allowed now", ("provider", "model")),
-        ScrapedGauge(LIMITER_CONFIGURED_TPM, "Tokens/minute configured, or stated by the provider",
-                     ("provider", "model")),
+        ScrapedGauge(
+            LIMITER_CONFIGURED_TPM,
+            "Tokens/minute configured, or stated by the provider",
+            ("provider", "model"),
+        ),
         ScrapedGauge(LIMITER_IN_FLIGHT, "Calls holding a limiter slot", ("provider",)),
-        ScrapedGauge(LIMITER_WAITING, "Calls waiting for the provider limiter",
-                     ("provider", "lane")),
+        ScrapedGauge(
+            LIMITER_WAITING, "Calls waiting for the provider limiter", ("provider", "lane")
+        ),
         ScrapedGauge(PERIODIC_LAST_FINISHED, "Unix time a periodic job last finished", ("job",)),
         ScrapedGauge(STATE_COLLECTOR_UP, "1 if the source answered this scrape", ("source",)),
         ScrapedGauge(REVIEW_BACKLOG, "Runs awaiting a person", ("tenant", "pipeline")),
-        ScrapedGauge(REVIEW_OLDEST_AGE, "How long the oldest run awaiting a person has waited, "
-                     "seconds", ("tenant", "pipeline")),
-        ScrapedGauge(REVIEW_MAX_WAIT, "DOCPIPE_REVIEW_MAX_WAIT_S: the longest a run should await "
-                     "a person"),
+        ScrapedGauge(
+            PROVIDER_BATCHES,
+            "Provider batches open (packing, submitted) or ended in the last day, by state",
+            ("provider", "state"),
+        ),
+        ScrapedGauge(
+            PROVIDER_BATCH_CALLS_WAITING,
+            "Calls waiting for a provider batch (waiting: not yet packed; packed: sent)",
+            ("provider", "model", "state"),
+        ),
+        ScrapedGauge(
+            PROVIDER_BATCH_OLDEST_WAIT,
+            "How long the oldest call waiting for a provider batch has waited, seconds",
+            ("provider", "model"),
+        ),
+        ScrapedGauge(
+            REVIEW_OLDEST_AGE,
+            "How long the oldest run awaiting a person has waited, seconds",
+            ("tenant", "pipeline"),
+        ),
+        ScrapedGauge(
+            REVIEW_MAX_WAIT, "DOCPIPE_REVIEW_MAX_WAIT_S: the longest a run should await a person"
+        ),
+        ScrapedGauge(
+            WORKER_SLOTS,
+            "Tasks the worker runs at once: its processes (prefork) or threads (threads)",
+            ("hostname", "pool"),
+            served_by="worker",
+        ),
+        ScrapedGauge(
+            WORKER_SLOTS_IN_USE, "Slots running a task now", ("hostname",), served_by="worker"
+        ),
+        ScrapedGauge(
+            WORKER_SLOTS_FREE, "Slots free for the next message", ("hostname",), served_by="worker"
+        ),
+        ScrapedGauge(
+            WORKER_OLDEST_STEP_AGE,
+            "How long the worker's oldest step in flight has run, seconds (0: none)",
+            ("hostname",),
+            served_by="worker",
+        ),
+        ScrapedGauge(
+            EVALUATION_ACCURACY,
+            "Overall accuracy (0-1) of the latest reported evaluation of a pipeline version on "
+            "an evaluation set",
+            ("tenant", "set", "pipeline", "step"),
+        ),
     )
-}  # fmt: skip
+}
 
 
 def scraped_gauge(name: str, value: float | None = None) -> GaugeMetricFamily:
@@ -193,8 +264,13 @@ class Metrics:
         self.task_succeeded = _counter(TASK_SUCCEEDED, "Tasks that returned", _TASK_LABELS)
         self.task_failed = _counter(TASK_FAILED, "Tasks that raised", (*_TASK_LABELS, "exception"))
         self.task_retried = _counter(TASK_RETRIED, "Tasks sent back for a retry", _TASK_LABELS)
-        self.task_runtime = Histogram(TASK_RUNTIME, "Task run time, seconds", _TASK_LABELS,
-                                      buckets=_WORK_BUCKETS, registry=registry)  # fmt: skip
+        self.task_runtime = Histogram(
+            TASK_RUNTIME,
+            "Task run time, seconds",
+            _TASK_LABELS,
+            buckets=_WORK_BUCKETS,
+            registry=registry,
+        )
         self.task_queue_wait = Histogram(
             TASK_QUEUE_WAIT,
             "Seconds from publish (or ETA) to start, from the message's docpipe_enqueued_at",
@@ -202,52 +278,93 @@ class Metrics:
             buckets=_WAIT_BUCKETS,
             registry=registry,
         )
-        self.worker_up = Gauge(WORKER_UP, "1 while the worker consumes", ["hostname"],
-                               multiprocess_mode="livemax", registry=registry)  # fmt: skip
+        self.worker_up = Gauge(
+            WORKER_UP,
+            "1 while the worker consumes",
+            ["hostname"],
+            multiprocess_mode="livemax",
+            registry=registry,
+        )
         self.worker_tasks_active = Gauge(
-            WORKER_TASKS_ACTIVE, "Tasks running now", ["hostname"],
-            multiprocess_mode="livesum", registry=registry,
-        )  # fmt: skip
+            WORKER_TASKS_ACTIVE,
+            "Tasks running now",
+            ["hostname"],
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
         self.worker_concurrency = Gauge(
-            WORKER_CONCURRENCY, "Pool processes consuming this queue", ["hostname", "queue_name"],
-            multiprocess_mode="livemax", registry=registry,
-        )  # fmt: skip
+            WORKER_CONCURRENCY,
+            "Slots (pool processes, or a threads pool's threads) consuming this queue",
+            ["hostname", "queue_name"],
+            multiprocess_mode="livemax",
+            registry=registry,
+        )
         self.step_duration = Histogram(
-            STEP_DURATION, "A claimed step from claim to outcome, seconds",
-            ["pipeline", "step", "outcome"], buckets=_WORK_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.step_retries = _counter(STEP_RETRIES, "Steps handed back for a retry",
-                                     ("pipeline", "step"))  # fmt: skip
+            STEP_DURATION,
+            "A claimed step from claim to outcome, seconds",
+            ["pipeline", "step", "outcome"],
+            buckets=_WORK_BUCKETS,
+            registry=registry,
+        )
+        self.step_retries = _counter(
+            STEP_RETRIES, "Steps handed back for a retry", ("pipeline", "step")
+        )
         self.runs_created = _counter(RUNS_CREATED, "Runs created", ("pipeline", "lane"))
-        self.runs_finished = _counter(RUNS_FINISHED, "Runs ended by a worker, by final status",
-                                      ("pipeline", "lane", "status"))  # fmt: skip
+        self.runs_finished = _counter(
+            RUNS_FINISHED, "Runs ended by a worker, by final status", ("pipeline", "lane", "status")
+        )
         self.provider_calls = _counter(
-            PROVIDER_CALLS, "Provider calls by outcome, HTTP status and error kind",
+            PROVIDER_CALLS,
+            "Provider calls by outcome, HTTP status and error kind",
             ("model", "outcome", "status_code", "error_kind"),
-        )  # fmt: skip
+        )
         self.provider_call_duration = Histogram(
-            PROVIDER_CALL_DURATION, "Provider call latency, seconds", ["model", "outcome"],
-            buckets=_WORK_BUCKETS, registry=registry,
-        )  # fmt: skip
+            PROVIDER_CALL_DURATION,
+            "Provider call latency, seconds",
+            ["model", "outcome"],
+            buckets=_WORK_BUCKETS,
+            registry=registry,
+        )
         self.provider_rate_limited = _counter(PROVIDER_RATE_LIMITED, "429 answers", ("lane",))
-        self.model_choices = _counter(MODEL_CHOICES, "Calls routed to a model, by the reason why",
-                                      ("model", "reason"))  # fmt: skip
+        self.model_choices = _counter(
+            MODEL_CHOICES, "Calls routed to a model, by the reason why", ("model", "reason")
+        )
         self.limiter_wait = Histogram(
-            LIMITER_WAIT, "Seconds a call waited for the limiter", ["lane"],
-            buckets=_WAIT_BUCKETS, registry=registry,
-        )  # fmt: skip
+            LIMITER_WAIT,
+            "Seconds a call waited for the limiter",
+            ["lane"],
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
         self.cost_usd = _counter(COST_USD, "Provider cost, USD", ("pipeline", "tenant", "model"))
-        self.reaper_recoveries = _counter(REAPER_RECOVERIES, "Work the reaper recovered",
-                                          ("kind",))  # fmt: skip
+        self.provider_batch_saved_usd = _counter(
+            PROVIDER_BATCH_SAVED_USD,
+            "What answers from provider batches saved against real-time prices, USD",
+            ("pipeline", "tenant", "model"),
+        )
+        self.reaper_recoveries = _counter(REAPER_RECOVERIES, "Work the reaper recovered", ("kind",))
         self.outbox_swept = _counter(OUTBOX_SWEPT, "Outbox rows the sweep had to publish", ())
         self.http_request_duration = Histogram(
-            HTTP_REQUEST_DURATION, "API requests, seconds", ["method", "route", "status_code"],
-            buckets=_HTTP_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.beat_last_tick = Gauge(BEAT_LAST_TICK, "Unix time of beat's last scheduler tick",
-                                    multiprocess_mode="livemax", registry=registry)  # fmt: skip
-        self.review_decisions = _counter(REVIEW_DECISIONS, "Reviewers' decisions recorded",
-                                         ("pipeline", "action"))  # fmt: skip
+            HTTP_REQUEST_DURATION,
+            "API requests, seconds",
+            ["method", "route", "status_code"],
+            buckets=_HTTP_BUCKETS,
+            registry=registry,
+        )
+        self.beat_last_tick = Gauge(
+            BEAT_LAST_TICK,
+            "Unix time of beat's last scheduler tick",
+            multiprocess_mode="livemax",
+            registry=registry,
+        )
+        self.review_decisions = _counter(
+            REVIEW_DECISIONS, "Reviewers' decisions recorded", ("pipeline", "action")
+        )
+        self.reviews_expired = _counter(
+            REVIEWS_EXPIRED,
+            "Runs awaiting a person ended as expired (DOCPIPE_REVIEW_EXPIRE_AFTER_S)",
+            ("pipeline",),
+        )
         self._initialise_known_series()
 
     def _initialise_known_series(self) -> None:
@@ -265,6 +382,7 @@ class Metrics:
         for pipeline in pipelines():
             for action in DecisionAction:
                 self.review_decisions.labels(pipeline, action)
+            self.reviews_expired.labels(pipeline)
 
 
 _created: Metrics | None = None
@@ -287,7 +405,7 @@ def observe_step(
 ) -> None:
     m = metrics()
     m.step_duration.labels(pipeline, step, outcome).observe(seconds)
-    if outcome == "retry":
+    if outcome in ("retry", "parked"):  # tried again after a countdown, or parked
         m.step_retries.labels(pipeline, step).inc()
     if run_status in ENDED_RUN_STATUSES:
         m.runs_finished.labels(pipeline, lane, run_status).inc()
@@ -315,6 +433,14 @@ def observe_provider_call(
         m.cost_usd.labels(pipeline, tenant, model).inc(float(cost_usd))
 
 
+def count_provider_batch_saving(
+    *, pipeline: str, tenant: str, model: str, saved_usd: Decimal
+) -> None:
+    """An answer from a provider batch cost ``saved_usd`` less than in real time."""
+    if saved_usd > 0:
+        metrics().provider_batch_saved_usd.labels(pipeline, tenant, model).inc(float(saved_usd))
+
+
 def count_model_choice(model: str, reason: str) -> None:
     """The router sent a call to ``model`` for ``reason`` (docpipe.providers.routing)."""
     metrics().model_choices.labels(model, reason).inc()
@@ -330,6 +456,12 @@ def count_recoveries(recovered: Mapping[str, int]) -> None:
     for kind, count in recovered.items():
         if count:
             counter.labels(kind).inc(count)
+
+
+def count_expired_reviews(expired: Mapping[str, int]) -> None:
+    """Beat's retention pass ended these many runs awaiting a person, per pipeline."""
+    for pipeline, count in expired.items():
+        metrics().reviews_expired.labels(pipeline).inc(count)
 
 
 def count_review_decision(pipeline: str, action: str) -> None:

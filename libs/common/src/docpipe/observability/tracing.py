@@ -199,10 +199,14 @@ def record_inline_step(run_id: str, step: str) -> None:
     ran it: docpipe.state.runs.create_run does a known text's extract_text)."""
     if _provider is None:
         return
-    attributes: dict[str, str | bool] = {RUN_ID_ATTRIBUTE: run_id, STEP_ATTRIBUTE: step,
-                                         "docpipe.inline": True}  # fmt: skip
-    with _provider.get_tracer(__name__).start_as_current_span(f"inline/{step}",
-                                                              attributes=attributes):  # fmt: skip
+    attributes: dict[str, str | bool] = {
+        RUN_ID_ATTRIBUTE: run_id,
+        STEP_ATTRIBUTE: step,
+        "docpipe.inline": True,
+    }
+    with _provider.get_tracer(__name__).start_as_current_span(
+        f"inline/{step}", attributes=attributes
+    ):
         pass
 
 

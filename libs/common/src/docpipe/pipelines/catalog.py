@@ -15,7 +15,7 @@ on a pipeline that did not load.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from importlib.metadata import entry_points
@@ -27,17 +27,19 @@ from docpipe.errors import InvalidRequestError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.files import load_pipeline_file
 from docpipe.pipelines.model import Pipeline, PipelineError
+from docpipe.pipelines.structured_output import StrictSchemaError, strict_schema
 from docpipe.pipelines.text_extraction import with_text_extraction
 from docpipe.settings import Settings, get_settings
-from docpipe.structured_output import StrictSchemaError, strict_schema
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Catalog",
     "catalog",
     "check_answer_schemas",
+    "check_models",
     "get_pipeline",
     "load_catalog",
+    "pipeline_files",
     "pipelines",
 ]
 
@@ -59,8 +61,30 @@ class Catalog:
                 f"unknown pipeline {key!r} (known: {', '.join(sorted(self.by_key))})"
             ) from None
 
+    def latest(self, name: str) -> Pipeline:
+        """The highest version of the pipeline ``name``; InvalidRequestError if none."""
+        versions = [p for p in self.by_key.values() if p.name == name]
+        if not versions:
+            known = sorted({p.name for p in self.by_key.values()})
+            raise InvalidRequestError(f"unknown pipeline {name!r} (known: {', '.join(known)})")
+        return max(versions, key=lambda p: p.version)
+
     def __iter__(self) -> Iterator[Pipeline]:
         return iter(self.by_key[key] for key in sorted(self.by_key))
+
+    @property
+    def step_names(self) -> list[str]:
+        """Every step name of every pipeline, sorted (what a request naming a step may say)."""
+        return sorted({name for pipeline in self.by_key.values() for name in pipeline.step_names})
+
+    def check_step_name(self, step: str, *, field: str) -> None:
+        """InvalidRequestError when no pipeline here has ``step`` (the OpenAPI document
+        lists the names; one of another pipeline than a run's is the run's to refuse)."""
+        if step not in self.step_names:
+            raise InvalidRequestError(
+                f"{field}: no pipeline here has a step {step!r} "
+                f"(steps: {', '.join(self.step_names)})"
+            )
 
 
 def load_catalog(settings: Settings) -> Catalog:
@@ -74,7 +98,7 @@ def load_catalog(settings: Settings) -> Catalog:
                 f"pipeline {pipeline.key} is defined twice: by {known.source} and by "
                 f"{pipeline.source} (give one of them another name or version)"
             )
-        _check_models(pipeline, settings)
+        check_models(pipeline, settings.provider_table.models)
         check_answer_schemas(pipeline)
         by_key[pipeline.key] = pipeline
     return Catalog(by_key)
@@ -92,11 +116,12 @@ def _all_sources(settings: Settings) -> Iterator[Pipeline]:
     for reference in settings.pipeline_modules:
         module, _, attribute = reference.partition(":")
         source = f"DOCPIPE_PIPELINE_MODULES {reference}"
-        value = _load_reference(partial(_import_attribute, module, attribute or "PIPELINES"),
-                                source)  # fmt: skip
+        value = _load_reference(
+            partial(_import_attribute, module, attribute or "PIPELINES"), source
+        )
         yield from _pipelines_in(value, source)
     if settings.pipelines_dir is not None:
-        yield from _pipeline_files(settings.pipelines_dir)
+        yield from pipeline_files(settings.pipelines_dir)
 
 
 def _load_reference(load: Any, source: str) -> Any:
@@ -124,7 +149,9 @@ def _with_source(pipeline: Pipeline, source: str) -> Pipeline:
     return replace(pipeline, source=source)
 
 
-def _pipeline_files(folder: Path) -> Iterator[Pipeline]:
+def pipeline_files(folder: Path) -> Iterator[Pipeline]:
+    """The pipelines of the files in ``folder`` (DOCPIPE_PIPELINES_DIR), each checked as it
+    is read: PipelineError names the first broken file and its line."""
     if not folder.is_dir():
         raise PipelineError(f"DOCPIPE_PIPELINES_DIR={folder} is not a directory")
     for path in sorted(p for p in folder.iterdir() if p.suffix in _FILE_SUFFIXES):
@@ -135,9 +162,9 @@ def _pipeline_files(folder: Path) -> Iterator[Pipeline]:
         yield load_pipeline_file(text, str(path))
 
 
-def _check_models(pipeline: Pipeline, settings: Settings) -> None:
-    """Every model a step may ask is on a provider, with a price."""
-    known = settings.provider_table.models
+def check_models(pipeline: Pipeline, known: Collection[str]) -> None:
+    """Every model a step may ask is one of ``known`` (the models on a provider, with a
+    price); PipelineError naming the step and the model otherwise."""
     for step in pipeline.steps:
         for model in (*step.models, *step.candidates):
             if model not in known:

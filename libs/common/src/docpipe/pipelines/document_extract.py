@@ -2,9 +2,9 @@
 fields (one call per section) -> summary.
 
 Every field comes with the quote it was read from, located in the document by docpipe
-(docpipe.pipelines.evidence); a run with a value whose quote is not in the document ends in
-review (``unsupported_evidence``), and so does one whose document could mostly not be read
-or whose fields step found nothing (``poor_extraction``).
+(docpipe.pipelines.evidence); a run with a value whose quote is not in the document, or
+does not hold the value, ends in review (``unsupported_evidence``), and so does one whose
+document could mostly not be read or whose fields step found nothing (``poor_extraction``).
 """
 
 from __future__ import annotations
@@ -219,6 +219,7 @@ def extract_fields(ctx: StepInput) -> dict[str, Any]:
             where = evidence_for(
                 ctx.document,
                 quoted["quote"],
+                value=value,
                 page_starts=ctx.page_starts,
                 sections=sections,
                 near=(section["start"], section["end"]),
@@ -296,6 +297,10 @@ DOCUMENT_EXTRACT = with_text_extraction(
                 ),
                 output_schema=EXTRACTED_SCHEMA,
                 execute=extract_fields,
+                evidence_at="/fields/*",  # each field; found_in is quoted by nothing
+                # Which section stated a field is bookkeeping, not a value to be right about;
+                # parties are paired by name, so a reordered list is not wrong.
+                compare={"found_in": "none", "fields.parties": {"key": "name"}},
                 candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
                 answer_schemas=(_FIELDS_ANSWER,),
             ),
@@ -311,6 +316,12 @@ DOCUMENT_EXTRACT = with_text_extraction(
                 ),
                 output_schema=SUMMARY_SCHEMA,
                 execute=summarize,
+                # Prose: similar enough is right.
+                compare={
+                    "summary": {"compare": "fuzzy", "threshold": 0.6},
+                    "key_points[]": {"compare": "fuzzy", "threshold": 0.6},
+                    "risk_flags[]": {"compare": "fuzzy", "threshold": 0.6},
+                },
                 candidates=(PRIMARY_MODEL, FALLBACK_MODEL),
                 answer_schemas=(SUMMARY_SCHEMA,),
             ),

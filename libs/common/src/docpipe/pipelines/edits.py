@@ -4,8 +4,12 @@ described field by field for the audit trail.
 An edit names a value by its JSON Pointer (RFC 6901, ``/fields/total_value/amount``) and
 says what the reviewer did with it: ``confirm`` (checked, unchanged), ``correct`` (a new
 value) or ``clear`` (removed). Evidence records that point at a corrected value
-(``path``) carry the new value, marked ``corrected``, so that what is exported is what the
-reviewer approved.
+(``path``) carry the new value, marked ``corrected`` by the reviewer's name, so that what is
+exported is what the reviewer approved; the model's quote is kept as ``model_quote`` and
+is no longer the value's support (no quote, offsets or page: nothing is shown on the page
+for it, and ``supported`` is false). A reviewer may attach a passage of the document as a
+value's quote instead (:class:`ReviewerQuote`, :func:`attach_quotes`): it is then the
+value's support, judged as a model's quote is (the value must be readable in it).
 
 Pure functions of their arguments: no database, no model.
 """
@@ -19,11 +23,16 @@ from typing import Any, Literal
 
 import jsonschema
 
+from docpipe.pipelines.evidence import MAX_QUOTE_CHARS, Support, page_of
+from docpipe.pipelines.value_reading import value_in_quote
+
 __all__ = [
     "Edit",
     "EditError",
     "FieldError",
+    "ReviewerQuote",
     "apply_edits",
+    "attach_quotes",
     "carry_corrections",
     "field_diff",
     "schema_errors",
@@ -95,9 +104,12 @@ def field_diff(before: Any, after: Any) -> list[dict[str, Any]]:
     return changes
 
 
-def carry_corrections(before: Mapping[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def carry_corrections(
+    before: Mapping[str, Any], after: dict[str, Any], *, reviewer: str
+) -> dict[str, Any]:
     """``after`` with each evidence record whose value (at its ``path``) was changed from
-    ``before`` showing the new value and ``"corrected": true``."""
+    ``before`` showing the new value, ``"corrected": true`` and ``"corrected_by"``
+    ``reviewer``, and no longer supported by the model's quote (kept as ``model_quote``)."""
     records = after.get("evidence")
     if not isinstance(records, list):
         return after
@@ -107,8 +119,96 @@ def carry_corrections(before: Mapping[str, Any], after: dict[str, Any]) -> dict[
             continue
         old, new = _at(before, path), _at(after, path)
         if old != new:
-            record["value"] = None if new is _MISSING else new
-            record["corrected"] = True
+            record.update(
+                value=None if new is _MISSING else new,
+                corrected=True,
+                corrected_by=reviewer,
+                supported=False,
+                support=Support.CORRECTED.value,
+                model_quote=record.get("model_quote", record.get("quote", "")),
+                quote="",
+                start=None,
+                end=None,
+                page=None,
+                section=None,
+                section_title=None,
+            )
+            record.pop("boxes", None)
+    return after
+
+
+@dataclass(frozen=True)
+class ReviewerQuote:
+    """A passage of the document a reviewer chose as the support of the value at ``path``
+    (a JSON Pointer): its offsets in the document's text, ``end`` exclusive."""
+
+    path: str
+    start: int
+    end: int
+
+
+def attach_quotes(
+    after: dict[str, Any],
+    quotes: Sequence[ReviewerQuote],
+    *,
+    document: str,
+    page_starts: Sequence[int],
+    reviewer: str,
+) -> dict[str, Any]:
+    """``after`` with each quote set on the evidence record of its value: the passage as
+    its quote, its offsets and page, ``quoted_by`` the reviewer, ``supported`` when the
+    value (as approved) can be read in it, else "quote found, value not in it"; a
+    correction's ``corrected_by`` and ``model_quote`` stay. EditError naming each quote
+    whose value no evidence record holds, or whose offsets are not a passage of the
+    document (empty, past its end, longer than a quote may be)."""
+    records = after.get("evidence")
+    by_path = {
+        r["path"]: r
+        for r in (records if isinstance(records, list) else [])
+        if isinstance(r, dict) and isinstance(r.get("path"), str)
+    }
+    errors = []
+    for quote in quotes:
+        record = by_path.get(quote.path)
+        if record is None:
+            errors.append(
+                FieldError(
+                    quote.path,
+                    "no evidence record holds this value: a quote is "
+                    "attached to a value the step quoted",
+                )
+            )
+            continue
+        passage = document[quote.start : quote.end] if quote.start >= 0 else ""
+        if not passage.strip() or quote.end > len(document) or len(passage) > MAX_QUOTE_CHARS:
+            errors.append(
+                FieldError(
+                    quote.path,
+                    f"characters {quote.start}-{quote.end} are not a passage of the document "
+                    f"(it has {len(document)}; a quote holds 1-{MAX_QUOTE_CHARS} of them)",
+                )
+            )
+            continue
+        value = _at(after, quote.path)
+        support = (
+            Support.SUPPORTED
+            if value is not _MISSING and value_in_quote(value, passage)
+            else Support.VALUE_NOT_IN_QUOTE
+        )
+        record.update(
+            quote=passage,
+            start=quote.start,
+            end=quote.end,
+            page=page_of(page_starts, quote.start),
+            section=None,
+            section_title=None,
+            supported=support is Support.SUPPORTED,
+            support=support.value,
+            quoted_by=reviewer,
+        )
+        record.pop("boxes", None)
+    if errors:
+        raise EditError(errors)
     return after
 
 
@@ -179,24 +279,25 @@ def _diff(before: Any, after: Any, path: str, changes: list[dict[str, Any]]) -> 
         for key in dict.fromkeys([*before, *after]):
             here = path + _pointer([key])
             if key not in after:
-                changes.append({"path": here, "change": "removed", "before": before[key],
-                                "after": None})  # fmt: skip
+                changes.append(
+                    {"path": here, "change": "removed", "before": before[key], "after": None}
+                )
             elif key not in before:
-                changes.append({"path": here, "change": "added", "before": None,
-                                "after": after[key]})  # fmt: skip
+                changes.append(
+                    {"path": here, "change": "added", "before": None, "after": after[key]}
+                )
             else:
                 _diff(before[key], after[key], here, changes)
     elif isinstance(before, list) and isinstance(after, list):
         for i in range(max(len(before), len(after))):
             here = f"{path}/{i}"
             if i >= len(after):
-                changes.append({"path": here, "change": "removed", "before": before[i],
-                                "after": None})  # fmt: skip
+                changes.append(
+                    {"path": here, "change": "removed", "before": before[i], "after": None}
+                )
             elif i >= len(before):
-                changes.append({"path": here, "change": "added", "before": None,
-                                "after": after[i]})  # fmt: skip
+                changes.append({"path": here, "change": "added", "before": None, "after": after[i]})
             else:
                 _diff(before[i], after[i], here, changes)
     elif before != after or type(before) is not type(after):
-        changes.append({"path": path or "/", "change": "changed", "before": before,
-                        "after": after})  # fmt: skip
+        changes.append({"path": path or "/", "change": "changed", "before": before, "after": after})

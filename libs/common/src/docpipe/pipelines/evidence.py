@@ -5,7 +5,11 @@ joined again, quotation marks in its own style. :func:`locate_quote` finds the p
 the document's text all the same, and gives offsets into that text, so that
 ``document[start:end]`` is the passage as the document has it. What the model quoted is
 never trusted to be in the document: a quote that cannot be found makes the value
-``unsupported`` (kept, and flagged), never silently dropped.
+``unsupported`` (kept, and flagged), never silently dropped. Nor is the quote trusted to
+hold the value: a value is ``supported`` only when its quote is in the document *and* the
+value can be read in the quote (docpipe.pipelines.value_reading says how); otherwise it is
+"quote found, value not in it" (:class:`Support`). A value a reviewer corrected is
+supported by no quote of the model's any more (docpipe.pipelines.edits).
 
 Pure functions of their arguments: no database, no model.
 """
@@ -15,13 +19,17 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any
+
+from docpipe.pipelines.value_reading import value_in_quote
 
 __all__ = [
     "EVIDENCE_SCHEMA",
     "MAX_QUOTE_CHARS",
     "QUOTE_BOX_SCHEMA",
+    "Support",
     "evidence_for",
     "evidence_records",
     "locate_quote",
@@ -29,8 +37,27 @@ __all__ = [
     "page_of",
     "quoted_values",
     "section_of",
+    "support_label",
+    "support_of",
     "unsupported_values",
 ]
+
+
+class Support(StrEnum):
+    """What a value's evidence says for it (a record's ``support``)."""
+
+    SUPPORTED = "supported"  # the quote is in the document, and the value can be read in it
+    VALUE_NOT_IN_QUOTE = "value_not_in_quote"  # the quote is found; the value is not in it
+    QUOTE_NOT_FOUND = "quote_not_found"  # the quote is not in the document
+    CORRECTED = "corrected"  # a reviewer changed the value: the model's quote is not its support
+
+
+_SUPPORT_LABELS = {
+    Support.SUPPORTED: "supported",
+    Support.VALUE_NOT_IN_QUOTE: "quote found, value not in it",
+    Support.QUOTE_NOT_FOUND: "quote not in the document",
+    Support.CORRECTED: "corrected",
+}
 
 # A quote is a passage, not the document: a longer one is refused by the answer's schema
 # and not searched.
@@ -71,8 +98,11 @@ QUOTE_BOX_SCHEMA: dict[str, Any] = {
 # One value with its evidence, as a step records it in the ``evidence`` list of its output
 # and GET /runs/{id} shows it: offsets into the document text (``end`` exclusive), the
 # 1-based page and the section holding ``start``; all null when the quote is not found.
+# ``supported`` holds when ``support`` is "supported" (a record made before ``support``
+# existed has none: its ``supported`` said only that the quote was found).
 # ``path``, where known, is the JSON Pointer of the value in the step's output (a reviewer's
-# correction of that value is carried into the record). GET /runs/{id} adds the quote's
+# correction of that value is carried into the record: ``corrected``, ``corrected_by``, the
+# model's quote moved to ``model_quote`` and the offsets null). GET /runs/{id} adds the quote's
 # ``boxes`` on its page(s), from the geometry extraction kept with each page
 # (docpipe.state.pages): a step records offsets, not places.
 EVIDENCE_SCHEMA: dict[str, Any] = {
@@ -89,6 +119,10 @@ EVIDENCE_SCHEMA: dict[str, Any] = {
         "section": {"type": ["string", "null"]},
         "section_title": {"type": ["string", "null"]},
         "supported": {"type": "boolean"},
+        "support": {"enum": [str(s) for s in Support]},
+        "corrected": {"type": "boolean"},
+        "corrected_by": {"type": ["string", "null"]},
+        "model_quote": {"type": "string", "maxLength": MAX_QUOTE_CHARS},
         "boxes": {"type": "array", "items": QUOTE_BOX_SCHEMA},
     },
 }
@@ -216,18 +250,29 @@ def evidence_for(
     document: str,
     quote: str,
     *,
+    value: Any,
     page_starts: Sequence[int],
     sections: Sequence[Mapping[str, Any]],
     near: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Where ``quote`` stands, on which page and in which section (the evidence of
-    :data:`EVIDENCE_SCHEMA` but its field and value); ``supported`` is False, and the rest
-    null, when it is not found."""
+    """Where ``quote`` stands, on which page and in which section, and whether it supports
+    ``value`` (the evidence of :data:`EVIDENCE_SCHEMA` but its field and value): supported
+    when the quote is found and ``value`` can be read in it; when it is not found, the
+    offsets, page and section are null."""
     span = locate_quote(document, quote, near=near)
     if span is None:
-        return {"quote": quote, "start": None, "end": None, "page": None, "section": None,
-                "section_title": None, "supported": False}  # fmt: skip
+        return {
+            "quote": quote,
+            "start": None,
+            "end": None,
+            "page": None,
+            "section": None,
+            "section_title": None,
+            "supported": False,
+            "support": Support.QUOTE_NOT_FOUND.value,
+        }
     section = section_of(sections, span[0])
+    support = Support.SUPPORTED if value_in_quote(value, quote) else Support.VALUE_NOT_IN_QUOTE
     return {
         "quote": quote,
         "start": span[0],
@@ -235,8 +280,30 @@ def evidence_for(
         "page": page_of(page_starts, span[0]),
         "section": None if section is None else str(section["number"]),
         "section_title": None if section is None else str(section["title"]),
-        "supported": True,
+        "supported": support is Support.SUPPORTED,
+        "support": support.value,
     }
+
+
+def support_of(record: Mapping[str, Any]) -> Support:
+    """What ``record`` says for its value; a record made before ``support`` existed says
+    what its fields do (its ``supported`` meant only that the quote was found)."""
+    try:
+        return Support(record["support"])
+    except (KeyError, ValueError):
+        if record.get("corrected"):
+            return Support.CORRECTED
+        return Support.SUPPORTED if record.get("supported") else Support.QUOTE_NOT_FOUND
+
+
+def support_label(record: Mapping[str, Any]) -> str:
+    """What a person reads for ``record``'s support: "supported", "quote found, value not in
+    it", "quote not in the document", "corrected by NAME"."""
+    support = support_of(record)
+    if support is Support.CORRECTED:
+        by = record.get("corrected_by")
+        return f"corrected by {by}" if by else "corrected by a reviewer"
+    return _SUPPORT_LABELS[support]
 
 
 def evidence_records(outputs: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -276,17 +343,34 @@ def quoted_values(
     for key, quoted in entries:
         if not isinstance(quoted, Mapping) or not isinstance(quoted.get("quote"), str):
             continue
-        where = evidence_for(document, quoted["quote"], page_starts=page_starts,
-                             sections=sections)  # fmt: skip
+        where = evidence_for(
+            document,
+            quoted["quote"],
+            value=quoted.get("value"),
+            page_starts=page_starts,
+            sections=sections,
+        )
         name = ".".join(p for p in (*at.strip("/").split("/"), key) if p)
-        records.append({"field": name, "path": f"{at}/{key}/value",
-                        "value": quoted.get("value"), **where})  # fmt: skip
+        records.append(
+            {"field": name, "path": f"{at}/{key}/value", "value": quoted.get("value"), **where}
+        )
     return records
 
 
-def unsupported_values(outputs: Mapping[str, Any]) -> list[str]:
-    """The fields whose recorded evidence was not found in the document."""
-    return [r["field"] for r in evidence_records(outputs) if not r["supported"]]
+def unsupported_values(
+    outputs: Mapping[str, Any], *, only: Support | None = None
+) -> list[tuple[str, Support]]:
+    """The fields whose recorded evidence does not support their value, with what it says
+    (``only``: those that say so); a value a reviewer corrected is not among them (a person
+    stands behind it)."""
+    found: list[tuple[str, Support]] = []
+    for record in evidence_records(outputs):
+        support = support_of(record)
+        if support in (Support.SUPPORTED, Support.CORRECTED):
+            continue
+        if only is None or support is only:
+            found.append((record["field"], support))
+    return found
 
 
 def _is_record(item: Any) -> bool:
@@ -305,11 +389,21 @@ def _is_record(item: Any) -> bool:
         and (item["section"] is None or isinstance(item["section"], str))
         and (item.get("section_title") is None or isinstance(item["section_title"], str))
         and isinstance(item["supported"], bool)
+        and item.get("support", Support.SUPPORTED) in _SUPPORTS
+        and isinstance(item.get("corrected", False), bool)
+        and (item.get("corrected_by") is None or isinstance(item["corrected_by"], str))
+        and (
+            "model_quote" not in item
+            or (
+                isinstance(item["model_quote"], str) and len(item["model_quote"]) <= MAX_QUOTE_CHARS
+            )
+        )
         and ("boxes" not in item or _are_boxes(item["boxes"]))
     )
 
 
 _REQUIRED = frozenset(EVIDENCE_SCHEMA["required"])
+_SUPPORTS = frozenset(str(s) for s in Support)
 _BOX_REQUIRED = frozenset(QUOTE_BOX_SCHEMA["required"])
 
 

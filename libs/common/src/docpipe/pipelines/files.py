@@ -13,7 +13,8 @@ A step may say which of its answer's values carry quotes (``evidence: <property>
 mapping of names to ``{value, quote}`` objects or a list of them): docpipe then locates each
 quote in the document as ``document_extract`` does and adds the records to the step's output
 as its ``evidence`` list, so ``review: [unsupported_evidence]`` works on it. A step may ask
-for a person with ``review:`` (docpipe.pipelines.review).
+for a person with ``review:`` (docpipe.pipelines.review), and say how an evaluation compares
+its output with ``compare:`` (docpipe.evaluation.comparators).
 
 Loading checks the file against the published schema, every output schema against the
 JSON Schema meta-schema, every template variable and ``over`` against the earlier steps and
@@ -37,6 +38,7 @@ import yaml
 from docpipe.errors import InvalidOutputError
 from docpipe.pipelines.evidence import EVIDENCE_SCHEMA, quoted_values
 from docpipe.pipelines.model import (
+    CompareError,
     JSONSchema,
     Pipeline,
     PipelineError,
@@ -88,8 +90,13 @@ def load_pipeline_file(text: str, origin: str) -> Pipeline:
         except (PipelineError, TemplateError) as exc:
             raise fail(path, f"step {spec['name']!r}: {exc}") from None
     try:
-        return Pipeline(data["name"], data["version"], tuple(steps), source=origin,
-                        review_if=tuple(data.get("review_if", ())))  # fmt: skip
+        return Pipeline(
+            data["name"],
+            data["version"],
+            tuple(steps),
+            source=origin,
+            review_if=tuple(data.get("review_if", ())),
+        )
     except PipelineError as exc:
         raise fail((), str(exc)) from None
 
@@ -162,7 +169,12 @@ def _step(
             answer_schemas=(answer_schema,),
             spec={k: v for k, v in spec.items() if k in _SPEC_KEYS},
             review=spec.get("review"),
+            compare=spec.get("compare"),
+            evidence_at=_evidence_at(quoted, mapped),
         )
+    except CompareError as exc:
+        at = (*path, "compare", exc.path) if exc.path else (*path, "compare")
+        raise _AtPath(at, str(exc).removeprefix(f"step {spec['name']!r}: ")) from None
     except ReviewRuleError as exc:
         at = (*path, "review") if exc.index is None else (*path, "review", exc.index)
         raise _AtPath(at, str(exc).removeprefix(f"step {spec['name']!r}: ")) from None
@@ -182,10 +194,22 @@ def _check_quoted(schema: JSONSchema, prop: str, at: tuple[str | int, ...]) -> N
         if isinstance(extra := held.get("additionalProperties"), Mapping):
             items.append(extra)
     shapes = [i.get("properties", {}) for i in items]
-    if not items or any("value" not in s or s.get("quote", {}).get("type") != "string"
-                        for s in shapes):  # fmt: skip
-        raise _AtPath(at, f"evidence: {prop} must hold objects {{value, quote}} (a mapping of "
-                      "them or a list) whose quote is a string")  # fmt: skip
+    if not items or any(
+        "value" not in s or s.get("quote", {}).get("type") != "string" for s in shapes
+    ):
+        raise _AtPath(
+            at,
+            f"evidence: {prop} must hold objects {{value, quote}} (a mapping of "
+            "them or a list) whose quote is a string",
+        )
+
+
+def _evidence_at(quoted: str | None, mapped: bool) -> str | None:
+    """Where the step's evidence records point (docpipe.pipelines.evidence.quoted_values):
+    each ``value`` under the quoted property, of each item when the step maps."""
+    if quoted is None:
+        return None
+    return f"/items/*/{quoted}/*/value" if mapped else f"/{quoted}/*/value"
 
 
 def _with_evidence(output_schema: JSONSchema) -> JSONSchema:
@@ -208,8 +232,14 @@ def _sections(outputs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _locate(step: StepInput, answer: Mapping[str, Any], prop: str, prefix: str = "") -> list[Any]:
-    return quoted_values(answer, prop, document=step.document, page_starts=step.page_starts,
-                         sections=_sections(step.outputs), prefix=prefix)  # fmt: skip
+    return quoted_values(
+        answer,
+        prop,
+        document=step.document,
+        page_starts=step.page_starts,
+        sections=_sections(step.outputs),
+        prefix=prefix,
+    )
 
 
 def _check_fan_out_bound(
@@ -221,11 +251,17 @@ def _check_fan_out_bound(
     stated = (listed or {}).get("maxItems")
     max_items = int(spec.get("max_items", DEFAULT_MAX_ITEMS))
     if not isinstance(stated, int):
-        raise _AtPath(at, f"{spec['over']} has no maxItems in its schema: bound the list a "
-                      f"map step fans out over (each item is a paid call)")  # fmt: skip
+        raise _AtPath(
+            at,
+            f"{spec['over']} has no maxItems in its schema: bound the list a "
+            f"map step fans out over (each item is a paid call)",
+        )
     if stated > max_items:
-        raise _AtPath(at, f"{spec['over']} may hold {stated} items (maxItems), more than "
-                      f"this step maps (max_items {max_items})")  # fmt: skip
+        raise _AtPath(
+            at,
+            f"{spec['over']} may hold {stated} items (maxItems), more than "
+            f"this step maps (max_items {max_items})",
+        )
 
 
 def _checked_path(

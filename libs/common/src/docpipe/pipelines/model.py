@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import jsonschema
 
 from docpipe.errors import DocpipeError, InvalidRequestError
+from docpipe.evaluation.comparators import ComparatorError, Node, field_tree, parse_overrides
 from docpipe.pipelines.poor_extraction import DEFAULT_POOR_EXTRACTION_SHARE
 from docpipe.pipelines.review import (
     PIPELINE_RULES,
@@ -33,6 +34,7 @@ from docpipe.pipelines.review import (
 __all__ = [
     "NAME_PATTERN",
     "REVIEW_RULES",
+    "CompareError",
     "JSONSchema",
     "Pipeline",
     "PipelineError",
@@ -49,8 +51,9 @@ NAME_PATTERN = "^[a-z][a-z0-9_]{0,62}$"
 _NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 MAX_STEP_ATTEMPTS = 50
 # Pipeline-level rules (``review_if``): each is checked after every step, on that step's
-# output. unsupported_evidence: a value's quote was not found in the document (the
-# evidence a step records with docpipe.pipelines.evidence says "supported": false).
+# output. unsupported_evidence: a value's quote was not found in the document, or does not
+# hold the value (the evidence a step records with docpipe.pipelines.evidence says
+# "supported": false); value_not_in_quote: only the second.
 # poor_extraction: most of the document's pages could not be read, or a step that records
 # evidence found no value at all (docpipe.pipelines.poor_extraction).
 REVIEW_RULES = PIPELINE_RULES
@@ -66,6 +69,14 @@ class ReviewRuleError(PipelineError):
     def __init__(self, message: str, index: int | None) -> None:
         super().__init__(message)
         self.index = index
+
+
+class CompareError(PipelineError):
+    """A step's comparator override is wrong; ``path`` is the override's field path."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class StepInput(Protocol):
@@ -110,6 +121,9 @@ class Step:
     ``max_attempts`` and ``budget_usd`` bound what the step may retry and spend.
     ``review`` asks for a person after the step: ``"always"`` or rules on its output
     (docpipe.pipelines.review); the run then pauses in ``needs_review`` after this step.
+    ``compare`` overrides how an evaluation compares the step's output field by field
+    (docpipe.evaluation.comparators); it is checked here against the output schema and is
+    no part of the definition hash: it changes how runs are scored, not what they do.
     """
 
     name: str
@@ -136,6 +150,13 @@ class Step:
     # "always", or a list of rules (docpipe.pipelines.review); parsed into ``review_rules``.
     review: str | Sequence[str | Mapping[str, Any]] | None = None
     review_rules: tuple[ReviewRule, ...] = field(init=False, repr=False, compare=False)
+    compare: Mapping[str, Any] | None = field(default=None, compare=False)
+    comparison: Node = field(init=False, repr=False, compare=False)
+    # Where the step's evidence records point: a JSON Pointer into its output, ``*`` for any
+    # one key or index ("/fields/*"). The exports give evidence columns to those values
+    # alone; None: to every value of a step that records evidence. No part of the
+    # definition hash either: it says how results are shown, not what the step does.
+    evidence_at: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         where = f"step {self.name!r}"
@@ -150,11 +171,24 @@ class Step:
         if self.budget_usd is not None and self.budget_usd <= 0:
             raise PipelineError(f"{where}: budget_usd must be positive")
         check_json_schema(self.output_schema, where=f"{where}: output_schema")
+        if self.evidence_at is not None and not (
+            self.evidence_at.startswith("/")
+            and "evidence" in self.output_schema.get("properties", {})
+        ):
+            raise PipelineError(
+                f'{where}: evidence_at is a JSON Pointer ("/fields/*") into the output of a '
+                'step that records evidence (an "evidence" list in its output schema)'
+            )
         try:
             rules = parse_rules(self.review, self.output_schema)
         except RuleError as exc:
             raise ReviewRuleError(f"{where}: {exc}", exc.index) from None
         object.__setattr__(self, "review_rules", rules)
+        try:
+            tree = field_tree(self.output_schema, _scored(self.output_schema, self.compare))
+        except ComparatorError as exc:
+            raise CompareError(f"{where}: {exc}", exc.path) from None
+        object.__setattr__(self, "comparison", tree)
 
     @property
     def system_prompt(self) -> str:
@@ -188,6 +222,15 @@ class Step:
             "output_schema": self.output_schema,
             "spec": dict(self.spec) if self.spec is not None else {"code": _code_of(self)},
         }
+
+
+def _scored(schema: JSONSchema, compare: Any) -> dict[str, dict[str, Any]]:
+    """The step's overrides; a step that records evidence has it scored as evidence, not
+    compared as a value (unless the step says otherwise)."""
+    overrides = parse_overrides(compare)
+    if "evidence" in schema.get("properties", {}):
+        overrides.setdefault("evidence", {"compare": "none"})
+    return overrides
 
 
 def _code_of(step: Step) -> str:
@@ -244,14 +287,17 @@ class Pipeline:
         object.__setattr__(self, "review_if", tuple(self.review_if))
         for rule in self.review_if:
             if rule not in REVIEW_RULES:
-                raise PipelineError(f"pipeline {self.key}: unknown review_if rule {rule!r} "
-                                    f"(known: {', '.join(sorted(REVIEW_RULES))})")  # fmt: skip
+                raise PipelineError(
+                    f"pipeline {self.key}: unknown review_if rule {rule!r} "
+                    f"(known: {', '.join(sorted(REVIEW_RULES))})"
+                )
         records = any("evidence" in s.output_schema.get("properties", {}) for s in self.steps)
-        if "unsupported_evidence" in self.review_if and not records:
-            raise PipelineError(
-                f"pipeline {self.key}: review_if unsupported_evidence needs a step that "
-                'records evidence (an "evidence" list in its output schema)'
-            )
+        for rule in ("unsupported_evidence", "value_not_in_quote"):
+            if rule in self.review_if and not records:
+                raise PipelineError(
+                    f"pipeline {self.key}: review_if {rule} needs a step that records "
+                    'evidence (an "evidence" list in its output schema)'
+                )
 
     @property
     def key(self) -> str:
@@ -284,12 +330,19 @@ class Pipeline:
         rules, then the pipeline's (empty: it goes on). ``sample_at`` is the document's
         :func:`~docpipe.pipelines.review.sample_point` for this step;
         ``poor_extraction_share`` is DOCPIPE_POOR_EXTRACTION_SHARE."""
+        return rule_reasons(self.rules_after(step, poor_extraction_share), output, sample_at)
+
+    def rules_after(
+        self, step: str, poor_extraction_share: float = DEFAULT_POOR_EXTRACTION_SHARE
+    ) -> tuple[ReviewRule, ...]:
+        """The rules checked on ``step``'s output: its own, then the pipeline's."""
         rules = self.step(step).review_rules
         shared = tuple(ReviewRule(r) for r in self.review_if if ReviewRule(r) not in rules)
         # The rule's threshold is a setting, not part of the definition (nor of its hash).
-        ruled = tuple(replace(r, limit=poor_extraction_share) if r.kind == "poor_extraction"
-                      else r for r in (*rules, *shared))  # fmt: skip
-        return rule_reasons(ruled, output, sample_at)
+        return tuple(
+            replace(r, limit=poor_extraction_share) if r.kind == "poor_extraction" else r
+            for r in (*rules, *shared)
+        )
 
     def step(self, name: str) -> Step:
         try:

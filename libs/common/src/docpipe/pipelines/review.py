@@ -10,7 +10,8 @@ pipeline file (``review:``)::
       - {field: confidence, below: 0.8}
       - {field: fields.governing_law, missing: true}   # null, absent or empty
       - {field: fields.parties, shorter_than: 2}       # also longer_than
-      - unsupported_evidence                           # a quote not in the document
+      - unsupported_evidence                           # a value its quote does not support
+      - value_not_in_quote                             # ... only: quote found, value not in it
       - poor_extraction                                # the document could not be read
       - {sample: 0.05}                                 # 5 % of documents
 
@@ -33,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from docpipe.pipelines.evidence import unsupported_values
+from docpipe.pipelines.evidence import Support, support_label, unsupported_values
 from docpipe.pipelines.poor_extraction import DEFAULT_POOR_EXTRACTION_SHARE, poor_extraction
 from docpipe.pipelines.templates import TemplateError, lookup, parse_path, schema_at
 
@@ -50,7 +51,9 @@ __all__ = [
 
 ALWAYS = "always"
 # Rules a pipeline may set for all its steps (``review_if``); each also works on one step.
-PIPELINE_RULES = frozenset({"unsupported_evidence", "poor_extraction"})
+PIPELINE_RULES = frozenset({"unsupported_evidence", "value_not_in_quote", "poor_extraction"})
+# The rules that read a step's evidence, and which unsupported values each asks about.
+_EVIDENCE_RULES = {"unsupported_evidence": None, "value_not_in_quote": Support.VALUE_NOT_IN_QUOTE}
 _BOUNDS = ("above", "below")
 _LENGTHS = ("longer_than", "shorter_than")
 _FIELD_TESTS = (*_BOUNDS, *_LENGTHS, "missing")
@@ -98,12 +101,16 @@ class ReviewRule:
         """The reason this rule asks for a person about ``output``, or None."""
         if self.kind == ALWAYS:
             return Reason(ALWAYS, "this step is always reviewed")
-        if self.kind == "unsupported_evidence":
-            fields = unsupported_values({"step": output})
+        if self.kind in _EVIDENCE_RULES:
+            fields = unsupported_values({"step": output}, only=_EVIDENCE_RULES[self.kind])
             if not fields:
                 return None
-            return Reason(self.kind, f"{len(fields)} value(s) whose quote is not in the "
-                          f"document ({', '.join(fields)})")  # fmt: skip
+            listed = ", ".join(
+                f"{name} ({support_label({'support': support})})" for name, support in fields
+            )
+            return Reason(
+                self.kind, f"{len(fields)} value(s) their quote does not support: {listed}"
+            )
         if self.kind == "poor_extraction":
             share = DEFAULT_POOR_EXTRACTION_SHARE if self.limit is None else self.limit
             why = poor_extraction(output, max_share=share)
@@ -175,11 +182,9 @@ def parse_rules(spec: Any, output_schema: Mapping[str, Any]) -> tuple[ReviewRule
 def _rule(item: Any, output_schema: Mapping[str, Any]) -> ReviewRule:
     if isinstance(item, str):
         if item in PIPELINE_RULES:
-            if item == "unsupported_evidence" and "evidence" not in output_schema.get(
-                "properties", {}
-            ):
+            if item in _EVIDENCE_RULES and "evidence" not in output_schema.get("properties", {}):
                 raise RuleError(
-                    'unsupported_evidence needs an "evidence" list in the step\'s output '
+                    f'{item} needs an "evidence" list in the step\'s output '
                     "(declare evidence: in a file step)"
                 )
             return ReviewRule(item)

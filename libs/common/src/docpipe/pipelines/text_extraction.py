@@ -45,7 +45,7 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["format", "pages", "ocr_pages", "characters", "warnings", "rotated_pages"],
     "properties": {
-        "format": {"enum": ["text", "pdf", "docx"]},
+        "format": {"enum": ["text", "pdf", "docx", "png", "jpeg", "tiff"]},
         "pages": {"type": "integer", "minimum": 1},
         "ocr_pages": {"type": "integer", "minimum": 0},
         "characters": {"type": "integer", "minimum": 0},
@@ -82,10 +82,10 @@ EXTRACT_TEXT_STEP = Step(
     name=EXTRACT_TEXT,
     execute=_run_by_the_worker,
     output_schema=EXTRACTION_SCHEMA,
-    prompt_version=f"{EXTRACT_TEXT}@v2",
+    prompt_version=f"{EXTRACT_TEXT}@v3",
     # What defines the step for the definition hash: a new extractor is a new version.
-    # 2: pages read upright, warnings with kind, page and value.
-    spec={"kind": "code", "runs": "docpipe.worker.text_extraction", "version": 2},
+    # 2: pages read upright, warnings with kind, page and value. 3: images (PNG, JPEG, TIFF).
+    spec={"kind": "code", "runs": "docpipe.worker.text_extraction", "version": 3},
 )
 
 

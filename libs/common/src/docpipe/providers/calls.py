@@ -5,7 +5,10 @@ client, the limiter, its lease); the step's own code sees only :meth:`StepCalls.
 :class:`~docpipe.pipelines.StepInput` with the document, the earlier outputs and ``ask``.
 A call whose answer was already accepted for this run, step and generation returns the
 stored answer without a request, so a step that is retried after a crash re-sends only the
-calls that had not finished.
+calls that had not finished. A run that reuses answers (an evaluation's, or one that opted
+in) also takes the answer the tenant's reuse cache holds for the very same request (model,
+parameters, messages, schema: PlannedCall.request_sha256) from another such run, and puts
+its own answers there; reused_answer names the call each reuse came from.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -26,10 +31,12 @@ from docpipe.errors import (
     LLMError,
     PermanentLLMError,
     RunStoppedError,
+    WaitingForProviderBatch,
 )
+from docpipe.interruptions import shielded
 from docpipe.observability import metrics
 from docpipe.pipelines.model import Step, StepInput
-from docpipe.providers.client import ChatClient
+from docpipe.providers.client import ChatClient, read_completion
 from docpipe.providers.completions import CallLabels, CallRecord, Completions
 from docpipe.providers.limiter import CallGate, no_gate
 from docpipe.providers.routing import (
@@ -42,7 +49,7 @@ from docpipe.providers.routing import (
     step_candidates,
 )
 from docpipe.settings import Settings
-from docpipe.state import call_log
+from docpipe.state import call_log, provider_batches
 from docpipe.state.call_log import CallCheck, CallKey
 from docpipe.state.db import Database
 from docpipe.statuses import ACTIVE_RUN_STATUSES, Priority
@@ -50,6 +57,9 @@ from docpipe.statuses import ACTIVE_RUN_STATUSES, Priority
 __all__ = ["StepCalls", "call_request_id"]
 
 _T = TypeVar("_T")
+
+# How often a thread waiting for a round's answers wakes (for a time limit's interruption).
+_WAKE_S = 0.25
 
 
 @dataclass
@@ -79,7 +89,7 @@ class StepCalls:
     _completions: Completions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._completions = Completions(self.db, lambda: self._in_flight)
+        self._completions = Completions(self.db, lambda: self._in_flight, run_id=self.run_id)
 
     def input(
         self, document: str, outputs: Mapping[str, Any], page_starts: Sequence[int] = (0,)
@@ -105,8 +115,11 @@ class StepCalls:
                 f"fan-out may send is {self.settings.max_fanout_calls} (DOCPIPE_MAX_FANOUT_CALLS)",
                 kind="fan_out_too_large",
             )
-        parallel = min(concurrency or self.settings.step_call_concurrency,
-                       self.settings.step_call_concurrency, len(requests))  # fmt: skip
+        parallel = min(
+            concurrency or self.settings.step_call_concurrency,
+            self.settings.step_call_concurrency,
+            len(requests),
+        )
         if parallel <= 1:
             return [self.ask(*r) for r in requests]
         pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="step-call")
@@ -117,7 +130,10 @@ class StepCalls:
             for first in range(0, len(requests), parallel):
                 round_futures = self._start_round(requests[first : first + parallel], pool)
                 try:
-                    wait(round_futures)
+                    # In slices, so that an interruption of this thread (a threads pool's
+                    # time limit: docpipe.interruptions) lands while the round is on the wire.
+                    while wait(round_futures, timeout=_WAKE_S).not_done:
+                        pass
                 finally:
                     self._unreserve_left()
                 futures += round_futures
@@ -179,8 +195,10 @@ class StepCalls:
         ]
         # Each call's row names the step's first candidate, written with the checks; the
         # router may then move it to another model before anything is sent.
-        first = [self._plan(candidates[0], m, r[2], _first_reason(candidates))
-                 for m, r in zip(messages, requests, strict=True)]  # fmt: skip
+        first = [
+            self._plan(candidates[0], m, r[2], _first_reason(candidates))
+            for m, r in zip(messages, requests, strict=True)
+        ]
         checks = call_log.check_and_start_calls(
             self.db,
             [self._call_key(r[0], f.model.name) for r, f in zip(requests, first, strict=True)],
@@ -188,6 +206,7 @@ class StepCalls:
             requests=[f.log_params() for f in first],
             estimated_costs_usd=[f.estimated_cost for f in first],
             step_budget_usd=self.step.budget_usd,
+            batch_costs_usd=[f.batch_estimated_cost for f in first],
         )
         if not checks:
             raise RunStoppedError(f"run {self.run_id} is no longer running")
@@ -197,9 +216,14 @@ class StepCalls:
         ]
         if pool is None:
             return [_settled(call) for call in calls]
-        self._reserve(first[0].model.name,
-                      [f.estimated_tokens for f, c in zip(first, checks, strict=True)
-                       if c.memo is None and c.call_id is not None])  # fmt: skip
+        self._reserve(
+            first[0].model.name,
+            [
+                f.estimated_tokens
+                for f, c in zip(first, checks, strict=True)
+                if c.memo is None and c.call_id is not None and not c.provider_batch
+            ],
+        )
         # Each call runs in a copy of this context, so its trace span nests in the step's.
         return [pool.submit(_in_context_copy(call)) for call in calls]
 
@@ -241,15 +265,114 @@ class StepCalls:
             return dict(check.memo)
         if self.owner is not None and check.lease_owner != self.owner:
             raise RunStoppedError(f"the lease of {self.run_id}/{self.step.name} was taken over")
+        if check.batch_state in ("waiting", "packed"):
+            raise WaitingForProviderBatch(f"{call_key} waits for its provider batch")
+        if check.batch_state == "answered":
+            return self._answered_in_batch(call_key, messages, schema, check)
         routed = self._route(check, candidates, messages, schema)
         call_id: int | None = self._record_route(call_key, check, first, routed)
+        if check.batch_state == "failed" and check.batch_call_id is not None:
+            # Sent again, as this new row: by the next provider batch, or in real time.
+            provider_batches.settle_wait(self.db, check.batch_call_id)
+        if check.reuse_answers and call_id is not None:
+            # The tenant has the answer to this very request: recorded as reused, not sent.
+            reused = call_log.reuse_answer(
+                self.db, call_id, tenant_id=self.tenant_id, request_sha256=routed.request_sha256
+            )
+            if reused is not None:
+                return reused
+        if check.provider_batch and call_id is not None and self._batch_may_take(routed, check):
+            provider_batches.wait_for_batch(
+                self.db,
+                call_id,
+                self._call_key(call_key, routed.model.name),
+                provider=routed.model.provider.name,
+                body=routed.request.body(),
+                reserved_usd=routed.batch_estimated_cost,
+            )
+            raise WaitingForProviderBatch(f"{call_key} waits for a provider batch")
         invalid: list[str] = []
         for planned in [routed, *self._fallbacks(routed, messages, schema)]:
             try:
-                return self._send(call_key, planned, schema, call_id)
+                return self._send(call_key, planned, schema, call_id, remember=check.reuse_answers)
             except InvalidOutputError as exc:
                 invalid.append(f"{planned.model.name}: {exc}")
                 call_id = None
+        raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
+
+    def _batch_may_take(self, routed: PlannedCall, check: CallCheck) -> bool:
+        """Whether the call goes to a provider batch: its provider has a batch interface, and
+        a call whose last provider batch failed may try another (a permanent error, or the
+        attempts used up, and it goes in real time, where it is classified as today; so does
+        a call whose run's deadline came close while it waited)."""
+        return routed.model.provider.batch is not None and self._lane_open(check)
+
+    def _lane_open(self, check: CallCheck) -> bool:
+        """Whether the call of a provider-batch run may wait for a provider batch: always
+        at first, and after a failed one as :meth:`_batch_may_take` says."""
+        if not check.provider_batch:
+            return False
+        if check.batch_state is None:
+            return True
+        return (
+            self.settings.provider_batch_fallback == "next_batch"
+            and check.batch_attempts < self.settings.provider_batch_max_attempts
+            and check.batch_error_kind not in _PERMANENT_LINE_ERRORS
+            and check.batch_error_kind != provider_batches.DEADLINE_NEAR
+        )
+
+    def _answered_in_batch(
+        self,
+        call_key: str,
+        messages: list[dict[str, str]],
+        schema: Mapping[str, Any],
+        check: CallCheck,
+    ) -> dict[str, Any]:
+        """The answer a provider batch brought for the call, validated as every answer is
+        and recorded at the batch price; an invalid one goes to the fallback models in real
+        time, as a real-time answer would."""
+        assert check.batch_call_id is not None and check.batch_model is not None
+        planned = self._plan(check.batch_model, messages, schema, RouteReason.PREFERRED)
+        interface = planned.model.provider.batch
+        price = interface.price(planned.model.price) if interface else planned.model.price
+        labels = CallLabels(self.pipeline, self.tenant_id, self.lane, planned.model.name)
+        call = CallRecord(
+            self._completions, check.batch_call_id, price, labels, planned.route_reason
+        )
+        answered: dict[str, Any] | None = None
+        cost: Decimal | None = None
+        invalid: list[str] = []
+        try:
+            completion = read_completion(check.batch_answer, planned.request)
+            cost = price.cost(completion.input_tokens, completion.output_tokens)
+            try:
+                answered = read_answer(completion, schema, planned)
+            except InvalidOutputError as exc:
+                call.finish("invalid_output", 0.0, completion, error=exc)
+                invalid.append(f"{planned.model.name}: {exc}")
+            else:
+                call.finish("ok", 0.0, completion, response=answered)
+        except LLMError as exc:  # an answer that is no completion, or withheld
+            call.finish("error", 0.0, error=exc)
+            provider_batches.settle_wait(self.db, check.batch_call_id)
+            raise
+        realtime = planned.model.price.cost(completion.input_tokens, completion.output_tokens)
+        metrics.count_provider_batch_saving(
+            pipeline=self.pipeline,
+            tenant=self.tenant_id,
+            model=planned.model.name,
+            saved_usd=realtime - (cost or Decimal(0)),
+        )
+        provider_batches.settle_wait(
+            self.db, check.batch_call_id, cost_usd=cost, realtime_cost_usd=realtime
+        )
+        if answered is not None:
+            return answered
+        for fallback in self._fallbacks(planned, messages, schema):
+            try:
+                return self._send(call_key, fallback, schema)
+            except InvalidOutputError as exc:
+                invalid.append(f"{fallback.model.name}: {exc}")
         raise InvalidOutputError(f"{call_key}: no valid answer ({'; '.join(invalid)})")
 
     def _plan(
@@ -275,7 +398,14 @@ class StepCalls:
         before anything is sent when the budget left pays for none."""
         left, scope = call_log.budget_left(check, self.step.budget_usd)
         asked = self.step.max_tokens or self.settings.default_max_tokens
-        options = candidates_of(self.settings.provider_table, candidates, messages, asked)
+        # A call that will wait for a provider batch is routed at the batch price.
+        options = candidates_of(
+            self.settings.provider_table,
+            candidates,
+            messages,
+            asked,
+            batch=self._lane_open(check),
+        )
         route = choose_model(options, Priority(check.priority), left)
         if route is None:
             cheapest = min(options, key=lambda c: c.estimated_cost)
@@ -297,7 +427,11 @@ class StepCalls:
             )
         if routed.model.name != first.model.name:  # (the reason is recorded when it ends)
             call_log.route_call(
-                self.db, check.call_id, model=routed.model.name, request=routed.log_params()
+                self.db,
+                check.call_id,
+                run_id=self.run_id,
+                model=routed.model.name,
+                request=routed.log_params(),
             )
         return check.call_id
 
@@ -330,45 +464,65 @@ class StepCalls:
         planned: PlannedCall,
         schema: Mapping[str, Any],
         call_id: int | None = None,
+        *,
+        remember: bool = False,
     ) -> dict[str, Any]:
-        """One request, logged before it is sent (as ``call_id``, or now) and after."""
+        """One request, logged before it is sent (as ``call_id``, or now) and after; with
+        ``remember``, its answer goes into the tenant's reuse cache."""
         model = planned.model.name
         if call_id is None:
             call_id = call_log.start_call(
                 self.db, self._call_key(call_key, model), request=planned.log_params()
             )
         labels = CallLabels(self.pipeline, self.tenant_id, self.lane, model)
-        call = CallRecord(self._completions, call_id, planned.model.price, labels,
-                           planned.route_reason)  # fmt: skip
+        call = CallRecord(
+            self._completions, call_id, planned.model.price, labels, planned.route_reason
+        )
         started = time.monotonic()
-        try:
-            reserved = self._take_reserved(model)
-            with self.gate.slot(model, self.lane, planned.estimated_tokens, reserved) as ticket:
-                self._request_starts()
-                try:
-                    completion = ticket.completion = self.llm.chat(
-                        replace(planned.request, request_id=call_request_id(call_id))
-                    )
-                except BaseException:
-                    self._request_ends()  # a failed call is no memo: nothing to wait for
-                    raise
-        except RunStoppedError as exc:  # never sent: logged as such, costs nothing
-            call.finish("error", 0.0, error=LLMError(str(exc), kind="not_sent"))
-            raise
-        except LLMError as exc:
-            call.finish("error", time.monotonic() - started, error=exc)
-            raise
-        # In flight until its answer is stored: that row is the memo the next attempt reads.
-        try:
-            output = read_answer(completion, schema, planned)
-        except InvalidOutputError as exc:
-            call.finish("invalid_output", completion.latency_s, completion, error=exc)
-            raise
-        else:
-            call.finish("ok", completion.latency_s, completion, response=output)
-        finally:
-            self._request_ends()
+        with ExitStack() as paid:
+            try:
+                reserved = self._take_reserved(model)
+                with self.gate.slot(model, self.lane, planned.estimated_tokens, reserved) as ticket:
+                    self._request_starts()
+                    # From here until its answer is on record the call is paid for: a time
+                    # limit's interruption waits for that (the request ends by llm_timeout_s).
+                    paid.enter_context(shielded())
+                    try:
+                        completion = ticket.completion = self.llm.chat(
+                            replace(planned.request, request_id=call_request_id(call_id))
+                        )
+                    except BaseException:
+                        self._request_ends()  # a failed call is no memo: nothing to wait for
+                        raise
+            except RunStoppedError as exc:  # never sent: logged as such, costs nothing
+                call.finish("error", 0.0, error=LLMError(str(exc), kind="not_sent"))
+                raise
+            except LLMError as exc:
+                call.finish("error", time.monotonic() - started, error=exc)
+                raise
+            # In flight until its answer is stored: that row is the memo the next attempt reads.
+            try:
+                output = read_answer(completion, schema, planned)
+            except InvalidOutputError as exc:
+                call.finish("invalid_output", completion.latency_s, completion, error=exc)
+                raise
+            else:
+                call.finish("ok", completion.latency_s, completion, response=output)
+            finally:
+                self._request_ends()
+        if remember:
+            call_log.remember_answer(
+                self.db,
+                tenant_id=self.tenant_id,
+                request_sha256=planned.request_sha256,
+                call_id=call_id,
+            )
         return output
+
+
+# Errors of a provider batch's line that another batch would answer the same way: the call
+# goes in real time, where the error is classified as every call's is.
+_PERMANENT_LINE_ERRORS = frozenset({"bad_request", "auth", "not_found", "too_large"})
 
 
 def _first_reason(candidates: tuple[str, ...]) -> str:

@@ -23,12 +23,14 @@ with it; the caller classifies the cut-off, see :mod:`docpipe.providers.calls`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import httpx
@@ -37,9 +39,9 @@ import orjson
 
 from docpipe import json_codec
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TransientLLMError
-from docpipe.provider_specs import ProviderTable
+from docpipe.pipelines.structured_output import drop_absent_optionals
 from docpipe.providers.rate_headers import rate_limits, retry_after
-from docpipe.structured_output import OutputMode, drop_absent_optionals
+from docpipe.settings.provider_specs import OutputMode, ProviderTable
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -49,9 +51,11 @@ __all__ = [
     "Completion",
     "LLMClient",
     "ProviderClients",
+    "check_response",
     "estimate_prompt_tokens",
     "estimate_text_tokens",
     "parse_output",
+    "read_completion",
     "validate_json",
 ]
 
@@ -150,8 +154,18 @@ class ChatClient(Protocol):
     def close(self) -> None: ...
 
 
+# httpcore's connection pool looks at each of its connections for every request it starts
+# or ends, and for each idle one at all of them again: with hundreds of connections in one
+# pool (a threads worker's steps on the wire) that scan was the worker's largest CPU cost
+# (py-spy). Threads share pools of at most this many kept-alive connections instead.
+_CONNECTIONS_PER_POOL = 32
+
+
 class LLMClient:
-    """Chat completions against ``base_url`` (``.../v1``) with its own timeout."""
+    """Chat completions against ``base_url`` (``.../v1``): each request ends within
+    ``timeout_s`` (an answer still arriving then is cut off), and up to ``connections``
+    requests are kept alive for reuse (a threads worker has many on the wire at once), in
+    pools of at most 32 connections, each thread keeping to one pool."""
 
     def __init__(
         self,
@@ -159,18 +173,45 @@ class LLMClient:
         base_url: str,
         api_key: str,
         timeout_s: float,
+        connections: int = 20,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s),
-            transport=transport,
+        # No bound of its own on connections: the limiter bounds the calls in flight, and
+        # a bound here would make calls past it wait for a connection as if for the provider.
+        pools = max(1, math.ceil(connections / _CONNECTIONS_PER_POOL))
+        limits = httpx.Limits(
+            max_connections=None, max_keepalive_connections=math.ceil(connections / pools)
         )
+        # One TLS context for all the pools: each would otherwise load the CA bundle again
+        # (0.9 MB of memory a pool).
+        tls = httpx.create_ssl_context()
+        self._pools = [
+            httpx.Client(
+                base_url=base_url.rstrip("/"),
+                headers=headers,
+                timeout=httpx.Timeout(timeout_s),
+                transport=_Deadline(
+                    transport or httpx.HTTPTransport(limits=limits, verify=tls), timeout_s
+                ),
+            )
+            for _ in range(pools)
+        ]
+        self._next_pool = itertools.count()
+        self._thread = threading.local()
+
+    @property
+    def _http(self) -> httpx.Client:
+        """This thread's pool (threads take the pools in turn)."""
+        try:
+            http: httpx.Client = self._thread.http
+        except AttributeError:
+            http = self._thread.http = self._pools[next(self._next_pool) % len(self._pools)]
+        return http
 
     def close(self) -> None:
-        self._http.close()
+        for http in self._pools:
+            http.close()
 
     def chat(self, request: ChatRequest) -> Completion:
         """One completion, or a TransientLLMError / PermanentLLMError. The request's id goes
@@ -200,7 +241,8 @@ class LLMClient:
 
 class ProviderClients:
     """Every configured provider's client behind one ``chat``: a request goes to the provider
-    that serves its model (ChatRequest.provider), each with its own base URL and key."""
+    that serves its model (ChatRequest.provider), each with its own base URL and key, and as
+    many connections kept alive as the provider takes calls at once."""
 
     def __init__(
         self,
@@ -214,6 +256,7 @@ class ProviderClients:
                 base_url=p.base_url,
                 api_key=p.api_key.get_secret_value(),
                 timeout_s=timeout_s,
+                connections=p.max_concurrency,
                 transport=transport,
             )
             for p in table.providers
@@ -226,6 +269,49 @@ class ProviderClients:
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
+
+
+class _Deadline(httpx.BaseTransport):
+    """Ends a request ``timeout_s`` after it started, however its answer arrives: httpx's own
+    timeouts bound each read, so an answer sent a few bytes at a time would last forever."""
+
+    def __init__(self, inner: httpx.BaseTransport, timeout_s: float) -> None:
+        self._inner = inner
+        self._timeout_s = timeout_s
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        deadline = time.monotonic() + self._timeout_s
+        response = self._inner.handle_request(request)
+        assert isinstance(response.stream, httpx.SyncByteStream)
+        response.stream = _BodyBefore(response.stream, deadline, request)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _BodyBefore(httpx.SyncByteStream):
+    """A response body that must have arrived by ``deadline`` (else httpx.ReadTimeout)."""
+
+    def __init__(self, inner: httpx.SyncByteStream, deadline: float, request: httpx.Request):
+        self._inner = inner
+        self._deadline = deadline
+        self._request = request
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            if time.monotonic() > self._deadline:
+                raise httpx.ReadTimeout("the answer did not arrive in time", request=self._request)
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def check_response(response: httpx.Response) -> None:
+    """Nothing for a success; the provider's error as TransientLLMError or PermanentLLMError
+    (the table above) otherwise."""
+    _raise_for_status(response)
 
 
 def _raise_for_status(response: httpx.Response) -> None:
@@ -262,6 +348,24 @@ def _completion(response: httpx.Response, request: ChatRequest, latency: float) 
     try:
         # The envelope only (the answer is a string in it, read by parse_output): orjson.
         body = orjson.loads(response.content)
+    except ValueError as exc:
+        raise TransientLLMError(
+            f"provider sent an unreadable completion: {exc!r}",
+            kind="bad_response",
+            http_status=response.status_code,
+        ) from exc
+    return replace(
+        read_completion(body, request, http_status=response.status_code, latency_s=latency),
+        rate_limits=rate_limits(response.headers),
+    )
+
+
+def read_completion(
+    body: Any, request: ChatRequest, *, http_status: int = 200, latency_s: float = 0.0
+) -> Completion:
+    """The completion a chat-completions answer ``body`` (decoded JSON) holds, as ``chat``
+    reads it: from a response, or from a line of a provider batch's output file."""
+    try:
         choice = body["choices"][0]
         content = choice["message"]["content"]
         finish_reason = choice.get("finish_reason")
@@ -274,14 +378,14 @@ def _completion(response: httpx.Response, request: ChatRequest, latency: float) 
         raise TransientLLMError(
             f"provider sent an unreadable completion: {exc!r}",
             kind="bad_response",
-            http_status=response.status_code,
+            http_status=http_status,
         ) from exc
     content = content if isinstance(content, str) else ""
     if finish_reason == "content_filter":
         raise PermanentLLMError(
             "the provider's content filter withheld the answer",
             kind="content_filter",
-            http_status=response.status_code,
+            http_status=http_status,
         )
     estimated = tokens is None
     if tokens is None:
@@ -292,11 +396,10 @@ def _completion(response: httpx.Response, request: ChatRequest, latency: float) 
         model=str(body.get("model") or request.model),
         input_tokens=tokens[0],
         output_tokens=tokens[1],
-        latency_s=latency,
-        http_status=response.status_code,
+        latency_s=latency_s,
+        http_status=http_status,
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         usage_estimated=estimated,
-        rate_limits=rate_limits(response.headers),
     )
 
 

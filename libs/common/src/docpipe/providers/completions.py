@@ -12,7 +12,7 @@ from typing import Any
 from docpipe.errors import LLMError
 from docpipe.observability import metrics
 from docpipe.providers.client import Completion
-from docpipe.settings import ModelPrice
+from docpipe.settings.provider_specs import ModelPrice
 from docpipe.state import call_log
 from docpipe.state.call_log import CallFinish
 from docpipe.state.db import Database
@@ -32,13 +32,15 @@ class _Pending:
 
 
 class Completions:
-    """Completions of a step's calls, each written as it arrives; those that arrive while a
-    write is on its way, or within a few milliseconds of each other while other requests of
-    the step are still on the wire, go together in one write. A call's thread returns only
-    once its completion is on record (the memo its step's next attempt reads)."""
+    """Completions of a step's calls (of run ``run_id``), each written as it arrives; those
+    that arrive while a write is on its way, or within a few milliseconds of each other while
+    other requests of the step are still on the wire, go together in one write. A call's
+    thread returns only once its completion is on record (the memo its step's next attempt
+    reads)."""
 
-    def __init__(self, db: Database, on_wire: Callable[[], int]) -> None:
+    def __init__(self, db: Database, on_wire: Callable[[], int], *, run_id: str) -> None:
         self._db = db
+        self._run_id = run_id
         self._on_wire = on_wire  # the step's requests not yet answered and recorded
         self._changed = threading.Condition()
         self._queued: list[_Pending] = []
@@ -54,13 +56,14 @@ class Completions:
                 self._writing = True
                 # The round's other answers are often a moment behind (the same latency):
                 # wait that moment for them, never longer, so that one write takes them all.
-                self._changed.wait_for(lambda: len(self._queued) >= self._on_wire(),
-                                       timeout=_GROUP_WAIT_S)  # fmt: skip
+                self._changed.wait_for(
+                    lambda: len(self._queued) >= self._on_wire(), timeout=_GROUP_WAIT_S
+                )
                 group, self._queued = self._queued, []
         if not mine.written:
             error: BaseException | None = None
             try:
-                call_log.finish_calls(self._db, [p.finish for p in group])
+                call_log.finish_calls(self._db, [p.finish for p in group], run_id=self._run_id)
             except BaseException as exc:
                 error = exc
             with self._changed:

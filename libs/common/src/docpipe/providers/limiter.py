@@ -50,10 +50,10 @@ import redis
 
 from docpipe.errors import LLMError, TransientLLMError
 from docpipe.observability import metrics
-from docpipe.provider_specs import ResolvedModel, ResolvedProvider
 from docpipe.providers.client import Completion
 from docpipe.providers.limiter_scripts import ACQUIRE, RELEASE
 from docpipe.settings import Settings
+from docpipe.settings.provider_specs import ResolvedModel, ResolvedProvider
 
 __all__ = ["BucketState", "CallGate", "CallTicket", "LimiterState", "ProviderLimiter", "no_gate"]
 
@@ -176,9 +176,12 @@ class ProviderLimiter:
         # Waiters per model: an interactive call waiting for one model's limit holds back
         # batch calls to that model, not to another model whose limit has room.
         prefix = self._prefix(provider)
-        return [f"{prefix}:state", f"{prefix}:inflight",
-                f"{prefix}:model:{model}:waiting:interactive",
-                f"{prefix}:model:{model}:waiting:batch"]  # fmt: skip
+        return [
+            f"{prefix}:state",
+            f"{prefix}:inflight",
+            f"{prefix}:model:{model}:waiting:interactive",
+            f"{prefix}:model:{model}:waiting:batch",
+        ]
 
     def _buckets(self, model: ResolvedModel) -> list[_Bucket]:
         p, prefix = model.provider, self._prefix(model.provider.name)
@@ -231,8 +234,15 @@ class ProviderLimiter:
                     if completion is not None and not completion.usage_estimated
                     else tokens
                 )
-                self._report(spec.provider, buckets, slot_id, outcome, retry_after,
-                             correction=tokens - used, said=said)  # fmt: skip
+                self._report(
+                    spec.provider,
+                    buckets,
+                    slot_id,
+                    outcome,
+                    retry_after,
+                    correction=tokens - used,
+                    said=said,
+                )
 
     def reserve(self, model: str, lane: str, tokens: Sequence[int]) -> list[str]:
         """Slots of ``model``'s provider for a round of calls estimated at ``tokens``, in one
@@ -248,8 +258,16 @@ class ProviderLimiter:
     def unreserve(self, model: str, slot: str, tokens: int) -> None:
         """Free a reserved slot that no call took, its request and tokens given back."""
         spec = self._models[model]
-        self._report(spec.provider, self._buckets(spec), slot, "unused", 0.0,
-                     correction=tokens, said={}, requests_back=1)  # fmt: skip
+        self._report(
+            spec.provider,
+            self._buckets(spec),
+            slot,
+            "unused",
+            0.0,
+            correction=tokens,
+            said={},
+            requests_back=1,
+        )
 
     def _wait_for_slot(
         self, model: ResolvedModel, buckets: list[_Bucket], slot_id: str, lane: str, tokens: int
@@ -290,10 +308,16 @@ class ProviderLimiter:
         s = self._settings
         provider = model.provider
         args: list[str | int | float] = [
-            lane, ",".join(slot_ids), self._slot_ttl, provider.max_concurrency,
-            s.limiter_interactive_reserve, _WAITER_TTL_S, s.limiter_breaker_failures,
-            s.limiter_breaker_probe_s, len(buckets),
-        ]  # fmt: skip
+            lane,
+            ",".join(slot_ids),
+            self._slot_ttl,
+            provider.max_concurrency,
+            s.limiter_interactive_reserve,
+            _WAITER_TTL_S,
+            s.limiter_breaker_failures,
+            s.limiter_breaker_probe_s,
+            len(buckets),
+        ]
         for b in buckets:
             args += [b.limit_per_min, b.capacity, b.kind, b.cost(tokens)]
         keys = self._keys(provider.name, model.name) + [b.key for b in buckets]
@@ -301,8 +325,9 @@ class ProviderLimiter:
             answer = self._acquire(keys=keys, args=args)
         except redis.RedisError as exc:
             # One line per call: during an outage every call says it.
-            log.warning("provider limiter unavailable; calling without it (%s: %s)",
-                        type(exc).__name__, exc)  # fmt: skip
+            log.warning(
+                "provider limiter unavailable; calling without it (%s: %s)", type(exc).__name__, exc
+            )
             return ""
         if answer in (b"probe", "probe"):
             return "probe"
@@ -323,17 +348,27 @@ class ProviderLimiter:
     ) -> None:
         s = self._settings
         args: list[str | int | float] = [
-            slot_id, outcome, retry_after, s.limiter_breaker_failures, s.limiter_breaker_probe_s,
-            s.limiter_decrease_factor, s.limiter_recovery_per_s, len(buckets),
-        ]  # fmt: skip
+            slot_id,
+            outcome,
+            retry_after,
+            s.limiter_breaker_failures,
+            s.limiter_breaker_probe_s,
+            s.limiter_decrease_factor,
+            s.limiter_recovery_per_s,
+            len(buckets),
+        ]
         for b in buckets:
             kind = "requests" if b.kind == "r" else "tokens"
             heard = said if b.model_level else {}
             args += [
-                b.limit_per_min, b.capacity, b.kind, correction if b.kind == "t" else requests_back,
-                heard.get(f"remaining_{kind}", -1), heard.get(f"reset_{kind}_s", -1),
+                b.limit_per_min,
+                b.capacity,
+                b.kind,
+                correction if b.kind == "t" else requests_back,
+                heard.get(f"remaining_{kind}", -1),
+                heard.get(f"reset_{kind}_s", -1),
                 heard.get(f"limit_{kind}", -1),
-            ]  # fmt: skip
+            ]
         keys = self._keys(provider.name, "")[:2] + [b.key for b in buckets]
         try:
             self._release(keys=keys, args=args)
@@ -387,6 +422,13 @@ class ProviderLimiter:
             if limit <= 0:
                 continue
             allowed = float(rate) * 60 if rate is not None else limit
-            states.append(BucketState(provider, name, "requests" if kind == "r" else "tokens",
-                                      min(allowed, limit), limit))  # fmt: skip
+            states.append(
+                BucketState(
+                    provider,
+                    name,
+                    "requests" if kind == "r" else "tokens",
+                    min(allowed, limit),
+                    limit,
+                )
+            )
         return states

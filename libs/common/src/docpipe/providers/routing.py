@@ -21,6 +21,7 @@ order* calls go out; what goes out is decided here.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -28,10 +29,17 @@ from enum import StrEnum
 from typing import Any
 
 from docpipe.errors import InvalidOutputError, PermanentLLMError, TruncatedOutputError
-from docpipe.provider_specs import ProviderTable, ResolvedModel, SpeedTier
+from docpipe.json_codec import dumps
+from docpipe.pipelines.structured_output import StrictSchemaError, schema_name, strict_schema
 from docpipe.providers.client import ChatRequest, Completion, estimate_prompt_tokens, parse_output
+from docpipe.settings.provider_specs import (
+    ModelPrice,
+    OutputMode,
+    ProviderTable,
+    ResolvedModel,
+    SpeedTier,
+)
 from docpipe.statuses import Priority
-from docpipe.structured_output import OutputMode, StrictSchemaError, schema_name, strict_schema
 
 __all__ = [
     "Candidate",
@@ -42,6 +50,7 @@ __all__ = [
     "choose_model",
     "plan_call",
     "read_answer",
+    "request_sha256",
     "step_candidates",
 ]
 
@@ -113,6 +122,11 @@ class PlannedCall:
     estimated_tokens: int
     estimated_cost: Decimal
     route_reason: str
+    # The same at the price of its provider's batch interface (the estimate when it has none).
+    batch_estimated_cost: Decimal
+    # The request as sent and the schema its answer must meet, hashed: two calls with the
+    # same hash would get the same answer (a run that reuses answers takes the first's).
+    request_sha256: str = ""
 
     def log_params(self) -> dict[str, Any]:
         """What the call's llm_call_log row records about the request before it is sent."""
@@ -167,7 +181,17 @@ def plan_call(
         estimated_tokens=prompt + budget,
         estimated_cost=model.price.cost(prompt, budget),
         route_reason=reason,
+        batch_estimated_cost=_lane_price(model, batch=True).cost(prompt, budget),
+        request_sha256=request_sha256(request, schema),
     )
+
+
+def request_sha256(request: ChatRequest, schema: Mapping[str, Any]) -> str:
+    """SHA-256 of what decides an answer: the provider, the body as sent (model, messages,
+    parameters, response format) and the schema the answer is checked against."""
+    return hashlib.sha256(
+        dumps({"provider": request.provider, "body": request.body(), "schema": schema})
+    ).hexdigest()
 
 
 def candidates_of(
@@ -175,17 +199,28 @@ def candidates_of(
     models: Sequence[str],
     prompt: Sequence[Mapping[str, str]],
     max_tokens: int,
+    *,
+    batch: bool = False,
 ) -> list[Candidate]:
-    """The router's view of ``models``: speed tier and estimated cost of this prompt."""
+    """The router's view of ``models``: speed tier and estimated cost of this prompt (with
+    ``batch``, at the price of each one's provider batch interface, if it has one)."""
     tokens = estimate_prompt_tokens(prompt)
     return [
         Candidate(
             name,
             table.model(name).speed,
-            table.model(name).price.cost(tokens, table.model(name).max_tokens(max_tokens)),
+            _lane_price(table.model(name), batch=batch).cost(
+                tokens, table.model(name).max_tokens(max_tokens)
+            ),
         )
         for name in models
     ]
+
+
+def _lane_price(model: ResolvedModel, *, batch: bool) -> ModelPrice:
+    """``model``'s price, at its provider's batch discount when ``batch`` and it has one."""
+    interface = model.provider.batch
+    return interface.price(model.price) if batch and interface is not None else model.price
 
 
 def read_answer(

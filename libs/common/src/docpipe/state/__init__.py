@@ -1,7 +1,8 @@
 """The state machine and its SQL: every row docpipe keeps and every transition of it.
 
-``sql/schema.sql`` is the whole schema, ``sql/queries.sql`` the named statements and
-``sql/migrations/`` what gets applied. Each module owns the transitions of its tables:
+``sql/schema.sql`` is the whole schema, ``sql/queries/`` the named statements (a file for
+each module, ``runs.sql`` for :mod:`.runs`, and ``gauges.sql`` for the gauges beat exports)
+and ``sql/migrations/`` what gets applied. Each module owns the transitions of its tables:
 runs and steps (:mod:`.runs`), provider calls (:mod:`.call_log`), batches (:mod:`.batches`),
 admission of batch runs (:mod:`.admission`), the outbox (:mod:`.outbox`), recovery
 (:mod:`.recovery`), documents, tenants' keys, webhook deliveries (:mod:`.webhooks`) and

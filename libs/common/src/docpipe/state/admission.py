@@ -9,18 +9,12 @@ decides fairness instead of the queue's FIFO.
 
 from __future__ import annotations
 
-import logging
-
-import psycopg
-
 from docpipe.broker.messages import Broker, Message
 from docpipe.settings import Settings
 from docpipe.state.db import Database
 from docpipe.state.outbox import LANE_QUEUES_PARAM, messages_of, publish_written
 
-__all__ = ["admit_after_commit", "admit_and_publish", "admit_batch_runs"]
-
-log = logging.getLogger(__name__)
+__all__ = ["admit_and_publish", "admit_batch_runs"]
 
 # Admissions by the API, by workers and by beat take turns, or two would fill the same
 # free slots. Waiting for the turn (milliseconds) instead of skipping it matters:
@@ -49,13 +43,3 @@ def admit_and_publish(db: Database, broker: Broker, settings: Settings) -> int:
     admitted = admit_batch_runs(db, settings)
     publish_written(broker, admitted)
     return len(admitted)
-
-
-def admit_after_commit(db: Database, broker: Broker, settings: Settings) -> None:
-    """``admit_and_publish`` for a request that has just committed new batch-lane runs, so
-    they start now rather than at beat's next admission tick; if the database fails here,
-    the runs are stored all the same and that tick admits them."""
-    try:
-        admit_and_publish(db, broker, settings)
-    except psycopg.Error:
-        log.warning("admission left to beat's next tick", exc_info=True)

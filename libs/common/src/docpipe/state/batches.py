@@ -38,6 +38,7 @@ __all__ = [
     "batch_runs",
     "create_batch",
     "stop_batch",
+    "store_documents",
 ]
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,14 @@ def create_batch(
     deadline_at: datetime | None = None,
     traceparent: str | None = None,
     priority: str = Priority.LOW,
+    reuse_answers: bool = False,
+    provider_batch: bool = False,
 ) -> CreatedBatch:
     """Store the new documents and create the batch with one waiting run per document, all
     in the caller's transaction. The same idempotency key returns the existing batch. A
-    document named twice runs twice (the same text, or a 409 for another one)."""
+    document named twice runs twice (the same text, or a 409 for another one).
+    ``provider_batch``: the runs' calls go through their providers' batch interfaces
+    (docpipe.state.provider_batches)."""
     if not documents:
         raise InvalidRequestError("a batch needs at least one document")
     ids = [d.id for d in documents]
@@ -96,6 +101,7 @@ def create_batch(
         deadline_at=deadline_at,
         idempotency_key=idempotency_key,
         request_hash=fingerprint,
+        provider_batch=provider_batch,
     )
     if not row["created"]:
         if row["request_hash"] != fingerprint:
@@ -103,7 +109,7 @@ def create_batch(
                 f"idempotency key {idempotency_key!r} was already used for a different batch"
             )
         return CreatedBatch(str(row["id"]), created=False, runs_total=len(documents))
-    _store_documents(session, tenant_id, [d for d in documents if d.text is not None])
+    store_documents(session, tenant_id, [d for d in documents if d.text is not None])
     if missing := session.all("missing_documents", tenant_id=tenant_id, ids=ids):
         raise NotFoundError(
             "documents not found: "
@@ -124,6 +130,8 @@ def create_batch(
             document_ids=ids,
             traceparent=traceparent,
             inline_step=inline_step_version(pipeline),
+            reuse_answers=reuse_answers,
+            provider_batch=provider_batch,
         )
     except psycopg.errors.ForeignKeyViolation:
         # A stored document was deleted since missing_documents looked (state.documents).
@@ -137,7 +145,9 @@ def create_batch(
 _STORE_STATEMENT_BYTES = 4_000_000
 
 
-def _store_documents(session: Session, tenant_id: str, documents: Sequence[BatchDocument]) -> None:
+def store_documents(session: Session, tenant_id: str, documents: Sequence[BatchDocument]) -> None:
+    """Store new text documents in statements of a few MB; ConflictError for an id stored
+    with another text (documents are immutable)."""
     conflicts: list[str] = []
     # put_documents compares with what was stored before it, not among its own rows: a
     # document given twice with two texts is caught here, across groups.
@@ -156,8 +166,14 @@ def _store_documents(session: Session, tenant_id: str, documents: Sequence[Batch
                     "a document is given twice with different texts (documents are "
                     f"immutable): {document.id!r}"
                 )
-        rows = session.all("put_documents", tenant_id=tenant_id, ids=[d.id for d in group],
-                           contents=texts, sha256s=sha256s, sizes=sizes)  # fmt: skip
+        rows = session.all(
+            "put_documents",
+            tenant_id=tenant_id,
+            ids=[d.id for d in group],
+            contents=texts,
+            sha256s=sha256s,
+            sizes=sizes,
+        )
         conflicts += [r["id"] for r in rows]
     if conflicts:
         raise ConflictError(
@@ -199,6 +215,12 @@ class BatchProgress:
     created_at: datetime
     finished_at: datetime | None
     webhook: dict[str, Any] | None  # its latest webhook delivery
+    # The provider-batch lane: whether the batch asked for it, and what its calls would
+    # have cost in real time (the cost so far plus what the discount saved).
+    provider_batch: bool
+    realtime_cost_usd: Decimal
+    # What its runs' calls waiting for provider batches reserved of its budget (not paid yet).
+    reserved_usd: Decimal
     # What the ETA is computed from.
     steps_remaining: int
     first_admitted_at: datetime | None
@@ -254,8 +276,18 @@ def batch_runs(
 ) -> list[BatchRun]:
     """A page of the batch's runs, by run id after ``after``."""
     batch_progress(db, tenant_id, batch_id)  # 404 for unknown batches
-    return db.all_as(BatchRun, "batch_runs", tenant_id=tenant_id, batch_id=batch_id,
-                     status=status, after=after, limit=limit)  # fmt: skip
+    # One statement per shape (with a status or without), each with its own index, and the
+    # nil id (before every run id) for the first page: no optional filter that a prepared
+    # statement's generic plan would have to cover.
+    return db.all_as(
+        BatchRun,
+        "batch_runs" if status is None else "batch_runs_of_status",
+        tenant_id=tenant_id,
+        batch_id=batch_id,
+        status=status,
+        after=after or uuid.UUID(int=0),
+        limit=limit,
+    )
 
 
 _LOCK_RETRIES = 50
@@ -302,8 +334,12 @@ def stop_batch(
         try:
             purge_runs(broker_redis, LANE_QUEUES[Lane.BATCH], set(run_ids))
         except redis.RedisError as exc:
-            log.warning("batch %s stopped; its waiting messages stay queued as no-ops (%s: %s)",
-                        batch_id, type(exc).__name__, exc)  # fmt: skip
+            log.warning(
+                "batch %s stopped; its waiting messages stay queued as no-ops (%s: %s)",
+                batch_id,
+                type(exc).__name__,
+                exc,
+            )
     return run_ids
 
 

@@ -8,6 +8,9 @@ statement too (``finish_calls``)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
@@ -15,6 +18,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from docpipe import json_codec
 from docpipe.state.db import Database
 
 __all__ = [
@@ -24,6 +28,8 @@ __all__ = [
     "budget_left",
     "check_and_start_calls",
     "finish_calls",
+    "remember_answer",
+    "reuse_answer",
     "route_call",
     "start_call",
 ]
@@ -61,18 +67,35 @@ class CallCheck:
     budget_usd: Decimal | None
     batch_cost_usd: Decimal | None
     batch_budget_usd: Decimal | None
-    step_cost_usd: Decimal | None  # when the step has a budget of its own
+    step_cost_usd: Decimal | None  # when the step has a budget of its own (reserved included)
     call_id: int | None
+    reuse_answers: bool = False  # the run reuses answers from the tenant's cache
+    # What the run's and its batch's calls waiting for provider batches hold (at the batch
+    # price), not spent yet: budgets count it beside what was.
+    reserved_usd: Decimal = Decimal(0)
+    batch_reserved_usd: Decimal = Decimal(0)
+    # The provider-batch lane (docpipe.state.provider_batches): the run's choice, and the
+    # call's last wait for a provider batch (None: never waited).
+    provider_batch: bool = False
+    batch_state: str | None = None
+    batch_call_id: int | None = None  # that wait's llm_call_log row
+    batch_model: str | None = None
+    batch_answer: dict[str, Any] | None = None  # the provider's response body
+    batch_error_kind: str | None = None
+    batch_error: str | None = None
+    batch_attempts: int = 0  # provider batches the call went to so far
 
 
 def budget_left(check: CallCheck, step_budget_usd: Decimal | None) -> tuple[Decimal | None, str]:
-    """What the run, its batch and the step may still spend (None: no budget), and which
-    budget binds ("run", "batch" or "step")."""
+    """What the run, its batch and the step may still spend (None: no budget), what their
+    calls waiting for provider batches reserved counted as spent, and which budget binds
+    ("run", "batch" or "step")."""
     left: list[tuple[Decimal, str]] = []
     if check.budget_usd is not None:
-        left.append((check.budget_usd - check.cost_usd, "run"))
+        left.append((check.budget_usd - check.cost_usd - check.reserved_usd, "run"))
     if check.batch_budget_usd is not None and check.batch_cost_usd is not None:
-        left.append((check.batch_budget_usd - check.batch_cost_usd, "batch"))
+        spent = check.batch_cost_usd + check.batch_reserved_usd
+        left.append((check.batch_budget_usd - spent, "batch"))
     if step_budget_usd is not None:
         left.append((step_budget_usd - (check.step_cost_usd or Decimal(0)), "step"))
     if not left:
@@ -88,14 +111,16 @@ def check_and_start_calls(
     requests: Sequence[Mapping[str, Any]],
     estimated_costs_usd: Sequence[Decimal],
     step_budget_usd: Decimal | None,
+    batch_costs_usd: Sequence[Decimal] | None = None,
 ) -> list[CallCheck]:
     """The checks before a round of one step's calls and, for each call they let through
     (its estimated cost within the budgets of the run, its batch and the step), its row
     recording its request (see PlannedCall.log_params): one round trip for the round. One
-    check per call, in order; none when the run does not exist."""
+    check per call, in order; none when the run does not exist. A run of the
+    provider-batch lane is checked with ``batch_costs_usd`` (the estimates at the batch
+    price; default: ``estimated_costs_usd``), beside what its waiting calls reserved."""
     first = calls[0]
-    return db.all_as(
-        CallCheck,
+    rows = db.all(
         "check_and_start_calls",
         run_id=first.run_id,
         step=first.step,
@@ -108,16 +133,48 @@ def check_and_start_calls(
         # One JSON parameter for the round (Decimals as strings: JSON has no decimal type).
         calls=Jsonb(
             [
-                _call_row(c, r, cost)
-                for c, r, cost in zip(calls, requests, estimated_costs_usd, strict=True)
+                _call_row(c, r, cost, lane)
+                for c, r, cost, lane in zip(
+                    calls,
+                    requests,
+                    estimated_costs_usd,
+                    batch_costs_usd or estimated_costs_usd,
+                    strict=True,
+                )
             ]
         ),
     )
+    checks = []
+    for row in rows:
+        memo = _memo(row.pop("memo"), row.pop("memo_z"))
+        answer = _memo(None, row.pop("batch_answer_z"))
+        checks.append(CallCheck(**row, memo=memo, batch_answer=answer))
+    return checks
 
 
-def _call_row(call: CallKey, request: Mapping[str, Any], cost: Decimal) -> dict[str, Any]:
+def _memo(response: dict[str, Any] | None, compressed: bytes | None) -> dict[str, Any] | None:
+    """A call's memoised answer: compressed (finish_calls), or as stored before that."""
+    if compressed is not None:
+        # The json module, as for a JSONB column: exact integers of any size.
+        return dict(json.loads(zlib.decompress(compressed)))
+    return response
+
+
+def _compressed(response: Mapping[str, Any] | None) -> str | None:
+    """An answer as finish_calls stores it: zlib-compressed JSON (a fields call's 300-byte
+    answer takes 40 % less, a sections or summary call's 1 kB half), in base64 to travel
+    inside the statement's JSON parameter. Stored bodies are a call log's largest part."""
+    if response is None:
+        return None
+    return base64.b64encode(zlib.compress(json_codec.dumps(response))).decode("ascii")
+
+
+def _call_row(
+    call: CallKey, request: Mapping[str, Any], cost: Decimal, batch_cost: Decimal
+) -> dict[str, Any]:
     row = {k: request[k] for k in _REQUEST_COLUMNS}
-    return {"call_key": call.call_key, "model": call.model, "estimated_cost_usd": str(cost), **row}
+    costs = {"estimated_cost_usd": str(cost), "batch_cost_usd": str(batch_cost)}
+    return {"call_key": call.call_key, "model": call.model, **costs, **row}
 
 
 def start_call(db: Database, call: CallKey, *, request: Mapping[str, Any]) -> int:
@@ -128,9 +185,12 @@ def start_call(db: Database, call: CallKey, *, request: Mapping[str, Any]) -> in
     return int(row["id"])
 
 
-def route_call(db: Database, call_id: int, *, model: str, request: Mapping[str, Any]) -> None:
-    """Before it is sent, record that the call goes to ``model`` with ``request`` instead."""
-    db.execute("route_call", id=call_id, model=model, **request)
+def route_call(
+    db: Database, call_id: int, *, run_id: str, model: str, request: Mapping[str, Any]
+) -> None:
+    """Before it is sent, record that the call (of ``run_id``) goes to ``model`` with
+    ``request`` instead."""
+    db.execute("route_call", id=call_id, run_id=run_id, model=model, **request)
 
 
 @dataclass(frozen=True)
@@ -152,10 +212,29 @@ class CallFinish:
     usage_estimated: bool = False
 
 
-def finish_calls(db: Database, finished: Sequence[CallFinish]) -> None:
-    """Complete the calls' rows (each once) and add their cost to their runs and batches,
-    in one statement."""
+def finish_calls(db: Database, finished: Sequence[CallFinish], *, run_id: str) -> None:
+    """Complete the calls' rows (each once; calls of ``run_id``) and add their cost to the
+    run and its batch, in one statement."""
+    rows = []
+    for f in finished:
+        row = {**asdict(f), "cost_usd": str(f.cost_usd)}
+        row["response_z"] = _compressed(row.pop("response"))
+        rows.append(row)
+    db.execute("finish_calls", finished=Jsonb(rows), run_id=run_id)
+
+
+def reuse_answer(
+    db: Database, call_id: int, *, tenant_id: str, request_sha256: str
+) -> dict[str, Any] | None:
+    """Complete the unsent call ``call_id`` with the answer the tenant's reuse cache holds
+    for the same request (reused_answer then names the call it came from; it costs
+    nothing); None when there is none, and the call is sent as usual."""
+    row = db.one("reuse_answer", id=call_id, tenant_id=tenant_id, request_sha256=request_sha256)
+    return None if row is None else _memo(row["response"], row["response_z"])
+
+
+def remember_answer(db: Database, *, tenant_id: str, request_sha256: str, call_id: int) -> None:
+    """Put the answered call ``call_id`` of a run that reuses answers into the cache."""
     db.execute(
-        "finish_calls",
-        finished=Jsonb([{**asdict(f), "cost_usd": str(f.cost_usd)} for f in finished]),
+        "remember_answer", tenant_id=tenant_id, request_sha256=request_sha256, call_id=call_id
     )

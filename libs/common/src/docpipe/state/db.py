@@ -1,4 +1,4 @@
-"""Connections to docpipe's PostgreSQL and the named queries of ``sql/queries.sql``.
+"""Connections to docpipe's PostgreSQL and the named queries of ``sql/queries/``.
 
 Only the modules of docpipe.state know query names; the rest of docpipe calls functions
 such as ``runs.claim_step``. Rows come back as dicts (``one``/``all``) or, mapped once by
@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any, TypeVar
 
 import psycopg
@@ -32,11 +33,20 @@ from psycopg_pool import ConnectionPool
 
 from docpipe import json_codec
 from docpipe.settings import Settings
+from docpipe.state.query_paths import CUSTOM_PLAN
 
 # JSON and JSONB parameters encoded by docpipe.json_codec (orjson).
 set_json_dumps(json_codec.dumps)
 
-__all__ = ["Database", "Row", "Session", "Timeouts", "connection_is_usable", "load_queries"]
+__all__ = [
+    "Database",
+    "Row",
+    "Session",
+    "Timeouts",
+    "connection_is_usable",
+    "load_queries",
+    "read_queries",
+]
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -46,12 +56,24 @@ _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 @cache
 def load_queries() -> Mapping[str, str]:
-    """Every ``-- name: x`` block of queries.sql, by name."""
-    text = files("docpipe.state").joinpath("sql/queries.sql").read_text(encoding="utf-8")
-    parts = _QUERY_HEADER.split(text)
-    queries = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
-    if len(queries) != len(parts[1::2]):
-        raise RuntimeError("queries.sql names a query twice")
+    """Every named query of docpipe.state (``sql/queries/``), by name."""
+    return read_queries(files("docpipe.state").joinpath("sql/queries"))
+
+
+def read_queries(folder: Traversable) -> dict[str, str]:
+    """Every ``-- name: x`` block of the ``.sql`` files in ``folder``, by name; RuntimeError
+    naming both files when a name is defined twice."""
+    queries: dict[str, str] = {}
+    defined_in: dict[str, str] = {}
+    sources = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=str)
+    for source in sources:
+        parts = _QUERY_HEADER.split(source.read_text(encoding="utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise RuntimeError(
+                    f"query {name!r} is defined twice: in {defined_in[name]} and {source.name}"
+                )
+            queries[name], defined_in[name] = body.strip(), source.name
     return queries
 
 
@@ -84,10 +106,15 @@ class Timeouts:
         # retransmissions (15 minutes) or keepalives (two hours), and with it the session's
         # advisory locks (a periodic job's, a lease session's), which would otherwise keep
         # every other beat's job from running and the client's leases alive.
+        # No JIT: docpipe's statements read a few hundred buffers at most, but their plans'
+        # estimated costs grow with the tables and pass jit_above_cost at about a million
+        # runs, where compiling took 90-160 ms of a statement doing 2 ms of work (admission,
+        # bench.scale).
         options = (
             f"-c statement_timeout={_ms(self.statement_s)} -c lock_timeout={_ms(self.lock_s)}"
             f" -c tcp_user_timeout={_ms(self.socket_s)} -c tcp_keepalives_idle={idle}"
             f" -c tcp_keepalives_interval={interval} -c tcp_keepalives_count={_KEEPALIVES}"
+            " -c jit=off"
         )
         if own := conninfo_to_dict(url).get("options"):
             options = f"{options} {own}"
@@ -139,6 +166,12 @@ def connection_is_usable(conn: psycopg.Connection[Row]) -> bool:
     return True
 
 
+def _prepare(query: str) -> bool | None:
+    """psycopg's ``prepare``: never for the queries planned with their values every time
+    (docpipe.state.query_paths.CUSTOM_PLAN says why), else the connection's own rule."""
+    return False if query in CUSTOM_PLAN else None
+
+
 class Session:
     """One connection, used either in autocommit or inside a transaction."""
 
@@ -146,20 +179,20 @@ class Session:
         self.conn = conn
 
     def one(self, query: str, **params: Any) -> Row | None:
-        cur = self.conn.execute(load_queries()[query], params)
+        cur = self.conn.execute(load_queries()[query], params, prepare=_prepare(query))
         return cur.fetchone()
 
     def all(self, query: str, **params: Any) -> list[Row]:
-        cur = self.conn.execute(load_queries()[query], params)
+        cur = self.conn.execute(load_queries()[query], params, prepare=_prepare(query))
         return cur.fetchall()
 
     def execute(self, query: str, **params: Any) -> int:
         """Run ``query``; returns the number of rows it touched."""
-        return self.conn.execute(load_queries()[query], params).rowcount
+        return self.conn.execute(load_queries()[query], params, prepare=_prepare(query)).rowcount
 
     def one_as(self, cls: type[T], query: str, **params: Any) -> T | None:
         with self.conn.cursor(row_factory=class_row(cls)) as cur:
-            return cur.execute(load_queries()[query], params).fetchone()
+            return cur.execute(load_queries()[query], params, prepare=_prepare(query)).fetchone()
 
     def insert_or_existing(self, query: str, **params: Any) -> Row:
         """Run an ``INSERT ... ON CONFLICT DO NOTHING`` query that otherwise returns the
@@ -173,7 +206,15 @@ class Session:
 
     def all_as(self, cls: type[T], query: str, **params: Any) -> list[T]:
         with self.conn.cursor(row_factory=class_row(cls)) as cur:
-            return cur.execute(load_queries()[query], params).fetchall()
+            return cur.execute(load_queries()[query], params, prepare=_prepare(query)).fetchall()
+
+    def search_as(self, cls: type[T], query: str, **params: Any) -> list[T]:
+        """``all_as`` for a query with optional filters (``%(x)s IS NULL OR ...``), planned
+        with its parameters every time instead of from a prepared statement's generic plan:
+        the filters left unset fold away, and the index the set ones call for is used (a
+        generic plan, made once for every combination, scans in one order for all)."""
+        with self.conn.cursor(row_factory=class_row(cls)) as cur:
+            return cur.execute(load_queries()[query], params, prepare=False).fetchall()
 
     def chunks_as(self, cls: type[T], query: str, *, rows: int, **params: Any) -> Iterator[list[T]]:
         """``query``'s rows, ``rows`` at a time, from a server-side cursor: the server keeps
@@ -264,6 +305,15 @@ class Database:
             )
             yield Session(conn)
 
+    @contextmanager
+    def pinned(self) -> Iterator[Database]:
+        """This database on one pooled connection, held for the block: for work that holds a
+        session-level lock while it does more (a periodic job). Taking a second connection
+        while holding one could wait forever once every connection of the pool is held so
+        (a threads worker runs many tasks on one small pool)."""
+        with self._pool.connection() as conn:
+            yield _OnOneConnection(self, conn)
+
     def one(self, query: str, **params: Any) -> Row | None:
         with self.session() as s:
             return s.one(query, **params)
@@ -284,7 +334,38 @@ class Database:
         with self.session() as s:
             return s.all_as(cls, query, **params)
 
+    def search_as(self, cls: type[T], query: str, **params: Any) -> list[T]:
+        with self.session() as s:
+            return s.search_as(cls, query, **params)
+
     def close(self) -> None:
         # After a fork the pool's threads are not ours: only the creating process closes it.
         if os.getpid() == self._pid:
             self._pool.close()
+
+
+class _OnOneConnection(Database):
+    """A Database whose sessions and transactions all use one connection (Database.pinned)."""
+
+    def __init__(self, parent: Database, conn: psycopg.Connection[Row]) -> None:
+        # No pool of its own: the parent's connection, for as long as the parent lends it.
+        self.url = parent.url
+        self.timeouts = parent.timeouts
+        self._pid = os.getpid()
+        self._conn = conn
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        yield Session(self._conn)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self._conn.transaction():
+            yield Session(self._conn)
+
+    @contextmanager
+    def pinned(self) -> Iterator[Database]:
+        yield self
+
+    def close(self) -> None:
+        pass  # the connection goes back to the parent's pool when pinned() ends

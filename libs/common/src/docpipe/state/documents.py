@@ -37,6 +37,7 @@ __all__ = [
     "document_text",
     "finish_page",
     "finished_pages",
+    "forget_page",
     "get_document",
     "put_document",
     "put_file",
@@ -81,8 +82,15 @@ def put_document(
     if "\x00" in content:
         raise InvalidRequestError("document text must not contain NUL characters")
     data = content.encode("utf-8")
-    return _put(session, tenant_id, document_id, hashlib.sha256(data).hexdigest(), len(data),
-                content=content, fmt="text")  # fmt: skip
+    return _put(
+        session,
+        tenant_id,
+        document_id,
+        hashlib.sha256(data).hexdigest(),
+        len(data),
+        content=content,
+        fmt="text",
+    )
 
 
 def put_file(
@@ -97,13 +105,17 @@ def put_file(
     for chunk in iter(lambda: file.read(ORIGINAL_CHUNK_BYTES), b""):
         digest.update(chunk)
         size += len(chunk)
-    stored = _put(session, tenant_id, document_id, digest.hexdigest(), size, content="",
-                  fmt=fmt)  # fmt: skip
+    stored = _put(session, tenant_id, document_id, digest.hexdigest(), size, content="", fmt=fmt)
     if stored.created:
         file.seek(0)
         for seq, chunk in enumerate(iter(lambda: file.read(ORIGINAL_CHUNK_BYTES), b"")):
-            session.execute("put_original_chunk", tenant_id=tenant_id, document_id=document_id,
-                            seq=seq, data=chunk)  # fmt: skip
+            session.execute(
+                "put_original_chunk",
+                tenant_id=tenant_id,
+                document_id=document_id,
+                seq=seq,
+                data=chunk,
+            )
     return stored
 
 
@@ -144,8 +156,7 @@ def get_document(session: Session, tenant_id: str, document_id: str) -> StoredDo
     stored = None
     # A malformed id cannot exist (and a NUL in it would be a database error, not a 404).
     if DOCUMENT_ID.match(document_id):
-        stored = session.one_as(StoredDocument, "get_document", tenant_id=tenant_id,
-                                id=document_id)  # fmt: skip
+        stored = session.one_as(StoredDocument, "get_document", tenant_id=tenant_id, id=document_id)
     if stored is None:
         raise NotFoundError(f"document {document_id[:140]!r} does not exist")
     return stored
@@ -202,8 +213,9 @@ class FinishedPage:
 
 def document_for_extraction(db: Database, tenant_id: str, document_id: str) -> DocumentSource:
     """What the extract_text step reads of the document (a file's bytes: copy_original)."""
-    found = db.one_as(DocumentSource, "document_for_extraction", tenant_id=tenant_id,
-                      id=document_id)  # fmt: skip
+    found = db.one_as(
+        DocumentSource, "document_for_extraction", tenant_id=tenant_id, id=document_id
+    )
     if found is None:
         raise NotFoundError(f"document {document_id!r} does not exist")
     return found
@@ -214,13 +226,19 @@ def copy_original(db: Database, tenant_id: str, document_id: str, file: BinaryIO
     so that its size never shows in a process' memory; the bytes written. A file stored
     before migration 0020 (whole, in document.original) is read in slices of a chunk."""
     written = seq = 0
-    while (row := db.one("original_chunk", tenant_id=tenant_id, document_id=document_id,
-                         seq=seq)) is not None:  # fmt: skip
+    while (
+        row := db.one("original_chunk", tenant_id=tenant_id, document_id=document_id, seq=seq)
+    ) is not None:
         file.write(row["data"])
         written, seq = written + len(row["data"]), seq + 1
     while seq == 0:
-        row = db.one("original_slice", tenant_id=tenant_id, id=document_id,
-                     start=written + 1, length=ORIGINAL_CHUNK_BYTES)  # fmt: skip
+        row = db.one(
+            "original_slice",
+            tenant_id=tenant_id,
+            id=document_id,
+            start=written + 1,
+            length=ORIGINAL_CHUNK_BYTES,
+        )
         data = bytes(row["bytes"]) if row is not None and row["bytes"] is not None else b""
         file.write(data)
         written += len(data)
@@ -234,6 +252,11 @@ def start_page(db: Database, tenant_id: str, document_id: str, page: int) -> int
     already read (by another run of the same document meanwhile)."""
     row = db.one("start_page", tenant_id=tenant_id, document_id=document_id, page=page)
     return None if row is None else int(row["attempts"])
+
+
+def forget_page(db: Database, tenant_id: str, document_id: str, page: int) -> None:
+    """Take a started page that cannot be read off record."""
+    db.execute("forget_page", tenant_id=tenant_id, document_id=document_id, page=page)
 
 
 def finish_page(
@@ -251,16 +274,24 @@ def finish_page(
     geometry: dict[str, Any] | None,
     seconds: float,
 ) -> None:
-    db.execute("finish_page", tenant_id=tenant_id, document_id=document_id, page=page,
-               text=text, ocr=ocr, confidence=confidence, warnings=Jsonb(warnings),
-               rotation=rotation, text_layer_score=text_layer_score,
-               geometry=None if geometry is None else Jsonb(geometry),
-               seconds=seconds)  # fmt: skip
+    db.execute(
+        "finish_page",
+        tenant_id=tenant_id,
+        document_id=document_id,
+        page=page,
+        text=text,
+        ocr=ocr,
+        confidence=confidence,
+        warnings=Jsonb(warnings),
+        rotation=rotation,
+        text_layer_score=text_layer_score,
+        geometry=None if geometry is None else Jsonb(geometry),
+        seconds=seconds,
+    )
 
 
 def finished_pages(db: Database, tenant_id: str, document_id: str) -> list[FinishedPage]:
-    return db.all_as(FinishedPage, "finished_pages", tenant_id=tenant_id,
-                     document_id=document_id)  # fmt: skip
+    return db.all_as(FinishedPage, "finished_pages", tenant_id=tenant_id, document_id=document_id)
 
 
 def record_extraction(
@@ -275,9 +306,15 @@ def record_extraction(
 ) -> None:
     """Write the text and page map onto the document, unless a concurrent run already did
     (from the same pages, so the same text)."""
-    db.execute("record_extraction", tenant_id=tenant_id, id=document_id, content=content,
-               page_starts=list(page_starts), ocr_pages=ocr_pages,
-               warnings=Jsonb(warnings))  # fmt: skip
+    db.execute(
+        "record_extraction",
+        tenant_id=tenant_id,
+        id=document_id,
+        content=content,
+        page_starts=list(page_starts),
+        ocr_pages=ocr_pages,
+        warnings=Jsonb(warnings),
+    )
 
 
 @dataclass(frozen=True)

@@ -135,8 +135,9 @@ class LeaseSession:
             row = conn.execute(_HOLDS_KEY, {"lock_class": LOCK_CLASS, "key": self._key})
             held = row.fetchone()
         except psycopg.Error as exc:
-            log.warning("lease session %s lost (%s); its steps' leases are handed on",
-                        self._key, exc)  # fmt: skip
+            log.warning(
+                "lease session %s lost (%s); its steps' leases are handed on", self._key, exc
+            )
             return False
         self._checked_at = time.monotonic()
         if held is None or not held["held"]:

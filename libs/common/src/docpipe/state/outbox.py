@@ -48,11 +48,7 @@ def publish_outbox(db: Database, broker: Broker, ids: Sequence[int]) -> int:
         return 0
     try:
         with db.transaction() as tx:
-            # Locked and marked in one statement; a failed publish rolls the mark back.
-            messages = tx.all_as(Message, "take_outbox_ids", ids=list(ids))
-            for message in messages:
-                broker.publish(message)
-            return len(messages)
+            return _take_and_publish(tx, broker, ids)
     except Exception:
         log.exception("publishing outbox rows %s failed; the sweep will retry them", list(ids))
         return 0
@@ -71,8 +67,10 @@ def publish_written(broker: Broker, messages: Sequence[Message]) -> int:
         try:
             broker.publish(message)
         except Exception:
-            log.exception("publishing outbox rows %s failed; the sweep will retry them",
-                          [m.id for m in messages[published:]])  # fmt: skip
+            log.exception(
+                "publishing outbox rows %s failed; the sweep will retry them",
+                [m.id for m in messages[published:]],
+            )
             return published
     return len(messages)
 
@@ -91,19 +89,28 @@ def sweep_outbox(
     waiting in its queue any more and is ``lost_after_s`` old (redrive_grace_s: it may be in
     a worker's hands, not yet claimed)."""
     try:
-        cutoffs = {q: sent_before(broker_redis, q, grace_s).isoformat()
-                   for q in LANE_QUEUES.values()}  # fmt: skip
+        cutoffs = {
+            q: sent_before(broker_redis, q, grace_s).isoformat() for q in LANE_QUEUES.values()
+        }
     except redis.RedisError:
         cutoffs = {}  # what waits cannot be told from what was lost: look next time
     with db.transaction() as tx:
-        messages = tx.all_as(Message, "lock_due_outbox", grace_s=grace_s, limit=limit,
-                             lost_after_s=lost_after_s, cutoffs=Jsonb(cutoffs))  # fmt: skip
-        return _send(tx, broker, messages)
+        due = tx.all(
+            "lock_due_outbox",
+            grace_s=grace_s,
+            limit=limit,
+            lost_after_s=lost_after_s,
+            cutoffs=Jsonb(cutoffs),
+        )
+        return _take_and_publish(tx, broker, [row["id"] for row in due])
 
 
-def _send(tx: Session, broker: Broker, messages: list[Message]) -> int:
+def _take_and_publish(tx: Session, broker: Broker, ids: Sequence[int]) -> int:
+    """Publish the rows ``ids`` (those still unpublished and due), marked published in the
+    statement that takes them: a failed publish rolls the mark back with ``tx``."""
+    if not ids:
+        return 0
+    messages = tx.all_as(Message, "take_outbox_ids", ids=list(ids))
     for message in messages:
         broker.publish(message)
-    if messages:
-        tx.execute("mark_published", ids=[m.id for m in messages])
     return len(messages)

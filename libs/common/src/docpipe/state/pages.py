@@ -1,6 +1,7 @@
-"""What a reviewer sees of a document's pages: each PDF page as an image, rendered upright
-the first time it is asked for and kept (documents never change), and where each value's
-quote stands on its page(s), from the geometry extraction kept with each page."""
+"""What a reviewer sees of a document's pages: each PDF or image page as an image, upright
+the first time it is asked for and kept (documents never change; a page that could not be
+drawn is kept as its failure, answered at once from then on), and where each value's quote
+stands on its page(s), from the geometry extraction kept with each page."""
 
 from __future__ import annotations
 
@@ -10,28 +11,35 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from docpipe.errors import ConflictError, NotFoundError
+from docpipe.errors import ConflictError, NotFoundError, UnreadableDocumentError
+from docpipe.extraction.formats import IMAGE_FORMATS, DocumentFormat
 from docpipe.extraction.geometry import PageGeometry
+from docpipe.extraction.images import render_image_page
 from docpipe.extraction.page_images import RenderedPage, render_page
 from docpipe.state.db import Database
 from docpipe.state.documents import copy_original, get_document
 from docpipe.state.runs import Progress
 
-__all__ = ["evidence_with_boxes", "page_image", "with_quote_boxes"]
+__all__ = ["evidence_with_boxes", "render_page_image", "stored_page_image", "with_quote_boxes"]
+
+# What has pages to show as images.
+_PAGED_FORMATS = {DocumentFormat.PDF, *IMAGE_FORMATS}
 
 
-def page_image(
-    db: Database, tenant_id: str, document_id: str, page: int, *, max_pixels: int
-) -> RenderedPage:
-    """Page ``page`` (1-based) of the tenant's PDF as a PNG of at most ``max_pixels``:
-    NotFoundError for another tenant's or an unknown document, a text or DOCX document
-    (no pages to show) or a page past the end; ConflictError until the pages are read."""
+def stored_page_image(
+    db: Database, tenant_id: str, document_id: str, page: int
+) -> RenderedPage | None:
+    """Page ``page`` (1-based) of the tenant's PDF or image as a PNG once rendered; None
+    while it is not. NotFoundError for another tenant's or an unknown document, a text or
+    DOCX document (no pages to show) or a page past the end; ConflictError until the pages
+    are read; the UnreadableDocumentError it failed with, for a page that could not be
+    drawn."""
     with db.session() as s:
         stored = get_document(s, tenant_id, document_id)
-    if stored.format != "pdf":
+    if stored.format not in _PAGED_FORMATS:
         raise NotFoundError(
-            f"document {document_id!r} is a {stored.format} document: only a PDF's pages have "
-            "images (its text is what the runs read)"
+            f"document {document_id!r} is a {stored.format} document: only a PDF's or an "
+            "image's pages have images (its text is what the runs read)"
         )
     if not stored.extracted or stored.pages is None:
         raise ConflictError(
@@ -42,10 +50,32 @@ def page_image(
         raise NotFoundError(
             f"document {document_id!r} has {stored.pages} page(s): there is no page {page}"
         )
+    cached = db.one("page_image", tenant_id=tenant_id, document_id=document_id, page=page - 1)
+    if cached is None:
+        return None
+    if cached["error"] is not None:
+        raise UnreadableDocumentError(cached["error"], kind=cached["error_kind"])
+    return RenderedPage(bytes(cached["png"]), cached["width"], cached["height"])
+
+
+def render_page_image(
+    db: Database,
+    tenant_id: str,
+    document_id: str,
+    page: int,
+    *,
+    max_pixels: int,
+    decode_pixels: int,
+    timeout_s: float,
+    max_bytes: int,
+) -> RenderedPage:
+    """Render page ``page`` (1-based; :func:`stored_page_image` checked it) upright, within
+    ``max_pixels`` (an image decoded within ``decode_pixels``, as extraction decodes it; a
+    PDF drawn within ``timeout_s`` and ``max_bytes`` of memory), and keep it; a page that
+    cannot be drawn is kept as its failure (UnreadableDocumentError, raised)."""
+    with db.session() as s:
+        fmt = get_document(s, tenant_id, document_id).format
     key = {"tenant_id": tenant_id, "document_id": document_id, "page": page - 1}
-    cached = db.one("page_image", **key)
-    if cached is not None:
-        return RenderedPage(bytes(cached["png"]), cached["width"], cached["height"])
     found = db.one("page_rotation", **key)
     rotation = 0 if found is None else int(found["rotation"])
     # The file in a file of its own, as the worker reads it: the API's memory does not grow
@@ -53,9 +83,32 @@ def page_image(
     with tempfile.TemporaryFile(prefix="docpipe-page-") as file:
         copy_original(db, tenant_id, document_id, file)
         file.seek(0)
-        rendered = render_page(file, page - 1, rotation=rotation, max_pixels=max_pixels)
-    db.execute("store_page_image", png=rendered.png, width=rendered.width,
-               height=rendered.height, **key)  # fmt: skip
+        try:
+            if fmt == DocumentFormat.PDF:
+                rendered = render_page(
+                    file,
+                    page - 1,
+                    rotation=rotation,
+                    max_pixels=max_pixels,
+                    timeout_s=timeout_s,
+                    max_bytes=max_bytes,
+                )
+            else:
+                png, width, height = render_image_page(
+                    file,
+                    fmt,
+                    page - 1,
+                    rotation=rotation,
+                    decode_pixels=decode_pixels,
+                    max_pixels=max_pixels,
+                )
+                rendered = RenderedPage(png, width, height)
+        except UnreadableDocumentError as exc:
+            db.execute("store_page_image_failure", kind=exc.kind, error=exc.args[0], **key)
+            raise
+    db.execute(
+        "store_page_image", png=rendered.png, width=rendered.width, height=rendered.height, **key
+    )
     return rendered
 
 
@@ -69,8 +122,10 @@ def with_quote_boxes(db: Database, tenant_id: str, runs: Sequence[Progress]) -> 
     found = _quote_boxes(
         db, tenant_id, [(r.document_id, v) for r, v in zip(runs, values, strict=True)]
     )
-    return [replace(run, quote_boxes=tuple(boxes)) if values[i] else run
-            for i, (run, boxes) in enumerate(zip(runs, found, strict=True))]  # fmt: skip
+    return [
+        replace(run, quote_boxes=tuple(boxes)) if values[i] else run
+        for i, (run, boxes) in enumerate(zip(runs, found, strict=True))
+    ]
 
 
 def evidence_with_boxes(
@@ -89,17 +144,38 @@ def _quote_boxes(
     documents = sorted({document_id for document_id, records in wanted if records})
     if not documents:
         return [[[] for _ in records] for _, records in wanted]
-    starts = {row["id"]: list(row["page_starts"])
-              for row in db.all("page_starts", tenant_id=tenant_id, ids=documents)}  # fmt: skip
-    needed = sorted({(document_id, page) for document_id, records in wanted
-                     for record in records
-                     for page in _pages_of(record, starts.get(document_id, [0]))})  # fmt: skip
-    rows = db.all("page_geometries", tenant_id=tenant_id, document_ids=[d for d, _ in needed],
-                  pages=[p for _, p in needed]) if needed else []  # fmt: skip
-    geometries = {(row["document_id"], row["page"]): PageGeometry.from_json(row["geometry"])
-                  for row in rows}  # fmt: skip
-    return [[_boxes(record, starts.get(document_id, [0]), geometries, document_id)
-             for record in records] for document_id, records in wanted]  # fmt: skip
+    starts = {
+        row["id"]: list(row["page_starts"])
+        for row in db.all("page_starts", tenant_id=tenant_id, ids=documents)
+    }
+    needed = sorted(
+        {
+            (document_id, page)
+            for document_id, records in wanted
+            for record in records
+            for page in _pages_of(record, starts.get(document_id, [0]))
+        }
+    )
+    rows = (
+        db.all(
+            "page_geometries",
+            tenant_id=tenant_id,
+            document_ids=[d for d, _ in needed],
+            pages=[p for _, p in needed],
+        )
+        if needed
+        else []
+    )
+    geometries = {
+        (row["document_id"], row["page"]): PageGeometry.from_json(row["geometry"]) for row in rows
+    }
+    return [
+        [
+            _boxes(record, starts.get(document_id, [0]), geometries, document_id)
+            for record in records
+        ]
+        for document_id, records in wanted
+    ]
 
 
 def _pages_of(value: Mapping[str, Any], page_starts: list[int]) -> range:
@@ -127,7 +203,15 @@ def _boxes(
         start = max(int(value["start"]), offset) - offset
         end = int(value["end"]) - offset
         for left, top, right, bottom in geometry.boxes(start, end):
-            boxes.append({"page": page + 1, "left": left, "top": top, "right": right,
-                          "bottom": bottom, "page_width": geometry.width,
-                          "page_height": geometry.height})  # fmt: skip
+            boxes.append(
+                {
+                    "page": page + 1,
+                    "left": left,
+                    "top": top,
+                    "right": right,
+                    "bottom": bottom,
+                    "page_width": geometry.width,
+                    "page_height": geometry.height,
+                }
+            )
     return boxes

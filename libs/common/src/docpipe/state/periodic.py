@@ -33,20 +33,27 @@ def _lock_key(name: str) -> int:
 
 
 def run_once_per_interval(
-    db: Database, name: str, interval_s: float, job: Callable[[], Mapping[str, Any]]
+    db: Database, name: str, interval_s: float, job: Callable[[Database], Mapping[str, Any]]
 ) -> Mapping[str, Any] | None:
-    """Run ``job`` unless this interval's run already happened; None when skipped."""
+    """Run ``job`` unless this interval's run already happened; None when skipped. The job
+    gets the database on the connection that holds the lock: it takes no other (see
+    Database.pinned)."""
     key = _lock_key(name)
-    with db.session() as s:
-        row = s.one("start_periodic_job", name=name, lock_key=key,
-                    min_gap_s=interval_s * _MIN_GAP_SHARE)  # fmt: skip
+    with db.pinned() as pinned, pinned.session() as s:
+        row = s.one(
+            "start_periodic_job", name=name, lock_key=key, min_gap_s=interval_s * _MIN_GAP_SHARE
+        )
         if row is None or not row["held"]:
             return None
         result: Mapping[str, Any] | None = None
         try:
             if row["runs"] is not None:
-                result = job()
+                result = job(pinned)
         finally:
-            s.one("finish_periodic_job", name=name, lock_key=key,
-                  result=None if result is None else Jsonb(dict(result)))  # fmt: skip
+            s.one(
+                "finish_periodic_job",
+                name=name,
+                lock_key=key,
+                result=None if result is None else Jsonb(dict(result)),
+            )
         return result

@@ -70,18 +70,24 @@ def recover_stalled_work(
     expired = db.all("expire_overdue_runs")
     interrupted = webhooks.reap_interrupted_attempts(db, retry=webhook_retry, queue=WEBHOOK_QUEUE)
     try:
-        cutoffs = {queue: sent_before(broker_redis, queue, grace_s)
-                   for queue in (*LANE_QUEUES.values(), WEBHOOK_QUEUE)}  # fmt: skip
+        cutoffs = {
+            queue: sent_before(broker_redis, queue, grace_s)
+            for queue in (*LANE_QUEUES.values(), WEBHOOK_QUEUE)
+        }
     except redis.RedisError as exc:
         # What waits in Redis cannot be told from what was lost: look again next pass.
-        log.warning("reaper: Redis did not answer, lost messages are looked for next pass "
-                    "(%s: %s)", type(exc).__name__, exc)  # fmt: skip
+        log.warning(
+            "reaper: Redis did not answer, lost messages are looked for next pass (%s: %s)",
+            type(exc).__name__,
+            exc,
+        )
         lost: list[dict[str, Any]] = []
         lost_webhooks: tuple[int, ...] = ()
     else:
         lane_cutoffs = {f"{lane}_cutoff": cutoffs[queue] for lane, queue in LANE_QUEUES.items()}
-        lost = db.all("redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM,
-                      **lane_cutoffs)  # fmt: skip
+        lost = db.all(
+            "redrive_lost_steps", grace_s=grace_s, queues=LANE_QUEUES_PARAM, **lane_cutoffs
+        )
         lost_webhooks = webhooks.redrive_lost_deliveries(
             db, queue=WEBHOOK_QUEUE, grace_s=grace_s, cutoff=cutoffs[WEBHOOK_QUEUE]
         )

@@ -1,10 +1,11 @@
 """A batch's results in bulk, for the export (GET /batches/{id}/results).
 
-Every run of the batch in run id order, with each step's output, read through a server-side
-cursor in a read-only transaction on a connection of its own: the rows come a chunk at a
-time, so a batch of 10,000 runs never sits in the API's memory, and a long download holds
-none of the pool's connections. The run id of the last row a client got is its cursor: the
-rows after it are the rest, in the same order.
+Every run of the batch in the order its documents were sent (their place in the batch
+request, then the run id), with each step's output, read through a server-side cursor in a
+read-only transaction on a connection of its own: the rows come a chunk at a time, so a
+batch of 10,000 runs never sits in the API's memory, and a long download holds none of the
+pool's connections. The run id of the last row a client got is its cursor: the rows after
+that run's place are the rest, in the same order.
 
 Each run's status is typed the way provider batch APIs type a request's result
 (:data:`RESULT_TYPES`): ``succeeded``, ``failed``, ``needs_review``, ``cancelled``, and
@@ -31,6 +32,7 @@ __all__ = [
     "RESULT_TYPES",
     "BatchResult",
     "ResultType",
+    "ResumeCursor",
     "batch_results",
     "check_resume_cursor",
     "run_statuses_named",
@@ -104,19 +106,28 @@ def run_statuses_named(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(str(s) for s in wanted)
 
 
-def check_resume_cursor(db: Database, tenant_id: str, batch_id: str, after: str) -> str:
-    """``after`` as a run id of this batch (the last line a client got): InvalidRequestError
-    when it is no run id, ConflictError when it names no run of the batch (it would resume
-    nothing)."""
+@dataclass(frozen=True)
+class ResumeCursor:
+    """Where an export goes on: after this run, at this place in the batch request."""
+
+    position: int
+    run_id: str
+
+
+def check_resume_cursor(db: Database, tenant_id: str, batch_id: str, after: str) -> ResumeCursor:
+    """``after`` (the run id of the last line a client got) as the place to go on after:
+    InvalidRequestError when it is no run id, ConflictError when it names no run of the
+    batch (it would resume nothing)."""
     try:
         run_id = str(uuid.UUID(after))
     except ValueError:
         raise InvalidRequestError(
             f"after: {after[:100]!r} is not a run id (give the run_id of the last line you got)"
         ) from None
-    if db.one("batch_has_run", tenant_id=tenant_id, batch_id=batch_id, run_id=run_id) is None:
+    found = db.one("batch_has_run", tenant_id=tenant_id, batch_id=batch_id, run_id=run_id)
+    if found is None:
         raise ConflictError(f"after: run {run_id} is not a run of batch {batch_id}")
-    return run_id
+    return ResumeCursor(found["position"], run_id)
 
 
 def batch_results(
@@ -125,13 +136,13 @@ def batch_results(
     batch_id: str,
     *,
     statuses: Sequence[str] = (),
-    after: str | None = None,
+    after: ResumeCursor | None = None,
     chunk_rows: int = CHUNK_ROWS,
 ) -> Generator[list[BatchResult]]:
-    """The batch's runs (those with one of ``statuses``; all when empty) after run
-    ``after``, in run id order, ``chunk_rows`` at a time. The caller checks the batch is the
-    tenant's first (:func:`docpipe.state.batches.batch_progress`, a 404 before the answer
-    starts); nothing is read until the first chunk is asked for."""
+    """The batch's runs (those with one of ``statuses``; all when empty) after ``after``,
+    in the order their documents were sent, ``chunk_rows`` at a time. The caller checks the
+    batch is the tenant's first (:func:`docpipe.state.batches.batch_progress`, a 404 before
+    the answer starts); nothing is read until the first chunk is asked for."""
     with db.detached_transaction(application_name="docpipe-export", idle_s=IDLE_CLIENT_S) as tx:
         for chunk in tx.chunks_as(
             BatchResult,
@@ -139,8 +150,11 @@ def batch_results(
             rows=chunk_rows,
             tenant_id=tenant_id,
             batch_id=batch_id,
-            statuses=list(statuses) or None,
-            after=after,
+            # Every status and a place before the first (position -1, the nil id) when not
+            # asked for: one shape, no optional filter.
+            statuses=list(statuses) or [s.value for s in RunStatus],
+            after_position=after.position if after else -1,
+            after=after.run_id if after else uuid.UUID(int=0),
         ):
             decided = decisions_of(db, tenant_id, [r.run_id for r in chunk])
             yield [replace(r, decisions=decided.get(r.run_id, [])) for r in chunk]

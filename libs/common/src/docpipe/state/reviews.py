@@ -20,11 +20,10 @@ approval is reused when another run's same step reads the same input
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -35,7 +34,9 @@ from docpipe.pipelines.catalog import Catalog
 from docpipe.pipelines.edits import (
     Edit,
     EditError,
+    ReviewerQuote,
     apply_edits,
+    attach_quotes,
     carry_corrections,
     field_diff,
     schema_errors,
@@ -43,6 +44,7 @@ from docpipe.pipelines.edits import (
 from docpipe.pipelines.evidence import evidence_records
 from docpipe.pipelines.model import Pipeline
 from docpipe.state import runs
+from docpipe.state.cursors import CURSOR_PATTERN, read_cursor, write_cursor
 from docpipe.state.db import Database, Row, Session
 from docpipe.state.pages import evidence_with_boxes
 from docpipe.statuses import DecisionAction, Lane, RunStatus
@@ -61,13 +63,10 @@ __all__ = [
     "decisions_of",
     "list_reviews",
     "review_detail",
+    "uuid_or_none",
 ]
 
 MAX_PAGE = 200
-_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-# At most 17 digits of microseconds: until the year 5138, within what datetime holds.
-CURSOR_PATTERN = rf"^[0-9]{{1,17}}\.{_UUID}$"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_REASON_CHARS = 2000
 
 
@@ -94,6 +93,7 @@ class DecisionRequest:
     from_step: str | None = None  # retry: default, the step in review
     model: str | None = None  # retry: the model that step asks instead
     reason: str | None = None  # reject: required; otherwise a note
+    quotes: tuple[ReviewerQuote, ...] = ()  # approve: passages a reviewer chose as support
 
 
 @dataclass(frozen=True)
@@ -143,33 +143,50 @@ class ReviewDetail:
     models: list[str]
 
 
+@dataclass(frozen=True)
+class QueueFilter:
+    """Which of a tenant's runs awaiting review to list; None: any."""
+
+    pipeline: str | None = None
+    step: str | None = None
+    reason: str | None = None
+    batch_id: str | None = None
+
+
 def list_reviews(
     db: Database,
     tenant_id: str,
+    where: QueueFilter = QueueFilter(),
     *,
-    pipeline: str | None = None,
-    step: str | None = None,
-    reason: str | None = None,
-    batch_id: str | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> ReviewPage:
-    """The tenant's runs awaiting review, oldest first, ``limit`` at a time after
-    ``cursor`` (the page before's ``next_cursor``)."""
+    """The tenant's runs awaiting review (``where`` says which), oldest first, ``limit`` at
+    a time after ``cursor`` (the page before's ``next_cursor``)."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidRequestError(f"limit must be 1-{MAX_PAGE}")
-    after_since, after_id = _read_cursor(cursor) if cursor else (None, None)
-    rows = db.all_as(ReviewSummary, "list_reviews", tenant_id=tenant_id, pipeline=pipeline,
-                     step=step, reason=reason, batch_id=_uuid_or_none(batch_id, "batch_id"),
-                     after_since=after_since, after_id=after_id, limit=limit + 1)  # fmt: skip
+    after_since, after_id = read_cursor(cursor) if cursor else (None, None)
+    rows = db.all_as(
+        ReviewSummary,
+        "list_reviews",
+        tenant_id=tenant_id,
+        pipeline=where.pipeline,
+        step=where.step,
+        reason=where.reason,
+        batch_id=uuid_or_none(where.batch_id, "batch_id"),
+        after_since=after_since,
+        after_id=after_id,
+        limit=limit + 1,
+    )
     more = len(rows) > limit
     rows = rows[:limit]
     last = rows[-1] if rows else None
     return ReviewPage(rows, _cursor(last) if more and last is not None else None)
 
 
-def review_detail(db: Database, tenant_id: str, run_id: str, *, pipelines: Catalog,
-                  models: Collection[str]) -> ReviewDetail:  # fmt: skip
+def review_detail(
+    db: Database, tenant_id: str, run_id: str, *, pipelines: Catalog, models: Collection[str]
+) -> ReviewDetail:
     """The review of ``run_id``; NotFoundError for no run of this tenant, ConflictError
     when the run awaits no review."""
     with db.session() as s:
@@ -219,6 +236,7 @@ def decide(
     with db.transaction() as tx:
         review = _review_row(tx, tenant_id, progress.run_id, lock=True, revision=request.revision)
         pipeline = pipelines.get(review["pipeline"])
+        reviewer = _named(tx, reviewer)
         if request.action == DecisionAction.APPROVE:
             decided = _approve(tx, review, request, reviewer, pipeline)
         elif request.action == DecisionAction.RETRY:
@@ -242,14 +260,15 @@ def decisions_of(
 def _review_row(
     session: Session, tenant_id: str, run_id: str, *, lock: bool, revision: int | None = None
 ) -> Row:
-    params = {"tenant_id": tenant_id, "run_id": _uuid_or_none(run_id, "run_id")}
+    params = {"tenant_id": tenant_id, "run_id": uuid_or_none(run_id, "run_id")}
     if lock:
         session.one("lock_review", **params)
     row = session.one("review_row", **params)
     if row is None:
         raise NotFoundError(f"run {run_id[:100]!r} does not exist")
-    if revision is not None and (row["status"] != RunStatus.NEEDS_REVIEW
-                                 or row["revision"] != revision):  # fmt: skip
+    if revision is not None and (
+        row["status"] != RunStatus.NEEDS_REVIEW or row["revision"] != revision
+    ):
         since = session.all("decisions_since", run_id=row["run_id"], revision=revision)
         if since or row["status"] == RunStatus.NEEDS_REVIEW:
             raise _stale(row, revision, since)
@@ -295,7 +314,9 @@ def _approve(
     except EditError as exc:
         where = {"errors": [e.as_json() for e in exc.errors]}
         raise InvalidRequestError(f"the edits do not apply: {exc}", details=where) from None
-    after = carry_corrections(before or {}, after)
+    after = carry_corrections(before or {}, after, reviewer=reviewer.name)
+    if request.quotes:
+        after = _with_quotes(tx, review, after, request.quotes, reviewer)
     if errors := schema_errors(after, pipeline.step(step).output_schema):
         raise InvalidRequestError(
             f"the approved output breaks step {step}'s schema: "
@@ -306,13 +327,48 @@ def _approve(
     next_step = pipeline.next_step(step)
     if next_step is not None:
         runs.check_batch_goes_on(tx, review["run_id"], review["batch_id"])
-    resumed = tx.one("approve_review", run_id=review["run_id"], step=step, output=Jsonb(after),
-                     decision_id=decision, next_step=next_step)  # fmt: skip
+    resumed = tx.one(
+        "approve_review",
+        run_id=review["run_id"],
+        step=step,
+        output=Jsonb(after),
+        decision_id=decision,
+        next_step=next_step,
+    )
     assert resumed is not None, "the row is locked and awaits review"
     interactive = review["lane"] == Lane.INTERACTIVE
     outbox = runs.enqueue_step(tx, review["run_id"], next_step) if next_step and interactive else ()
-    return Decided(decision, DecisionAction.APPROVE, resumed["status"], outbox,
-                   admit=next_step is not None and not interactive)  # fmt: skip
+    return Decided(
+        decision,
+        DecisionAction.APPROVE,
+        resumed["status"],
+        outbox,
+        admit=next_step is not None and not interactive,
+    )
+
+
+def _with_quotes(
+    tx: Session,
+    review: Row,
+    after: dict[str, Any],
+    quotes: Sequence[ReviewerQuote],
+    reviewer: Reviewer,
+) -> dict[str, Any]:
+    """``after`` with the reviewer's own quotes as its values' support (checked against the
+    document's text); InvalidRequestError per quote that cannot be one."""
+    document = tx.one("review_document", tenant_id=review["tenant_id"], run_id=review["run_id"])
+    assert document is not None, "the run is locked, and its document with it"
+    try:
+        return attach_quotes(
+            after,
+            quotes,
+            document=document["text"],
+            page_starts=list(document["page_starts"]),
+            reviewer=reviewer.name,
+        )
+    except EditError as exc:
+        where = {"errors": [e.as_json() for e in exc.errors]}
+        raise InvalidRequestError(f"the quotes do not apply: {exc}", details=where) from None
 
 
 def _retry(
@@ -326,21 +382,27 @@ def _retry(
     models: Collection[str],
 ) -> Decided:
     from_step = request.from_step or review["step"]
+    # Well-formed, but the run says no (as for POST /runs/{id}/retry): a step its pipeline
+    # lacks, or one after the step in review.
     if from_step not in pipeline.step_names:
-        raise InvalidRequestError(f"pipeline {pipeline.key} has no step {from_step!r} "
-                                  f"(steps: {', '.join(pipeline.step_names)})")  # fmt: skip
+        raise ConflictError(
+            f"pipeline {pipeline.key} has no step {from_step!r} "
+            f"(steps: {', '.join(pipeline.step_names)})"
+        )
     if pipeline.index_of(from_step) > pipeline.index_of(review["step"]):
-        raise InvalidRequestError(
+        raise ConflictError(
             f"a retry starts at the step in review ({review['step']}) or an earlier one, "
             f"not at {from_step}"
         )
     if request.model is not None and request.model not in models:
-        raise InvalidRequestError(f"unknown model {request.model!r}: this deployment knows "
-                                  f"{', '.join(sorted(models))}")  # fmt: skip
+        raise InvalidRequestError(
+            f"unknown model {request.model!r}: this deployment knows {', '.join(sorted(models))}"
+        )
     decision = _record(tx, review, request, reviewer, retry_from=from_step)["id"]
     outbox = runs.reopen_run(tx, progress, from_step, pipelines=pipelines, model=request.model)
-    return Decided(decision, DecisionAction.RETRY, RunStatus.QUEUED, outbox,
-                   admit=review["lane"] == Lane.BATCH)  # fmt: skip
+    return Decided(
+        decision, DecisionAction.RETRY, RunStatus.QUEUED, outbox, admit=review["lane"] == Lane.BATCH
+    )
 
 
 def _reject(tx: Session, review: Row, request: DecisionRequest, reviewer: Reviewer) -> Decided:
@@ -376,7 +438,7 @@ def _record(
         revision=review["revision"],
         action=str(request.action),
         key_id=reviewer.key_id,
-        fallback_name=reviewer.name,
+        reviewer_name=reviewer.name,
         reason=request.reason,
         output_before=None if before is None else Jsonb(before),
         output_after=None if after is None else Jsonb(after),
@@ -391,6 +453,13 @@ def _record(
     return row
 
 
+def _named(tx: Session, reviewer: Reviewer) -> Reviewer:
+    """``reviewer`` under the name its decisions and corrections are recorded with."""
+    row = tx.one("reviewer_name", key_id=reviewer.key_id, fallback_name=reviewer.name)
+    assert row is not None
+    return Reviewer(reviewer.key_id, str(row["name"]))
+
+
 def _fields(output: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in output.items() if k != "evidence"}
 
@@ -401,21 +470,11 @@ def _summary(row: Row) -> ReviewSummary:
 
 
 def _cursor(last: ReviewSummary) -> str:
-    """``<microseconds since the epoch>.<run id>``: every string of :data:`CURSOR_PATTERN`
-    is one a client may send (the OpenAPI document states the pattern)."""
     assert last.waiting_since is not None
-    micros = (last.waiting_since - _EPOCH) // timedelta(microseconds=1)
-    return f"{micros}.{last.run_id}"
+    return write_cursor(last.waiting_since, last.run_id)
 
 
-def _read_cursor(cursor: str) -> tuple[datetime, str]:
-    if not re.fullmatch(CURSOR_PATTERN, cursor):
-        raise InvalidRequestError("cursor: not a cursor this API gave (use next_cursor as it came)")
-    micros, run_id = cursor.split(".")
-    return _EPOCH + timedelta(microseconds=int(micros)), run_id
-
-
-def _uuid_or_none(value: str | None, name: str) -> str | None:
+def uuid_or_none(value: str | None, name: str) -> str | None:
     if value is None:
         return None
     try:

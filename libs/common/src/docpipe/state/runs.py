@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,10 +58,11 @@ __all__ = [
     "enqueue_step",
     "expire_run",
     "fail_run",
+    "give_up_lease",
     "inline_step_version",
     "record_step_result",
     "release_step",
-    "renew_lease",
+    "renew_leases",
     "reopen_run",
     "request_hash",
     "restart_run",
@@ -100,12 +102,14 @@ def create_run(
     start_at: datetime | None = None,
     traceparent: str | None = None,
     priority: str | None = None,
+    reuse_answers: bool = False,
 ) -> CreatedRun:
     """Create a run once per (tenant, idempotency key); the same key with another request
     is a ConflictError. Interactive runs get their first step enqueued in the same
     transaction; batch runs wait in PostgreSQL for admission. A document whose text is
     known has its extract_text step done here (see ``inline_step_version``): the first step
-    enqueued is then the pipeline's own first."""
+    enqueued is then the pipeline's own first. ``reuse_answers``: its calls take the
+    tenant's earlier answers to identical requests (docpipe.providers.calls)."""
     if lane not in tuple(Lane):
         raise InvalidRequestError(f"lane must be 'interactive' or 'batch', not {lane!r}")
     fingerprint = request_hash(request)
@@ -127,6 +131,7 @@ def create_run(
         "request_hash": fingerprint,
         "traceparent": traceparent,
         "inline_step": inline_step_version(pipeline),
+        "reuse_answers": reuse_answers,
     }
     try:
         row = session.insert_or_existing("create_run", **params)
@@ -144,8 +149,9 @@ def create_run(
     outbox_ids: tuple[int, ...] = ()
     if lane == Lane.INTERACTIVE:
         outbox_ids = enqueue_step(session, run_id, row["current_step"], available_at=start_at)
-    return CreatedRun(run_id, created=True, outbox_ids=outbox_ids,
-                      steps_done_at_creation=row["steps_done"])  # fmt: skip
+    return CreatedRun(
+        run_id, created=True, outbox_ids=outbox_ids, steps_done_at_creation=row["steps_done"]
+    )
 
 
 def inline_step_version(pipeline: Pipeline) -> str | None:
@@ -160,8 +166,13 @@ def enqueue_step(
 ) -> tuple[int, ...]:
     """Put the message for the run's pending current step in the outbox (publish after
     commit); ``available_at`` parks it in PostgreSQL until then."""
-    rows = session.all("enqueue_step", run_id=run_id, step=step, available_at=available_at,
-                       queues=LANE_QUEUES_PARAM)  # fmt: skip
+    rows = session.all(
+        "enqueue_step",
+        run_id=run_id,
+        step=step,
+        available_at=available_at,
+        queues=LANE_QUEUES_PARAM,
+    )
     return tuple(r["id"] for r in rows)
 
 
@@ -173,6 +184,8 @@ class Claim:
     generation: int
     tenant_id: str
     pipeline: str
+    deliveries: int  # every claim of the step, this one included (never refunded)
+    worked_s: float  # what its handed-back deliveries worked
     pipeline_hash: str | None  # None: created before definitions were hashed
     document_id: str
     lane: str
@@ -188,6 +201,15 @@ class Claim:
     reusable_decision_id: int | None = None
     reusable_output: dict[str, Any] | None = field(default=None, repr=False)
     model_override: str | None = None  # a reviewer's retry chose this model for the step
+    # False for an evaluation's run: its review rules are measured afterwards, not acted on,
+    # and no person's earlier approval stands in for what the pipeline gives.
+    review_pauses: bool = True
+    # When this process claimed it (time.monotonic()): what the delivery has worked so far.
+    claimed_at: float = field(default_factory=time.monotonic, repr=False)
+
+    def working_s(self) -> float:
+        """Seconds since this delivery claimed the step."""
+        return time.monotonic() - self.claimed_at
 
 
 def claim_step(
@@ -198,8 +220,9 @@ def claim_step(
     admitted, or the step is not due yet (a retry's wait, start_at). ``session``: the key of
     the owner's lease session (docpipe.state.leases), which the lease then lasts no longer
     than; None for a lease of ``lease_s`` alone."""
-    return db.one_as(Claim, "claim_step", run_id=run_id, step=step, owner=owner, lease_s=lease_s,
-                     session=session)  # fmt: skip
+    return db.one_as(
+        Claim, "claim_step", run_id=run_id, step=step, owner=owner, lease_s=lease_s, session=session
+    )
 
 
 @dataclass(frozen=True)
@@ -219,14 +242,33 @@ def step_state(db: Database, run_id: str, step: str, *, lease_s: float) -> StepS
     return db.one_as(StepState, "step_state", run_id=run_id, step=step, lease_s=lease_s)
 
 
-def renew_lease(
-    db: Database, run_id: str, step: str, *, owner: str, lease_s: float, session: int | None = None
-) -> bool:
-    """False when the lease is no longer ours (lost and taken over, or the run ended); else
-    it lasts ``lease_s`` more, tied to ``session`` now (as in claim_step)."""
-    row = db.one("renew_lease", run_id=run_id, step=step, owner=owner, lease_s=lease_s,
-                 session=session)  # fmt: skip
-    return row is not None
+def renew_leases(
+    db: Database,
+    held: Sequence[tuple[str, str]],
+    *,
+    owner: str,
+    lease_s: float,
+    session: int | None = None,
+) -> set[tuple[str, str]]:
+    """The (run id, step) of ``held`` whose lease is still ours, each lasting ``lease_s``
+    more and tied to ``session`` now (as in claim_step); the others were lost (taken over,
+    or their run ended)."""
+    if not held:
+        return set()
+    rows = db.all(
+        "renew_leases",
+        run_ids=[run_id for run_id, _ in held],
+        steps=[step for _, step in held],
+        owner=owner,
+        lease_s=lease_s,
+        session=session,
+    )
+    return {(row["run_id"], row["step"]) for row in rows}
+
+
+def give_up_lease(db: Database, run_id: str, step: str, *, owner: str, error: str) -> bool:
+    """End our lease of ``step`` now (the reaper hands the step on); False if it was not ours."""
+    return db.execute("give_up_lease", run_id=run_id, step=step, owner=owner, error=error) > 0
 
 
 def release_step(
@@ -237,10 +279,15 @@ def release_step(
     owner: str,
     retry_in_s: float,
     error: str,
+    worked_s: float,
     refund_attempt: bool = False,
+    park: bool = False,
 ) -> bool:
     """Hand a leased step back after a transient error, to be retried in ``retry_in_s``;
-    ``refund_attempt`` when the step never got to fail (it only waited for a slot)."""
+    ``refund_attempt`` when the step never got to fail (it only waited for a slot, or made
+    progress); ``worked_s``, what this delivery worked, adds to the step's total; ``park``:
+    its next message is written to the outbox in the same statement, parked until then (the
+    sweep publishes it), instead of coming back as a countdown of the current one."""
     row = db.one(
         "release_step",
         run_id=run_id,
@@ -249,6 +296,9 @@ def release_step(
         retry_in_s=retry_in_s,
         error=error[:2000],
         refund=int(refund_attempt),
+        worked_s=worked_s,
+        park=park,
+        queues=LANE_QUEUES_PARAM,
     )
     return row is not None
 
@@ -323,10 +373,17 @@ def fail_run(
     if review_reason is not None:
         reasons = Jsonb([{"kind": review_reason, "field": None, "message": error[:2000]}])
     row = db.one(
-        "fail_run", run_id=run_id, step=step, owner=owner, status=status, error=error[:2000],
-        review_reason=review_reason, review_reasons=reasons,
-        output=None if output is None else Jsonb(output), input_hash=input_hash,
-    )  # fmt: skip
+        "fail_run",
+        run_id=run_id,
+        step=step,
+        owner=owner,
+        status=status,
+        error=error[:2000],
+        review_reason=review_reason,
+        review_reasons=reasons,
+        output=None if output is None else Jsonb(output),
+        input_hash=input_hash,
+    )
     return row is not None
 
 
@@ -524,8 +581,9 @@ def runs_progress(
     with db.session() as s:
         found = {p.run_id: p for p in s.all_as(Progress, "run_status", **params)}
         steps: dict[str, list[StepRow]] = {}
-        rows = s.all("run_steps", with_output=with_output, output_statuses=list(outputs_of),
-                     **params)  # fmt: skip
+        rows = s.all(
+            "run_steps", with_output=with_output, output_statuses=list(outputs_of), **params
+        )
         for row in rows:
             steps.setdefault(row.pop("run_id"), []).append(StepRow(**row))
     return [

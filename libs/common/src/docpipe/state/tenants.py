@@ -88,8 +88,14 @@ def create_api_key(db: Database, tenant_id: str, name: str = "") -> CreatedKey:
         plaintext = f"dp_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
         match = KEY_PATTERN.match(plaintext)
         assert match is not None
-        key = db.one_as(ApiKey, "create_api_key", id=match["id"], tenant_id=tenant_id,
-                        name=name, key_sha256=_sha256(plaintext))  # fmt: skip
+        key = db.one_as(
+            ApiKey,
+            "create_api_key",
+            id=match["id"],
+            tenant_id=tenant_id,
+            name=name,
+            key_sha256=_sha256(plaintext),
+        )
         if key is not None:
             return CreatedKey(key, plaintext)
     raise RuntimeError("could not find a free API key id")

@@ -87,10 +87,19 @@ def rotate_secret(
     token = Fernet(secrets_key.encode()).encrypt(plaintext.encode()).decode()
     with db.transaction() as tx:
         tx.one("webhook_secret_lock", tenant_id=tenant_id)
-        previous = tx.one_as(SecretInfo, "retire_webhook_secret", tenant_id=tenant_id,
-                             previous_valid_for_s=previous_valid_for_s)  # fmt: skip
-        current = tx.one_as(SecretInfo, "create_webhook_secret", id=f"whs_{secrets.token_hex(6)}",
-                            tenant_id=tenant_id, secret_encrypted=token)  # fmt: skip
+        previous = tx.one_as(
+            SecretInfo,
+            "retire_webhook_secret",
+            tenant_id=tenant_id,
+            previous_valid_for_s=previous_valid_for_s,
+        )
+        current = tx.one_as(
+            SecretInfo,
+            "create_webhook_secret",
+            id=f"whs_{secrets.token_hex(6)}",
+            tenant_id=tenant_id,
+            secret_encrypted=token,
+        )
     assert current is not None
     return RotatedSecret(current=current, previous=previous, plaintext=plaintext)
 

@@ -126,8 +126,14 @@ def claim_attempt(
     again shortly (that is not an attempt)."""
     with db.transaction() as tx:
         tx.one("webhook_claim_lock", key=_CLAIM_LOCK_KEY)
-        attempt = tx.one_as(ClaimedAttempt, "claim_webhook_attempt", id=delivery_id,
-                            lease_s=lease_s, tenant_limit=tenant_limit, limit=limit)  # fmt: skip
+        attempt = tx.one_as(
+            ClaimedAttempt,
+            "claim_webhook_attempt",
+            id=delivery_id,
+            lease_s=lease_s,
+            tenant_limit=tenant_limit,
+            limit=limit,
+        )
         if attempt is not None:
             return Claim(attempt)
         state = tx.one("webhook_delivery_state", id=delivery_id)
@@ -161,9 +167,15 @@ def record_attempt(
     out, else pending with its next attempt parked, in one transaction. None when the attempt
     was no longer in flight (the reaper recorded it as interrupted)."""
     with db.transaction() as tx:
-        attempted = tx.one_as(Attempted, "record_webhook_attempt", id=attempt.id,
-                              http_status=http_status, error=error, delivered=error is None,
-                              max_attempts=retry.max_attempts)  # fmt: skip
+        attempted = tx.one_as(
+            Attempted,
+            "record_webhook_attempt",
+            id=attempt.id,
+            http_status=http_status,
+            error=error,
+            delivered=error is None,
+            max_attempts=retry.max_attempts,
+        )
         if attempted is not None and attempted.status == DeliveryStatus.PENDING:
             park_attempt(tx, attempt.id, queue=queue, delay_s=retry.delay_s(attempted.attempts))
     return attempted
@@ -173,12 +185,17 @@ def reap_interrupted_attempts(db: Database, *, retry: RetryPolicy, queue: str) -
     """Record attempts whose worker died mid-way (lease over) as interrupted, and park the
     next attempt of those still pending; returns their deliveries' ids."""
     with db.transaction() as tx:
-        reaped = tx.all_as(Attempted, "reap_interrupted_webhook_attempts", error=INTERRUPTED,
-                           max_attempts=retry.max_attempts)  # fmt: skip
+        reaped = tx.all_as(
+            Attempted,
+            "reap_interrupted_webhook_attempts",
+            error=INTERRUPTED,
+            max_attempts=retry.max_attempts,
+        )
         for attempted in reaped:
             if attempted.status == DeliveryStatus.PENDING:
-                park_attempt(tx, attempted.id, queue=queue,
-                             delay_s=retry.delay_s(attempted.attempts))  # fmt: skip
+                park_attempt(
+                    tx, attempted.id, queue=queue, delay_s=retry.delay_s(attempted.attempts)
+                )
     return [a.id for a in reaped]
 
 

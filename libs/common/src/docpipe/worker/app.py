@@ -24,7 +24,9 @@ from docpipe.worker import (
 from docpipe.worker.liveness import LivenessFile
 from docpipe.worker.pool_watch import PoolWatch
 
-__all__ = ["app", "periodic_jobs", "worker_config"]
+__all__ = ["THREADS_POOL", "app", "periodic_jobs", "worker_config"]
+
+THREADS_POOL = "docpipe.worker.thread_pool:ThreadSlotPool"
 
 
 def periodic_jobs(settings: Settings) -> dict[str, float]:
@@ -35,6 +37,7 @@ def periodic_jobs(settings: Settings) -> dict[str, float]:
         tasks.admit_batch_runs_task.name: settings.admission_interval_s,
         tasks.finish_batches_and_notify_task.name: settings.admission_interval_s,
         tasks.prune_retention_task.name: settings.retention_interval_s,
+        tasks.provider_batches_task.name: settings.provider_batch_interval_s,
     }
 
 
@@ -61,6 +64,9 @@ def worker_config(settings: Settings) -> dict[str, Any]:
         # unrecoverable and stop the worker. Reconnect instead, and carry on once memory
         # frees (tests/chaos: "Redis at maxmemory").
         "broker_channel_error_retry": True,
+        # The pool: prefork unless DOCPIPE_WORKER_POOL=threads (the command line's --pool is
+        # left at its default, which Celery then takes from here).
+        **({"worker_pool": THREADS_POOL} if settings.worker_pool == "threads" else {}),
         "worker_max_tasks_per_child": settings.worker_max_tasks_per_child,
         "worker_max_memory_per_child": settings.worker_max_memory_per_child_mb * 1024,
         "worker_send_task_events": settings.celery_task_events,
@@ -71,8 +77,14 @@ def worker_config(settings: Settings) -> dict[str, Any]:
             name: {
                 "task": name,
                 "schedule": interval,
-                # A tick nobody consumed within its interval is superseded by the next one.
-                "options": {"queue": PERIODIC_QUEUE, "expires": max(interval, 1.0)},
+                # A tick nobody consumed within its interval is superseded by the next one;
+                # the worker that runs it applies its own time limits, not beat's.
+                "options": {
+                    "queue": PERIODIC_QUEUE,
+                    "expires": max(interval, 1.0),
+                    "time_limit": None,
+                    "soft_time_limit": None,
+                },
             }
             for name, interval in periodic_jobs(settings).items()
         },

@@ -1,36 +1,30 @@
 """``run_step``: execute one pipeline step at most once to completion, without any broker.
 
 The Celery task is a thin shell around :meth:`StepExecutor.run_step`; tests call it
-directly. The outcome says what should happen next (publish the next step, retry later,
-nothing), and the state in PostgreSQL already reflects it when it returns.
+directly. The outcome says what should happen next (publish the next step, try the message
+again after a countdown, nothing), and the state in PostgreSQL already reflects it when it
+returns. A claimed step goes: plan (its definition, attempts), run (its calls under its
+lease), then record its output, or end otherwise (docpipe.worker.step_endings: the retry
+policy, failures, reviews).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import jsonschema
 import psycopg
 
 from docpipe.backoff import retry_delay
-from docpipe.broker.messages import Message
-from docpipe.errors import (
-    BudgetExceededError,
-    InvalidOutputError,
-    NotFoundError,
-    PermanentLLMError,
-    RunStoppedError,
-    TransientLLMError,
-    UnreadableDocumentError,
-)
+from docpipe.errors import InvalidOutputError, NotFoundError, UnreadableDocumentError
+from docpipe.extraction.limits import too_slow
 from docpipe.observability import metrics
 from docpipe.pipelines.catalog import Catalog, load_catalog
 from docpipe.pipelines.model import Pipeline, Step
@@ -42,18 +36,12 @@ from docpipe.providers.limiter import CallGate
 from docpipe.providers.limiter import no_gate as _no_gate
 from docpipe.settings import Settings
 from docpipe.state import runs
-from docpipe.state.batches import stop_batch
 from docpipe.state.db import Database
 from docpipe.state.leases import LeaseSession
-from docpipe.statuses import (
-    ACTIVE_RUN_STATUSES,
-    BatchStatus,
-    ReviewReason,
-    RunStatus,
-    StepStatus,
-)
+from docpipe.statuses import ACTIVE_RUN_STATUSES, ReviewReason, RunStatus, StepStatus
 from docpipe.worker.lease_keeper import LeaseKeeper
-from docpipe.worker.text_extraction import ExtractionContinues, extract_document_text
+from docpipe.worker.step_endings import StepEndings, StepOutcome, StepPlan
+from docpipe.worker.text_extraction import extract_document_text
 
 __all__ = ["StepExecutor", "StepOutcome", "worker_identity"]
 
@@ -61,20 +49,6 @@ log = logging.getLogger(__name__)
 
 # The least wait before a step that was not due looks again (never a busy loop).
 _RECHECK_S = 0.05
-
-OutcomeKind = Literal["completed", "already_done", "busy", "stopped", "retry", "failed"]
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    kind: OutcomeKind
-    run_status: str | None = None
-    next_step: str | None = None
-    retry_in_s: float | None = None
-    messages: tuple[Message, ...] = ()  # to publish: docpipe.state.outbox.publish_written
-    calls_sent: int = 0
-    error: str | None = None
-    lane: str | None = None  # of the claimed run
 
 
 def worker_identity() -> str:
@@ -106,6 +80,9 @@ class StepExecutor:
         # Exceptions that stop a step from outside (Celery's soft time limit): the step is
         # handed back like after a transient error, and memoised calls keep what was done.
         self.interruptions = interruptions
+        # What a step's run may raise that decides its end (step_endings.after_failure).
+        self._ends_step: tuple[type[BaseException], ...] = (Exception, *interruptions)
+        self._endings = StepEndings(db, settings, self.owner, interruptions)
         # This process' lease session: its leases end with it (None: with their TTL only).
         self.leases = leases
         self._lease_keeper = LeaseKeeper(db, settings, self.owner, self.lease_session)
@@ -114,8 +91,32 @@ class StepExecutor:
         """The key of this process' lease session now (None: leases rely on the TTL)."""
         return self.leases.key() if self.leases is not None else None
 
-    def run_step(self, run_id: str, step: str) -> StepOutcome:
-        """Run ``step`` of ``run_id`` if it is claimable; a done step is never run again."""
+    def give_up(self, thread: int) -> None:
+        """Give up the steps ``thread`` runs: its task passed its hard time limit (threads
+        pool, docpipe.worker.thread_pool), where a prefork pool would kill the process."""
+        self._lease_keeper.give_up(thread)
+
+    def run_step(self, run_id: str, step: str, *, redelivery: int = 0) -> StepOutcome:
+        """Run ``step`` of ``run_id`` if it is claimable; a done step is never run again.
+        ``redelivery``: how many times this message was tried again already (the backoff of
+        a PostgreSQL outage, when nothing could be recorded: the message is tried again)."""
+        if self._lease_keeper.given_up(run_id, step):
+            # A thread of this process still runs it after giving it up: not here, not now.
+            return StepOutcome("busy", retry_in_s=self.settings.lease_ttl_s)
+        try:
+            return self._run_step(run_id, step)
+        except psycopg.OperationalError as exc:
+            delay = retry_delay(
+                redelivery + 1,
+                base_s=self.settings.retry_backoff_base_s,
+                cap_s=self.settings.retry_backoff_cap_s,
+            )
+            log.warning(
+                "database unavailable for %s/%s, retry in %.1fs: %s", run_id, step, delay, exc
+            )
+            return StepOutcome("retry", retry_in_s=delay, error=f"database unavailable: {exc}")
+
+    def _run_step(self, run_id: str, step: str) -> StepOutcome:
         claim = runs.claim_step(
             self.db,
             run_id,
@@ -128,37 +129,87 @@ class StepExecutor:
             return self._not_claimed(run_id, step)
         started = time.monotonic()
         outcome = replace(self._run_claimed(claim), lane=claim.lane)
-        metrics.observe_step(claim.pipeline, step, claim.lane, outcome.kind, outcome.run_status,
-                             time.monotonic() - started)  # fmt: skip
+        metrics.observe_step(
+            claim.pipeline,
+            step,
+            claim.lane,
+            outcome.kind,
+            outcome.run_status,
+            time.monotonic() - started,
+        )
         return outcome
 
     def _run_claimed(self, claim: runs.Claim) -> StepOutcome:
-        run_id, step = claim.run_id, claim.step
+        plan = self._plan(claim)
+        if isinstance(plan, StepOutcome):
+            return plan
+        if claim.reusable_output is not None and claim.review_pauses and claim.step != EXTRACT_TEXT:
+            # A person approved this output for the same input in an earlier run.
+            return self._record(
+                claim,
+                plan.pipeline,
+                claim.reusable_output,
+                (),
+                0,
+                decision_id=claim.reusable_decision_id,
+            )
+        ctx = self._calls(claim, plan.spec)
+        output: dict[str, Any] | None = None  # kept for the reviewer when it breaks its schema
+        try:
+            with self._lease_keeper.holding(claim, ctx):
+                output = self._execute(claim, plan.spec, ctx)
+                _check_output(output, plan.spec.output_schema)
+        except psycopg.Error:
+            raise  # PostgreSQL is unreachable: the message is tried again (run_step)
+        except self._ends_step as exc:
+            return self._endings.after_failure(claim, plan, exc, ctx.calls_sent, output)
+        # The pipeline's rules may ask for a person: the run then pauses after this step.
+        sample_at = sample_point(claim.document_sha256 or "", claim.pipeline, claim.step)
+        share = self.settings.poor_extraction_share
+        reasons = plan.pipeline.review_reasons(
+            claim.step, output, sample_at=sample_at, poor_extraction_share=share
+        )
+        # An evaluation's run goes on: what its rules would have done is measured from its
+        # outputs afterwards (docpipe.state.evaluation_report).
+        return self._record(
+            claim, plan.pipeline, output, reasons if claim.review_pauses else (), ctx.calls_sent
+        )
+
+    def _plan(self, claim: runs.Claim) -> StepPlan | StepOutcome:
+        """What the claimed step runs; or, when it cannot run by itself (its definition
+        changed, its attempts are used up), the run paused for a person."""
         pipeline = self.pipelines.by_key.get(claim.pipeline)
         if pipeline is None or claim.pipeline_hash not in (None, pipeline.definition_hash):
             # Refused at start-up while runs use it; a worker of another deploy may still
             # have taken the run. A human decides: retry it on this definition, or not.
             why = "is not loaded here" if pipeline is None else "changed since the run started"
-            return self._review(claim, ReviewReason.DEFINITION_CHANGED,
-                                f"pipeline {claim.pipeline} {why}")  # fmt: skip
-        spec = pipeline.step(step)
+            return self._endings.review(
+                claim, ReviewReason.DEFINITION_CHANGED, f"pipeline {claim.pipeline} {why}"
+            )
+        spec = pipeline.step(claim.step)
         if claim.model_override is not None:  # a reviewer's retry named the model to ask
             spec = replace(spec, model=claim.model_override, fallback_model=None, candidates=())
-        if claim.attempt > (max_attempts := spec.max_attempts or self.settings.max_step_attempts):
-            return self._review(claim, ReviewReason.ATTEMPTS_EXHAUSTED,
-                                f"gave up after {claim.attempt - 1} attempts")  # fmt: skip
+        max_attempts = spec.max_attempts or self.settings.max_step_attempts
+        if claim.attempt > max_attempts:
+            return self._endings.review(
+                claim,
+                ReviewReason.ATTEMPTS_EXHAUSTED,
+                f"gave up after {claim.attempt - 1} attempts",
+            )
+        if claim.step == EXTRACT_TEXT and (capped := _extraction_cap(claim, self.settings)):
+            return self._endings.fail(claim, RunStatus.FAILED, str(capped))
         if claim.document is None:
-            raise NotFoundError(f"run {run_id} or its document does not exist")
-        if claim.reusable_output is not None and step != EXTRACT_TEXT:
-            # A person approved this output for the same input in an earlier run.
-            return self._record(claim, pipeline, claim.reusable_output, (), 0,
-                                decision_id=claim.reusable_decision_id)  # fmt: skip
-        ctx = StepCalls(
+            raise NotFoundError(f"run {claim.run_id} or its document does not exist")
+        return StepPlan(pipeline, spec, max_attempts)
+
+    def _calls(self, claim: runs.Claim, spec: Step) -> StepCalls:
+        """The provider calls of the claimed step, under its lease and generation."""
+        return StepCalls(
             db=self.db,
             llm=self.llm,
             settings=self.settings,
             step=spec,
-            run_id=run_id,
+            run_id=claim.run_id,
             tenant_id=claim.tenant_id,
             lane=claim.lane,
             attempt=claim.attempt,
@@ -167,49 +218,6 @@ class StepExecutor:
             pipeline=claim.pipeline,
             owner=self.owner,
         )
-        output: dict[str, Any] | None = None  # kept for the reviewer when it breaks its schema
-        try:
-            with self._lease_keeper.holding(claim, ctx):
-                output = self._execute(claim, spec, ctx)
-                _check_output(output, spec.output_schema)
-        except ExtractionContinues as exc:
-            return self._continue_extraction(claim, str(exc))
-        except UnreadableDocumentError as exc:
-            return self._fail(claim, RunStatus.FAILED, str(exc))
-        except TransientLLMError as exc:
-            if exc.kind == "throttled" or not exc.counts_as_attempt:
-                return self._wait_for_provider(claim, exc, ctx.calls_sent)
-            return self._retry_or_give_up(
-                claim, str(exc), exc.retry_after, ctx.calls_sent, max_attempts
-            )
-        except self.interruptions as exc:
-            return self._retry_or_give_up(
-                claim, f"interrupted: {exc!r}", None, ctx.calls_sent, max_attempts
-            )
-        except RunStoppedError:
-            runs.abandon_step(self.db, run_id, step, owner=self.owner)
-            return StepOutcome("stopped", calls_sent=ctx.calls_sent, error="run stopped")
-        except BudgetExceededError as exc:
-            return self._stop_for_budget(claim, exc, ctx.calls_sent)
-        except InvalidOutputError as exc:
-            return self._review(claim, ReviewReason.INVALID_OUTPUT, str(exc), ctx.calls_sent,
-                                output=output)  # fmt: skip
-        except PermanentLLMError as exc:
-            return self._fail(claim, RunStatus.FAILED, str(exc), ctx.calls_sent)
-        except psycopg.Error:
-            raise  # PostgreSQL is unreachable: the task tries the message again
-        except Exception as exc:
-            # The step's own code failed (a pipeline author's bug or refusal): running it
-            # again would fail the same way, so the run fails with what it said.
-            log.exception("step %s/%s raised", run_id, step)
-            error = f"step {step} raised {type(exc).__name__}: {exc}"
-            return self._fail(claim, RunStatus.FAILED, error, ctx.calls_sent)
-        # The pipeline's rules may ask for a person: the run then pauses after this step.
-        sample_at = sample_point(claim.document_sha256 or "", claim.pipeline, step)
-        share = self.settings.poor_extraction_share
-        reasons = pipeline.review_reasons(step, output, sample_at=sample_at,
-                                          poor_extraction_share=share)  # fmt: skip
-        return self._record(claim, pipeline, output, reasons, ctx.calls_sent)
 
     def _record(
         self,
@@ -236,13 +244,20 @@ class StepExecutor:
         )
         if recorded is None:
             # The run ended while we worked (cancel, deadline) or our lease was taken over.
-            log.warning("result of %s/%s refused: the run ended or the lease was lost",
-                        claim.run_id, claim.step)  # fmt: skip
+            log.warning(
+                "result of %s/%s refused: the run ended or the lease was lost",
+                claim.run_id,
+                claim.step,
+            )
             runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
             return StepOutcome("stopped", calls_sent=calls_sent, error="lease or run lost")
         if reasons:
-            log.warning("run %s needs_review after %s: %s", claim.run_id, claim.step,
-                        "; ".join(r.message for r in reasons))  # fmt: skip
+            log.warning(
+                "run %s needs_review after %s: %s",
+                claim.run_id,
+                claim.step,
+                "; ".join(r.message for r in reasons),
+            )
         return StepOutcome(
             "completed",
             run_status=recorded.run_status,
@@ -255,21 +270,9 @@ class StepExecutor:
         if spec.name == EXTRACT_TEXT:
             # docpipe's own first step: it reads the file's bytes and its page memo, which
             # a pipeline's code never sees.
-            return extract_document_text(self.db, self.settings, claim.tenant_id,
-                                         claim.document_id)  # fmt: skip
+            return extract_document_text(self.db, self.settings, claim.tenant_id, claim.document_id)
         assert claim.document is not None
         return spec.execute(ctx.input(claim.document, claim.outputs, claim.page_starts))
-
-    def _continue_extraction(self, claim: runs.Claim, progress: str) -> StepOutcome:
-        """Pages were read and recorded, the task's time is up: the step goes on in its
-        next delivery at once, without using up an attempt (it made progress)."""
-        released = runs.release_step(
-            self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=0.0,
-            error=progress, refund_attempt=True,
-        )  # fmt: skip
-        if not released:
-            return self._stopped(claim, 0)
-        return StepOutcome("retry", retry_in_s=0.0, error=progress)
 
     def _not_claimed(self, run_id: str, step: str) -> StepOutcome:
         state = runs.step_state(self.db, run_id, step, lease_s=self.settings.lease_ttl_s)
@@ -282,107 +285,35 @@ class StepExecutor:
             runs.expire_run(self.db, run_id)
             return StepOutcome("stopped", run_status=RunStatus.EXPIRED, error="deadline passed")
         if state.status == StepStatus.RUNNING and state.lease_live:
-            return StepOutcome("busy", run_status=state.run_status)
+            # Another worker holds a live lease; look again once it could have expired.
+            return StepOutcome(
+                "busy", run_status=state.run_status, retry_in_s=self.settings.lease_ttl_s
+            )
         if active and not state.admitted:
             # A message ahead of admission (duplicated or forged): admission sends the real one.
             return StepOutcome("stopped", run_status=state.run_status, error="not admitted")
         if active and state.status == StepStatus.PENDING and state.current:
             # Early (a clock ahead of PostgreSQL's, a duplicate of a waiting retry, start_at not
             # reached; or due since the claim looked): try again when it is due.
-            delay = max(state.due_in_s, _RECHECK_S)
-            return StepOutcome("retry", run_status=state.run_status, retry_in_s=delay,
-                               error="not due yet")  # fmt: skip
+            return self._endings.wait_until_due(run_id, step, max(state.due_in_s, _RECHECK_S))
         return StepOutcome("stopped", run_status=state.run_status, error="not claimable")
 
-    def _wait_for_provider(
-        self, claim: runs.Claim, exc: TransientLLMError, calls_sent: int
-    ) -> StepOutcome:
-        """The step waited for the shared limiter too long, or the provider is down for
-        everyone: hand it back without counting the attempt, so an outage delays runs
-        instead of failing them."""
-        delay = (exc.retry_after or 1.0) * random.uniform(1.0, 1.5)
-        released = runs.release_step(
-            self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=delay,
-            error=str(exc), refund_attempt=True,
-        )  # fmt: skip
-        if not released:
-            return self._stopped(claim, calls_sent)
-        return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=str(exc))
 
-    def _retry_or_give_up(
-        self,
-        claim: runs.Claim,
-        error: str,
-        retry_after: float | None,
-        calls_sent: int,
-        max_attempts: int,
-    ) -> StepOutcome:
-        if claim.attempt >= max_attempts:
-            error = f"gave up after {claim.attempt} attempts: {error}"
-            return self._review(claim, ReviewReason.ATTEMPTS_EXHAUSTED, error, calls_sent)
-        delay = retry_delay(
-            claim.attempt,
-            base_s=self.settings.retry_backoff_base_s,
-            cap_s=self.settings.retry_backoff_cap_s,
-            retry_after_s=retry_after,
+def _extraction_cap(claim: runs.Claim, settings: Settings) -> UnreadableDocumentError | None:
+    """too_slow when reading the document, which hands itself back with its attempt refunded
+    while it makes progress, has had as many deliveries or as much time as it may."""
+    deliveries, most = claim.deliveries, settings.max_extraction_deliveries
+    if deliveries > most:
+        return too_slow(
+            f"reading the document took {deliveries - 1} deliveries of its step without "
+            f"ending (at most {most}, DOCPIPE_MAX_EXTRACTION_DELIVERIES)"
         )
-        released = runs.release_step(
-            self.db, claim.run_id, claim.step, owner=self.owner, retry_in_s=delay, error=error
+    if claim.worked_s >= settings.max_extraction_s:
+        return too_slow(
+            f"reading the document took {claim.worked_s:.0f} s of workers' time without ending "
+            f"(at most {settings.max_extraction_s:g} s, DOCPIPE_MAX_EXTRACTION_S)"
         )
-        if not released:
-            return self._stopped(claim, calls_sent)
-        log.info(
-            "step %s/%s attempt %d: retry in %.2fs: %s",
-            claim.run_id,
-            claim.step,
-            claim.attempt,
-            delay,
-            error,
-        )
-        return StepOutcome("retry", retry_in_s=delay, calls_sent=calls_sent, error=error)
-
-    def _stopped(self, claim: runs.Claim, calls_sent: int) -> StepOutcome:
-        """The step could not be handed back: its run ended meanwhile (the step is dropped
-        with it) or another worker holds its lease (nothing to do)."""
-        runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
-        return StepOutcome("stopped", calls_sent=calls_sent, error="run ended or lease lost")
-
-    def _stop_for_budget(
-        self, claim: runs.Claim, exc: BudgetExceededError, calls_sent: int
-    ) -> StepOutcome:
-        if exc.scope == "batch" and claim.batch_id is not None:
-            stop_batch(self.db, claim.tenant_id, claim.batch_id, status=BatchStatus.BUDGET_EXCEEDED,
-                       reason=str(exc))  # fmt: skip
-            runs.abandon_step(self.db, claim.run_id, claim.step, owner=self.owner)
-            log.warning("batch %s stopped: %s", claim.batch_id, exc)
-            return StepOutcome("failed", run_status=RunStatus.BUDGET_EXCEEDED,
-                               calls_sent=calls_sent, error=str(exc))  # fmt: skip
-        return self._fail(claim, RunStatus.BUDGET_EXCEEDED, str(exc), calls_sent)
-
-    def _fail(self, claim: runs.Claim, status: str, error: str, calls_sent: int = 0) -> StepOutcome:
-        runs.fail_run(
-            self.db, claim.run_id, claim.step, owner=self.owner, status=status, error=error
-        )
-        log.warning("run %s %s at %s: %s", claim.run_id, status, claim.step, error)
-        return StepOutcome("failed", run_status=status, calls_sent=calls_sent, error=error)
-
-    def _review(
-        self,
-        claim: runs.Claim,
-        reason: ReviewReason,
-        error: str,
-        calls_sent: int = 0,
-        *,
-        output: dict[str, Any] | None = None,
-    ) -> StepOutcome:
-        """The step cannot succeed by itself: the run pauses for a person at this step,
-        with the step's last output (if any) and what it read."""
-        runs.fail_run(self.db, claim.run_id, claim.step, owner=self.owner,
-                      status=RunStatus.NEEDS_REVIEW, error=error, review_reason=reason,
-                      output=output, input_hash=claim.input_hash)  # fmt: skip
-        log.warning("run %s needs_review at %s (%s): %s", claim.run_id, claim.step, reason, error)
-        return StepOutcome("failed", run_status=RunStatus.NEEDS_REVIEW, calls_sent=calls_sent,
-                           error=error)  # fmt: skip
+    return None
 
 
 def _check_output(output: dict[str, Any], schema: Mapping[str, Any]) -> None:

@@ -4,10 +4,13 @@
 signal                      process                  what happens
 ==========================  =======================  ====================================
 celeryd_init                worker, main             multiprocess metrics dir, /metrics
+                                                     with the worker's slot gauges
 worker_ready                worker, main             celery_worker_up = 1, concurrency
 worker_shutting_down        worker, main             celery_worker_up = 0
-worker_process_init         worker, pool process     tracing starts (after the fork)
+worker_process_init         worker, pool process     tracing starts (after the fork; the
+                            (threads pool: main)     threads pool sends it when it starts)
 worker_process_shutdown     worker, pool process     spans flushed, live gauges dropped
+                            (threads pool: main)
 task_prerun / postrun ...   worker, pool process     task counters, runtime, queue wait
 beat_init                   beat                     /metrics with the Redis/PG gauges
 ==========================  =======================  ====================================
@@ -41,6 +44,7 @@ from celery.signals import (
 from docpipe.broker.queues import ENQUEUED_AT_HEADER
 from docpipe.observability import metrics, multiprocess, tracing
 from docpipe.settings import get_settings
+from docpipe.worker.slot_collector import SlotCollector
 from docpipe.worker.state_collector import StateCollector
 
 __all__: list[str] = []
@@ -54,13 +58,15 @@ _started: dict[str, float] = {}
 
 
 @celeryd_init.connect
-def _worker_starting(**_: Any) -> None:
+def _worker_starting(instance: Any = None, **_: Any) -> None:
     settings = get_settings()
     if not settings.metrics_port:
         return
     metrics.use_multiprocess_dir()
-    metrics.serve_metrics(settings.metrics_port, settings.metrics_host,
-                          metrics.exposition_registry())  # fmt: skip
+    slots = (SlotCollector(instance),) if instance is not None else ()
+    metrics.serve_metrics(
+        settings.metrics_port, settings.metrics_host, metrics.exposition_registry(*slots)
+    )
 
 
 @worker_ready.connect

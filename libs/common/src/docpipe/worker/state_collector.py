@@ -2,10 +2,13 @@
 
 What waits in the broker (length per queue, counting kombu's priority sub-lists, and the
 lag: age of the oldest waiting message), what the shared provider limiter allows and who
-waits for it, runs by status, batch runs still waiting in PostgreSQL for admission, the
-outbox backlog and its oldest row's age, the review backlog per tenant and pipeline (runs
-awaiting a person, and how long the oldest has waited, beside DOCPIPE_REVIEW_MAX_WAIT_S for
-the alert to compare with), and when each periodic job last finished.
+waits for it, runs in flight and awaiting a person by status (counted) and ended runs by
+status (estimated from the table's statistics: counting them would read the history),
+batch runs still waiting in PostgreSQL for admission, the outbox backlog and its oldest
+row's age, the review backlog per tenant and pipeline (runs awaiting a person, and how long
+the oldest has waited, beside DOCPIPE_REVIEW_MAX_WAIT_S for the alert to compare with), and
+when each periodic job last finished. Every query reads what is in flight or waiting, never
+the history (docpipe.state.query_paths: PERIODIC).
 
 Beat is a singleton, so each series exists once however many workers run (computed in every
 worker, the same figure would appear once per worker and Redis/PostgreSQL would be asked as
@@ -39,6 +42,8 @@ __all__ = ["StateCollector"]
 log = logging.getLogger(__name__)
 
 _TIMEOUT_S = 3
+# The statuses docpipe_runs counts; the others (ended) are docpipe_runs_ended_estimate.
+COUNTED_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.NEEDS_REVIEW)
 
 
 class StateCollector(Collector):
@@ -133,15 +138,28 @@ class StateCollector(Collector):
                 autocommit=True,
                 row_factory=dict_row,
                 connect_timeout=_TIMEOUT_S,
-                options=f"-c statement_timeout={_TIMEOUT_S * 1000}",
+                # The gauges read a few thousand index entries at most: parallel workers
+                # would cost more to start than they save, and a scrape takes none of them.
+                options=(
+                    f"-c statement_timeout={_TIMEOUT_S * 1000} -c max_parallel_workers_per_gather=0"
+                ),
                 application_name="docpipe-metrics",
             )
         s = Session(self._conn)
+        # Runs in flight and awaiting a person are counted (their partial indexes hold only
+        # them); ended runs, the history, are estimated from the table's statistics.
         counts = {(r["status"], r["lane"]): r["runs"] for r in s.all("metrics_runs_by_status")}
+        estimates = {
+            (r["status"], r["lane"]): r["runs"] for r in s.all("metrics_runs_ended_estimate")
+        }
         runs = m.scraped_gauge(m.RUNS)
+        ended = m.scraped_gauge(m.RUNS_ENDED_ESTIMATE)
         for status in RunStatus:
             for lane in Lane:
-                runs.add_metric([status, lane], counts.get((status, lane), 0))
+                if status in COUNTED_RUN_STATUSES:
+                    runs.add_metric([status, lane], counts.get((status, lane), 0))
+                else:
+                    ended.add_metric([status, lane], estimates.get((status, lane), 0))
         backlog = s.one("metrics_backlogs")
         assert backlog is not None
         jobs = m.scraped_gauge(m.PERIODIC_LAST_FINISHED)
@@ -149,7 +167,10 @@ class StateCollector(Collector):
             jobs.add_metric([row["name"]], row["last_finished"])
         return [
             *self._review_backlog(s),
+            *self._provider_batches(s),
+            self._evaluation_accuracy(s),
             runs,
+            ended,
             m.scraped_gauge(m.BATCH_BACKLOG, backlog["batch_backlog"]),
             m.scraped_gauge(m.OUTBOX_BACKLOG, backlog["outbox_due"]),
             m.scraped_gauge(m.OUTBOX_PARKED, backlog["outbox_parked"]),
@@ -164,3 +185,25 @@ class StateCollector(Collector):
             runs.add_metric([row["tenant_id"], row["pipeline"]], row["runs"])
             oldest.add_metric([row["tenant_id"], row["pipeline"]], row["oldest_age_s"])
         return [runs, oldest, m.scraped_gauge(m.REVIEW_MAX_WAIT, self._settings.review_max_wait_s)]
+
+    def _provider_batches(self, s: Session) -> list[Metric]:
+        batches = m.scraped_gauge(m.PROVIDER_BATCHES)
+        for row in s.all("metrics_provider_batches"):
+            batches.add_metric([row["provider"], row["state"]], row["batches"])
+        waiting = m.scraped_gauge(m.PROVIDER_BATCH_CALLS_WAITING)
+        oldest = m.scraped_gauge(m.PROVIDER_BATCH_OLDEST_WAIT)
+        ages: dict[tuple[str, str], float] = {}
+        for row in s.all("metrics_provider_batch_calls"):
+            waiting.add_metric([row["provider"], row["model"], row["state"]], row["calls"])
+            key = (row["provider"], row["model"])
+            ages[key] = max(ages.get(key, 0.0), row["oldest_age_s"])
+        for (provider, model), age in ages.items():
+            oldest.add_metric([provider, model], age)
+        return [batches, waiting, oldest]
+
+    def _evaluation_accuracy(self, s: Session) -> Metric:
+        accuracy = m.scraped_gauge(m.EVALUATION_ACCURACY)
+        for row in s.all("metrics_evaluation_accuracy"):
+            labels = [row["tenant_id"], row["set_name"], row["pipeline"], row["step"]]
+            accuracy.add_metric(labels, row["accuracy"])
+        return accuracy

@@ -10,38 +10,39 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
-import psycopg
 import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_shutdown
 
-from docpipe.backoff import retry_delay
 from docpipe.broker.messages import DELIVER_WEBHOOK, RUN_STEP
 from docpipe.broker.queues import WEBHOOK_QUEUE
 from docpipe.broker.transport import CeleryPublisher, app, bind_work, redis_client
 from docpipe.observability import metrics, tracing
 from docpipe.pipelines.catalog import catalog
+from docpipe.providers.batch_interfaces import BatchInterface
 from docpipe.providers.client import ProviderClients
 from docpipe.providers.limiter import ProviderLimiter
 from docpipe.settings import Settings, get_settings
-from docpipe.state import runs
 from docpipe.state.admission import admit_and_publish
+from docpipe.state.after_commit import AfterCommit, dispatch_after_commit
 from docpipe.state.batches import finish_batches
 from docpipe.state.db import Database
 from docpipe.state.leases import LeaseSession
-from docpipe.state.outbox import publish_outbox, publish_written, sweep_outbox
+from docpipe.state.outbox import sweep_outbox
 from docpipe.state.periodic import run_once_per_interval
 from docpipe.state.recovery import recover_stalled_work
-from docpipe.state.retention import prune_retention
+from docpipe.state.retention import expire_reviews, prune_retention
 from docpipe.state.webhooks import RetryPolicy, queue_webhooks
 from docpipe.statuses import ENDED_RUN_STATUSES, Lane
 from docpipe.worker.executor import StepExecutor
+from docpipe.worker.provider_batches import batch_interfaces, run_provider_batches
+from docpipe.worker.thread_pool import on_hard_limit
 from docpipe.worker.webhook_delivery import deliver_webhook
 
 __all__ = ["Resources", "resources", "run_step"]
@@ -61,13 +62,20 @@ class Resources:
     broker_redis: redis.Redis
     broker: CeleryPublisher
     limiter: ProviderLimiter
+    batch_interfaces: dict[str, BatchInterface]
 
     def close(self) -> None:
         self.llm.close()
+        for interface in self.batch_interfaces.values():
+            interface.close()
         if self.executor.leases is not None:
             self.executor.leases.close()
         self.db.close()
         self.broker_redis.close()
+
+
+# Many threads of a threads pool may ask for the resources at once: they are made once.
+_resources_lock = threading.Lock()
 
 
 @cache
@@ -94,12 +102,14 @@ def _resources_for(pid: int) -> Resources:
         broker_redis=broker_redis,
         broker=CeleryPublisher(),
         limiter=limiter,
+        batch_interfaces=batch_interfaces(settings),
     )
 
 
 def resources() -> Resources:
     """This process' resources (keyed by pid, so a forked child never uses its parent's)."""
-    return _resources_for(os.getpid())
+    with _resources_lock:
+        return _resources_for(os.getpid())
 
 
 @worker_process_shutdown.connect
@@ -108,53 +118,43 @@ def _close_resources(**_: Any) -> None:
         resources().close()
 
 
+@on_hard_limit
+def _give_up_steps_of(thread: int) -> None:
+    """A task of a threads pool passed its hard time limit: give its steps up."""
+    if _resources_for.cache_info().currsize:
+        resources().executor.give_up(thread)
+
+
 @bind_work(RUN_STEP)
 def run_step(self: Task, run_id: str, step: str) -> None:
-    """Run one step; publish the next through the outbox, or retry after a transient error."""
+    """Run one step, send what it wrote after its commit, and hand Celery the countdown the
+    executor chose (docpipe.worker.step_endings), if any."""
     tracing.annotate_step(run_id, step)
     r = resources()
-    try:
-        outcome = r.executor.run_step(run_id, step)
-    except psycopg.OperationalError as exc:
-        # PostgreSQL is unreachable: nothing was recorded, try the message again shortly.
-        delay = retry_delay(
-            self.request.retries + 1,
-            base_s=r.settings.retry_backoff_base_s,
-            cap_s=r.settings.retry_backoff_cap_s,
-        )
-        log.warning("database unavailable for %s/%s, retry in %.1fs: %s", run_id, step, delay, exc)
-        raise self.retry(countdown=delay) from exc
-    publish_written(r.broker, outcome.messages)
-    if outcome.lane == Lane.BATCH and outcome.run_status in ENDED_RUN_STATUSES:
-        # A batch run ended: its slot in the admission window is free now.
-        admit_and_publish(r.db, r.broker, r.settings)
-    if outcome.kind == "retry":
-        assert outcome.retry_in_s is not None
-        if outcome.retry_in_s <= r.settings.park_delays_over_s:
-            raise self.retry(countdown=outcome.retry_in_s)
-        # A long wait is parked in PostgreSQL: a countdown this long would sit in Redis
-        # (and be handed out again after the visibility timeout).
-        due = datetime.now(UTC) + timedelta(seconds=outcome.retry_in_s)
-        with r.db.transaction() as tx:
-            runs.enqueue_step(tx, run_id, step, available_at=due)
-    elif outcome.kind == "busy":
-        # Another worker holds a live lease; look again once it could have expired.
-        raise self.retry(countdown=r.settings.lease_ttl_s)
+    outcome = r.executor.run_step(run_id, step, redelivery=self.request.retries)
+    # A batch run that ended frees its slot in the admission window.
+    ended = outcome.lane == Lane.BATCH and outcome.run_status in ENDED_RUN_STATUSES
+    dispatch_after_commit(
+        r.db, r.broker, r.settings, AfterCommit(messages=outcome.messages, admit=ended)
+    )
+    if outcome.countdown_s is not None:
+        raise self.retry(countdown=outcome.countdown_s)
 
 
 @app.task(name="docpipe.periodic.recover_stalled_work", ignore_result=True)
 def recover_stalled_work_task() -> None:
     r = resources()
 
-    def job() -> dict[str, int]:
+    def job(db: Database) -> dict[str, int]:
         recovered = recover_stalled_work(
-            r.db,
+            db,
             r.broker_redis,
             grace_s=r.settings.redrive_grace_s,
             lease_s=r.settings.lease_ttl_s,
             webhook_retry=RetryPolicy.from_settings(r.settings),
         )
-        publish_outbox(r.db, r.broker, recovered.outbox_ids)
+        after = AfterCommit(outbox_ids=recovered.outbox_ids)
+        dispatch_after_commit(db, r.broker, r.settings, after)
         metrics.count_recoveries(recovered.as_dict())
         if recovered.outbox_ids or recovered.expired_runs:
             log.info("reaper: %s", recovered.as_dict())
@@ -167,9 +167,14 @@ def recover_stalled_work_task() -> None:
 def sweep_outbox_task() -> None:
     r = resources()
 
-    def job() -> dict[str, int]:
-        published = sweep_outbox(r.db, r.broker, r.broker_redis, grace_s=r.settings.outbox_grace_s,
-                                 lost_after_s=r.settings.redrive_grace_s)  # fmt: skip
+    def job(db: Database) -> dict[str, int]:
+        published = sweep_outbox(
+            db,
+            r.broker,
+            r.broker_redis,
+            grace_s=r.settings.outbox_grace_s,
+            lost_after_s=r.settings.redrive_grace_s,
+        )
         metrics.metrics().outbox_swept.inc(published)
         return {"published": published}
 
@@ -180,8 +185,8 @@ def sweep_outbox_task() -> None:
 def admit_batch_runs_task() -> None:
     r = resources()
 
-    def job() -> dict[str, int]:
-        return {"admitted": admit_and_publish(r.db, r.broker, r.settings)}
+    def job(db: Database) -> dict[str, int]:
+        return {"admitted": admit_and_publish(db, r.broker, r.settings)}
 
     run_once_per_interval(r.db, "admit_batch_runs", r.settings.admission_interval_s, job)
 
@@ -190,23 +195,37 @@ def admit_batch_runs_task() -> None:
 def finish_batches_and_notify_task() -> None:
     r = resources()
 
-    def job() -> dict[str, int]:
-        finished = finish_batches(r.db)
-        queued = queue_webhooks(r.db, WEBHOOK_QUEUE)
-        publish_outbox(r.db, r.broker, queued)
+    def job(db: Database) -> dict[str, int]:
+        finished = finish_batches(db)
+        queued = queue_webhooks(db, WEBHOOK_QUEUE)
+        dispatch_after_commit(db, r.broker, r.settings, AfterCommit(outbox_ids=queued))
         return {"batches_finished": finished, "webhooks_queued": len(queued)}
 
     run_once_per_interval(r.db, "finish_batches_and_notify", r.settings.admission_interval_s, job)
+
+
+@app.task(name="docpipe.periodic.provider_batches", ignore_result=True)
+def provider_batches_task() -> None:
+    r = resources()
+
+    def job(db: Database) -> dict[str, int]:
+        done = run_provider_batches(db, r.broker, r.settings, r.batch_interfaces)
+        return done.as_dict()
+
+    run_once_per_interval(r.db, "provider_batches", r.settings.provider_batch_interval_s, job)
 
 
 @app.task(name="docpipe.periodic.prune_retention", ignore_result=True)
 def prune_retention_task() -> None:
     r = resources()
 
-    def job() -> dict[str, int]:
+    def job(db: Database) -> dict[str, int]:
+        expired = expire_reviews(db, r.settings)
+        metrics.count_expired_reviews(expired)
         # Half the soft time limit: the pass ends on its own; the next one continues.
         budget_s = r.settings.task_soft_time_limit_s / 2
-        return prune_retention(r.db, r.settings, time_budget_s=budget_s)
+        deleted = prune_retention(db, r.settings, time_budget_s=budget_s)
+        return {"reviews_expired": sum(expired.values()), **deleted}
 
     run_once_per_interval(r.db, "prune_retention", r.settings.retention_interval_s, job)
 

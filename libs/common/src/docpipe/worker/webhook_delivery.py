@@ -84,14 +84,23 @@ def deliver_webhook(
         http_status, error = _attempt(db, settings, attempt, resolver, verify)
     finally:
         attempted = webhooks.record_attempt(
-            db, attempt, http_status=http_status, error=error, queue=WEBHOOK_QUEUE,
+            db,
+            attempt,
+            http_status=http_status,
+            error=error,
+            queue=WEBHOOK_QUEUE,
             retry=webhooks.RetryPolicy.from_settings(settings),
-        )  # fmt: skip
+        )
     if attempted is None:
         return None
     if error is not None:
-        log.info("webhook %s attempt %d: %s (%s)", delivery_id, attempted.attempts, error,
-                 attempted.status)  # fmt: skip
+        log.info(
+            "webhook %s attempt %d: %s (%s)",
+            delivery_id,
+            attempted.attempts,
+            error,
+            attempted.status,
+        )
     return attempted.status
 
 
@@ -119,12 +128,15 @@ def _attempt(
     }
     try:
         answer = post_pinned(
-            attempt.url, body, headers,
+            attempt.url,
+            body,
+            headers,
             policy=DestinationPolicy.from_allowlist(settings.webhook_allowed_destinations),
             deadline_s=settings.webhook_timeout_s,
             max_response_bytes=settings.webhook_max_response_bytes,
-            resolver=resolver, verify=verify,
-        )  # fmt: skip
+            resolver=resolver,
+            verify=verify,
+        )
     except DestinationRefused as exc:
         # The reason is for operators; the tenant learns only that it was refused.
         log.warning("webhook %s refused: %s", attempt.id, exc)

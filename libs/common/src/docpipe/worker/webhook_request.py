@@ -97,9 +97,12 @@ def post_pinned(
             unreachable: httpx.ConnectError | None = None
             for address in addresses:
                 request = client.build_request(
-                    "POST", target.url.copy_with(host=str(address)), content=body,
-                    headers=pinned_headers, extensions=extensions,
-                )  # fmt: skip
+                    "POST",
+                    target.url.copy_with(host=str(address)),
+                    content=body,
+                    headers=pinned_headers,
+                    extensions=extensions,
+                )
                 try:
                     response = await client.send(request, stream=True)
                 except httpx.ConnectError as exc:

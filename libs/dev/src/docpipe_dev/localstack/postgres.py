@@ -146,6 +146,12 @@ class LocalPostgres:
         pid = self._postmaster_pid()
         return pid is not None and is_alive(pid)
 
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's process id while it runs."""
+        pid = self._postmaster_pid()
+        return pid if pid is not None and is_alive(pid) else None
+
     def create_database(self, name: str) -> str:
         """Ensure database `name` exists and return its URL."""
         psql = self._bindir() / "psql"

@@ -55,14 +55,21 @@ class LocalRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = [
             self._server_binary(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--appendonly", "yes" if self.persist else "no",
-            "--maxmemory-policy", "noeviction",
-            "--daemonize", "no",
-        ]  # fmt: skip
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.persist else "no",
+            "--maxmemory-policy",
+            "noeviction",
+            "--daemonize",
+            "no",
+        ]
         with self.log_file.open("ab") as log:
             # A session of its own keeps a terminal's Ctrl-C away from the server.
             process = subprocess.Popen(
@@ -117,6 +124,11 @@ class LocalRedis:
 
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (it leads a process group of its own)."""
+        return self._process.pid if self.is_running() and self._process is not None else None
 
     def __enter__(self) -> Self:
         self.start()

@@ -38,9 +38,13 @@ def alerts() -> dict[str, Alert]:
         for group in yaml.safe_load(path.read_text())["groups"]:
             for r in group["rules"]:
                 if "alert" in r:
-                    found[r["alert"]] = Alert(r["alert"], r["expr"].strip(), r.get("for", "0s"),
-                                              r.get("labels", {}).get("severity", ""),
-                                              r.get("annotations", {}))  # fmt: skip
+                    found[r["alert"]] = Alert(
+                        r["alert"],
+                        r["expr"].strip(),
+                        r.get("for", "0s"),
+                        r.get("labels", {}).get("severity", ""),
+                        r.get("annotations", {}),
+                    )
     return found
 
 
@@ -66,30 +70,46 @@ def undocumented() -> list[str]:
     missing = []
     for name, alert in alerts().items():
         if name not in written:
-            missing.append(f"alert {name} has no runbook section: add '## {name}' to "
-                           "docs/operations/runbook.md")  # fmt: skip
+            missing.append(
+                f"alert {name} has no runbook section: add '## {name}' to "
+                "docs/operations/runbook.md"
+            )
         else:
-            missing += [f"alert {name}'s runbook section lacks a paragraph '{part} ...'"
-                        for part in PARTS if f"**{part}**" not in written[name]]  # fmt: skip
+            missing += [
+                f"alert {name}'s runbook section lacks a paragraph '{part} ...'"
+                for part in PARTS
+                if f"**{part}**" not in written[name]
+            ]
             if f"<!-- reference: alert {name} -->" not in written[name]:
-                missing.append(f"alert {name}'s runbook section lacks its rule: add "
-                               f"<!-- reference: alert {name} --> to it")  # fmt: skip
+                missing.append(
+                    f"alert {name}'s runbook section lacks its rule: add "
+                    f"<!-- reference: alert {name} --> to it"
+                )
         if alert.annotations.get("runbook_url") != runbook_url(name):
-            missing.append(f"alert {name} has no runbook_url annotation pointing at its "
-                           f"section: set runbook_url: {runbook_url(name)}")  # fmt: skip
-    missing += [f"runbook section {name} names no alert of charts/docpipe/rules: remove it"
-                for name in written if name not in alerts()]  # fmt: skip
+            missing.append(
+                f"alert {name} has no runbook_url annotation pointing at its "
+                f"section: set runbook_url: {runbook_url(name)}"
+            )
+    missing += [
+        f"runbook section {name} names no alert of charts/docpipe/rules: remove it"
+        for name in written
+        if name not in alerts()
+    ]
     return missing
 
 
 def index() -> str:
-    rows = [[f"[{a.name}](#{a.name.lower()})", a.severity, a.annotations.get("summary", "")]
-            for a in alerts().values()]  # fmt: skip
+    rows = [
+        [f"[{a.name}](#{a.name.lower()})", a.severity, a.annotations.get("summary", "")]
+        for a in alerts().values()
+    ]
     return table(["alert", "severity", "summary"], rows)
 
 
 def rule(name: str) -> str:
     alert = alerts()[name]
     summary = alert.annotations.get("summary", "")
-    return (f"Severity {code(alert.severity)}, fires after {code(alert.duration)}: "
-            f"*{summary}*\n\n```promql\n{alert.expr}\n```\n")  # fmt: skip
+    return (
+        f"Severity {code(alert.severity)}, fires after {code(alert.duration)}: "
+        f"*{summary}*\n\n```promql\n{alert.expr}\n```\n"
+    )

@@ -35,9 +35,11 @@ def page() -> str:
         parts.append(f"```\n{_usage(parser)}```\n")
         text = parser.description or command.help
         parts.append(cell(text) + "\n")
-        rows = [[code(_name(a)), cell(help_text(parser, a))]
-                for a in command.positionals + command.options
-                if not isinstance(a, argparse._HelpAction)]  # fmt: skip
+        rows = [
+            [code(_name(a)), cell(help_text(parser, a))]
+            for a in command.positionals + command.options
+            if not isinstance(a, argparse._HelpAction)
+        ]
         if rows and not command.subcommands:
             parts.append(table(["argument", "what it does"], rows))
     return "\n".join(parts)

@@ -29,7 +29,8 @@ def openapi_document() -> dict[str, Any]:
     with _default_environment():
         settings = Settings()
         app = create_app(settings)
-        describe_pipelines(app, load_catalog(settings))  # done in the lifespan when serving
+        # done in the lifespan when serving
+        describe_pipelines(app, load_catalog(settings), settings.provider_table.models)
         document: dict[str, Any] = app.openapi()
     return document
 
@@ -54,8 +55,9 @@ def page() -> str:
             if method in item:
                 tag = (item[method].get("tags") or ["other"])[0]
                 by_tag.setdefault(tag, []).append(_operation(method, path, item[method]))
-    parts = [f"Version {doc['info']['version']}; the document itself is "
-             "[openapi.json](openapi.json).\n"]  # fmt: skip
+    parts = [
+        f"Version {doc['info']['version']}; the document itself is [openapi.json](openapi.json).\n"
+    ]
     for tag, operations in by_tag.items():
         parts.append(f"## {tag.replace('-', ' ').capitalize()}\n")
         parts += operations
@@ -74,11 +76,17 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
     if op.get("description"):
         parts.append(op["description"].strip())
     if op.get("parameters"):
-        rows = [[code(p["name"]), p["in"], "yes" if p.get("required") else "",
-                 _type(p.get("schema", {})), cell(p.get("description", ""))]
-                for p in op["parameters"]]  # fmt: skip
-        parts.append("Parameters:\n\n" + table(["name", "in", "required", "type", "meaning"],
-                                               rows))  # fmt: skip
+        rows = [
+            [
+                code(p["name"]),
+                p["in"],
+                "yes" if p.get("required") else "",
+                _type(p.get("schema", {})),
+                cell(p.get("description", "")),
+            ]
+            for p in op["parameters"]
+        ]
+        parts.append("Parameters:\n\n" + table(["name", "in", "required", "type", "meaning"], rows))
     if body := op.get("requestBody"):
         parts.append(_body(body))
     rows = []
@@ -86,8 +94,9 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
         content: dict[str, Any] = answer.get("content", {})
         first: dict[str, Any] = next(iter(content.values()), {})
         schema = first.get("schema")
-        rows.append([code(status), cell(answer.get("description", "")),
-                     _type(schema) if schema else ""])  # fmt: skip
+        rows.append(
+            [code(status), cell(answer.get("description", "")), _type(schema) if schema else ""]
+        )
     parts.append("Answers:\n\n" + table(["status", "when", "body"], rows))
     return "\n\n".join(parts) + "\n"
 
@@ -107,9 +116,15 @@ def _body(body: dict[str, Any]) -> str:
 
 def _fields(schema: dict[str, Any]) -> str:
     required = set(schema.get("required", ()))
-    rows = [[code(name), _type(prop), "yes" if name in required else "",
-             cell(prop.get("description", ""))]
-            for name, prop in schema["properties"].items()]  # fmt: skip
+    rows = [
+        [
+            code(name),
+            _type(prop),
+            "yes" if name in required else "",
+            cell(prop.get("description", "")),
+        ]
+        for name, prop in schema["properties"].items()
+    ]
     return table(["field", "type", "required", "meaning"], rows)
 
 

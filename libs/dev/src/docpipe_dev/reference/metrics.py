@@ -37,16 +37,24 @@ def recorded() -> list[Metric]:
     return found
 
 
-def scraped() -> list[Metric]:
-    """The gauges beat reads from Redis and PostgreSQL when Prometheus scrapes it."""
-    return [Metric(g.name, "gauge", g.labels, g.documentation) for g in m.SCRAPED_GAUGES.values()]
+def scraped(served_by: str | None = None) -> list[Metric]:
+    """The gauges read when Prometheus scrapes: by beat from Redis and PostgreSQL, by each
+    worker from its pool (``served_by``; None: all)."""
+    return [
+        Metric(g.name, "gauge", g.labels, g.documentation)
+        for g in m.SCRAPED_GAUGES.values()
+        if served_by in (None, g.served_by)
+    ]
 
 
 def undocumented() -> list[str]:
     """Metric names of the metrics module that nothing serves with a description."""
     served = {metric.name: metric for metric in recorded() + scraped()}
-    names = {value for key, value in vars(m).items()
-             if key.isupper() and isinstance(value, str) and _NAME.match(value)}  # fmt: skip
+    names = {
+        value
+        for key, value in vars(m).items()
+        if key.isupper() and isinstance(value, str) and _NAME.match(value)
+    }
     missing = [
         f"metric {name} is named in docpipe/observability/metrics.py but neither Metrics nor "
         "SCRAPED_GAUGES declares it: create it in Metrics.__init__, or add a ScrapedGauge"
@@ -63,8 +71,15 @@ def undocumented() -> list[str]:
 
 def page() -> str:
     def rows(metrics: list[Metric]) -> list[list[str]]:
-        return [[code(x.name), x.kind, ", ".join(code(label) for label in x.labels),
-                 cell(x.documentation)] for x in sorted(metrics, key=lambda x: x.name)]  # fmt: skip
+        return [
+            [
+                code(x.name),
+                x.kind,
+                ", ".join(code(label) for label in x.labels),
+                cell(x.documentation),
+            ]
+            for x in sorted(metrics, key=lambda x: x.name)
+        ]
 
     headers = ["metric", "type", "labels", "what it measures"]
     return (
@@ -75,5 +90,9 @@ def page() -> str:
         + "\n## Read by beat at scrape time\n\n"
         "Gauges of what Redis and PostgreSQL hold, served by beat alone (one series each); "
         "wrap them in `max` for the moment two beats overlap during a deploy.\n\n"
-        + table(headers, rows(scraped()))
+        + table(headers, rows(scraped("beat")))
+        + "\n## Read by each worker at scrape time\n\n"
+        "Gauges of a worker's own pool, served by its main process (one series per worker); "
+        "a pool's slots are its processes (prefork) or its threads (threads), see "
+        "[worker pools](../concepts/worker-pools.md).\n\n" + table(headers, rows(scraped("worker")))
     )

@@ -2,48 +2,27 @@
 
 from __future__ import annotations
 
-import hashlib
 import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Annotated
 
 import anyio
-from anyio.to_thread import run_sync
 from fastapi import APIRouter, HTTPException, Query, Request, Response
-from pydantic import ValidationError
 
 from docpipe import statuses
-from docpipe.errors import ConflictError, InvalidRequestError
-from docpipe.observability import metrics
-from docpipe.pipelines.model import Pipeline
-from docpipe.settings import Settings
-from docpipe.state import batches
-from docpipe.state.admission import admit_after_commit
-from docpipe.state.db import Database
-from docpipe.statuses import Lane, Priority
-from docpipe_api.bounds import accepted_callback_url, checked_deadline, run_budget
-from docpipe_api.deps import (
-    BatchBodiesDep,
-    BrokerDep,
-    DatabaseDep,
-    IdempotencyKeyDep,
-    PipelinesDep,
-    RedisDep,
-    SettingsDep,
-    TenantDep,
-    read_capped,
-    require_json,
-)
-from docpipe_api.errors import describe_validation_errors, error_responses
+from docpipe.state import lists
+from docpipe.state.cursors import CURSOR_PATTERN
+from docpipe_api import actions
+from docpipe_api.bodies import parsed_json, read_capped, require_json
+from docpipe_api.bounds import check_batch_documents
+from docpipe_api.deps import CallerDep, IdempotencyKeyDep, ResourcesDep
+from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
+from docpipe_api.list_schemas import BatchPage, IsoTime
 from docpipe_api.schemas import (
-    BatchAccepted,
-    BatchRequest,
-    BatchRun,
-    BatchRunsPage,
-    BatchStatus,
+    BatchAcceptedOut,
+    BatchIn,
+    BatchRunsPageOut,
+    BatchStatusOut,
     request_body_schema,
 )
 
@@ -58,7 +37,7 @@ _BUSY_RETRY_AFTER_S = 2
 @router.post(
     "/batches",
     status_code=202,
-    response_model=BatchAccepted,
+    response_model=BatchAcceptedOut,
     summary="Submit many documents (inline texts or stored ids) for the batch lane",
     responses={
         202: follow(
@@ -74,24 +53,21 @@ _BUSY_RETRY_AFTER_S = 2
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": request_body_schema(BatchRequest)}},
+            "content": {"application/json": {"schema": request_body_schema(BatchIn)}},
         }
     },
 )
 async def submit_batch(
     request: Request,
     key: IdempotencyKeyDep,
-    settings: SettingsDep,
-    db: DatabaseDep,
-    broker: BrokerDep,
-    pipelines: PipelinesDep,
-    bodies: BatchBodiesDep,
-    tenant: TenantDep,
+    resources: ResourcesDep,
+    caller: CallerDep,
     response: Response,
-) -> BatchAccepted:
+) -> BatchAcceptedOut:
     """All runs are created in one transaction and wait in PostgreSQL for admission; the
     free slots of the admission window are filled at once."""
     require_json(request)
+    bodies = resources.batch_bodies
     # The body, its parsed texts and the rows made of them stay in memory until the runs
     # are stored: holding a slot for all of it is what bounds the API's memory.
     try:
@@ -103,151 +79,102 @@ async def submit_batch(
             headers={"Retry-After": str(_BUSY_RETRY_AFTER_S)},
         ) from None
     try:
-        batch = _checked_batch(await read_capped(request, settings.max_batch_bytes), settings)
-        pipeline = pipelines.get(batch.pipeline)
-        limits = _RunLimits(
-            deadline_at=checked_deadline(batch.deadline_s, datetime.now(UTC), settings),
-            run_budget_usd=run_budget(batch.run_budget_usd, settings, field="run_budget_usd"),
-        )
-        callback_url = await run_sync(
-            accepted_callback_url, db, settings, tenant, batch.callback_url
-        )
-        # Creating thousands of runs blocks for a while: keep it off the event loop.
-        created = await run_sync(_create, db, tenant, pipeline, batch, limits, key, callback_url)
+        body = await read_capped(request, resources.settings.max_batch_bytes)
+
+        def submit() -> BatchAcceptedOut:
+            # Counting, parsing and creating thousands of runs block for seconds: never
+            # on the event loop.
+            check_batch_documents(body, resources.settings.max_batch_documents)
+            return actions.submit_batch(
+                resources=resources,
+                caller=caller,
+                batch=parsed_json(BatchIn, body),
+                idempotency_key=key,
+            )
+
+        accepted = await resources.heavy.run("storing a batch", submit)
     finally:
         bodies.release()
-    if created.created:
-        metrics.metrics().runs_created.labels(pipeline.key, "batch").inc(created.runs_total)
-        await run_sync(admit_after_commit, db, broker, settings)
-    response.headers["Location"] = f"/batches/{created.batch_id}"
-    return BatchAccepted(
-        batch_id=created.batch_id,
-        status=statuses.BatchStatus.RUNNING,
-        runs_total=created.runs_total,
-        created=created.created,
+    response.headers["Location"] = f"/batches/{accepted.batch_id}"
+    return accepted
+
+
+@router.get(
+    "/batches",
+    response_model=BatchPage,
+    summary="The tenant's batches, newest first, with their progress and cost",
+    responses=error_responses(422, 503),
+)
+def list_batches(
+    resources: ResourcesDep,
+    caller: CallerDep,
+    status: Annotated[statuses.BatchStatus | None, Query(description="only batches in it")] = None,
+    pipeline: Annotated[
+        str | None, Query(pattern=lists.PIPELINE_KEY_PATTERN, description="a key: name:vN")
+    ] = None,
+    created_after: Annotated[IsoTime | None, Query(description="inclusive")] = None,
+    created_before: Annotated[IsoTime | None, Query(description="exclusive")] = None,
+    needs_review: Annotated[
+        bool, Query(description="only batches with runs awaiting a person")
+    ] = False,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the page before")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=lists.MAX_BATCH_PAGE)] = 20,
+) -> BatchPage:
+    """Each page read from an index whatever the tenant's history, each batch with its runs
+    counted by status (``next_cursor`` for the next page)."""
+    filters = lists.BatchFilters(
+        status=status,
+        pipeline=pipeline,
+        created_from=created_after,
+        created_to=created_before,
+        needs_review=needs_review,
     )
-
-
-def _checked_batch(body: bytearray, settings: Settings) -> BatchRequest:
-    """The batch, within every bound: 422 for too many documents, 413 for a document over
-    DOCPIPE_MAX_DOCUMENT_BYTES (naming it), as PUT /documents would answer for it alone."""
-    try:
-        batch = BatchRequest.model_validate_json(body)
-    except ValidationError as exc:
-        raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
-    if len(batch.documents) > settings.max_batch_documents:
-        raise InvalidRequestError(
-            f"{len(batch.documents)} documents in one batch; the limit is "
-            f"{settings.max_batch_documents} (split it into several batches)"
-        )
-    limit = settings.max_document_bytes
-    for index, document in enumerate(batch.documents):
-        # A text of more characters than the limit has more bytes too: no need to encode it.
-        if document.text is not None and (
-            len(document.text) > limit or len(document.text.encode()) > limit
-        ):
-            name = f" ({document.id!r})" if document.id is not None else ""
-            raise HTTPException(
-                413,
-                f"documents[{index}]{name} is larger than the limit of {limit} bytes per "
-                f"document; nothing was stored",
-            )
-    return batch
-
-
-@dataclass(frozen=True)
-class _RunLimits:
-    """What every run of the batch gets, the request's options checked against the settings
-    (the fingerprint keeps the options as they were asked)."""
-
-    deadline_at: datetime | None
-    run_budget_usd: Decimal | None
-
-
-def _create(
-    db: Database,
-    tenant: str,
-    pipeline: Pipeline,
-    batch: BatchRequest,
-    limits: _RunLimits,
-    key: str | None,
-    callback_url: str | None,
-) -> batches.CreatedBatch:
-    documents = [
-        batches.BatchDocument(id=d.id or uuid.uuid4().hex, text=d.text) for d in batch.documents
-    ]
-    # The fingerprint names each document as the request did (its id, or none) and by its
-    # content hash: equal requests compare equal without keeping megabytes of text around,
-    # and the ids generated above for documents without one do not make a replay differ.
-    fingerprint = {
-        "pipeline": pipeline.key,
-        "documents": [
-            [d.id, hashlib.sha256(d.text.encode()).hexdigest() if d.text is not None else None]
-            for d in batch.documents
-        ],
-        **batch.model_dump(mode="json", exclude={"documents", "pipeline", "priority"}),
-        **({"priority": batch.priority} if batch.priority else {}),
-    }
-    with db.transaction() as tx:
-        return batches.create_batch(
-            tx,
-            tenant_id=tenant,
-            pipeline=pipeline,
-            documents=documents,
-            idempotency_key=key or uuid.uuid4().hex,
-            request=fingerprint,
-            budget_usd=batch.budget_usd,
-            run_budget_usd=limits.run_budget_usd,
-            priority=batch.priority or Priority.default_for(Lane.BATCH),
-            callback_url=callback_url,
-            deadline_at=limits.deadline_at,
-        )
+    return actions.list_batches(
+        resources=resources, caller=caller, filters=filters, cursor=cursor, limit=limit
+    )
 
 
 @router.get(
     "/batches/{batch_id}",
-    response_model=BatchStatus,
+    response_model=BatchStatusOut,
     summary="Runs per status, steps, cost so far and ETA of a batch, in one request",
     responses=error_responses(404, 422, 503),
 )
-def read_batch(batch_id: str, db: DatabaseDep, tenant: TenantDep) -> BatchStatus:
-    return BatchStatus.model_validate(batches.batch_progress(db, tenant, batch_id))
+def read_batch(batch_id: str, resources: ResourcesDep, caller: CallerDep) -> BatchStatusOut:
+    return actions.batch_status(resources=resources, caller=caller, batch_id=batch_id)
 
 
 @router.get(
     "/batches/{batch_id}/runs",
-    response_model=BatchRunsPage,
+    response_model=BatchRunsPageOut,
     summary="A page of the batch's runs",
     responses=error_responses(404, 422, 503),
 )
 def list_batch_runs(
     batch_id: str,
-    db: DatabaseDep,
-    tenant: TenantDep,
+    resources: ResourcesDep,
+    caller: CallerDep,
     status: statuses.RunStatus | None = None,
     after: Annotated[uuid.UUID | None, Query(description="next_after of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> BatchRunsPage:
-    rows = batches.batch_runs(db, tenant, batch_id, status=status,
-                              after=str(after) if after else None, limit=limit)  # fmt: skip
-    return BatchRunsPage(
-        runs=[BatchRun.model_validate(r) for r in rows],
-        next_after=rows[-1].run_id if len(rows) == limit else None,
+) -> BatchRunsPageOut:
+    return actions.batch_runs(
+        resources=resources,
+        caller=caller,
+        batch_id=batch_id,
+        status=status,
+        after=str(after) if after else None,
+        limit=limit,
     )
 
 
 @router.post(
     "/batches/{batch_id}/cancel",
-    response_model=BatchStatus,
+    response_model=BatchStatusOut,
     summary="Stop a batch: no step that has not started will run; nothing stays queued",
     responses=error_responses(404, 409, 422, 503),
 )
-def cancel_batch(
-    batch_id: str, db: DatabaseDep, broker_redis: RedisDep, tenant: TenantDep
-) -> BatchStatus:
-    current = batches.batch_progress(db, tenant, batch_id)  # 404 for unknown batches
-    if current.status != statuses.BatchStatus.RUNNING:
-        raise ConflictError(f"batch {batch_id} has already ended ({current.status})")
-    batches.stop_batch(db, tenant, batch_id, status=statuses.BatchStatus.CANCELLED,
-                       reason="batch cancelled", broker_redis=broker_redis)  # fmt: skip
-    return BatchStatus.model_validate(batches.batch_progress(db, tenant, batch_id))
+def cancel_batch(batch_id: str, resources: ResourcesDep, caller: CallerDep) -> BatchStatusOut:
+    return actions.cancel_batch(resources=resources, caller=caller, batch_id=batch_id)

@@ -3,43 +3,22 @@ images, start an extraction run on it, delete it."""
 
 from __future__ import annotations
 
-import logging
-import os
 import uuid
-from datetime import UTC, datetime
-from functools import cache
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
-from docpipe.errors import InvalidRequestError
-from docpipe.observability import metrics, tracing
-from docpipe.state import runs
-from docpipe.state.admission import admit_after_commit
 from docpipe.state.db import Session
 from docpipe.state.documents import (
     StoredDocument,
     delete_document,
     document_text,
-    get_document,
     put_document,
     put_file,
 )
-from docpipe.state.outbox import publish_outbox
-from docpipe.state.pages import page_image
-from docpipe.statuses import Lane
-from docpipe_api.bounds import accepted_callback_url, checked_deadline, checked_start_at, run_budget
-from docpipe_api.deps import (
-    BrokerDep,
-    DatabaseDep,
-    DocumentUploadDep,
-    ExtractRequestDep,
-    IdempotencyKeyDep,
-    PipelinesDep,
-    SettingsDep,
-    TenantDep,
-    Upload,
-)
+from docpipe_api import actions
+from docpipe_api.bodies import DocumentUploadDep, ExtractRequestDep, Upload
+from docpipe_api.deps import CallerDep, DatabaseDep, IdempotencyKeyDep, ResourcesDep, TenantDep
 from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
 from docpipe_api.review_schemas import DocumentTextOut
@@ -47,15 +26,13 @@ from docpipe_api.schemas import (
     DOCUMENT_ID_ECMA,
     NO_NUL,
     DocumentOut,
-    DocumentText,
-    ExtractAccepted,
-    ExtractRequest,
+    DocumentTextIn,
+    ExtractAcceptedOut,
+    ExtractIn,
     request_body_schema,
 )
 
 __all__ = ["router"]
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["documents"])
 
@@ -77,7 +54,7 @@ _DOCUMENT_BODY: dict[str, Any] = {
         ),
         "content": {
             "text/plain": {"schema": {"type": "string", "pattern": NO_NUL}},
-            "application/json": {"schema": DocumentText.model_json_schema()},
+            "application/json": {"schema": DocumentTextIn.model_json_schema()},
             # A file's bytes; the API reads the format from them, under any media type.
             PDF_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
             DOCX_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
@@ -87,14 +64,15 @@ _DOCUMENT_BODY: dict[str, Any] = {
 _EXTRACT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": False,
-        "content": {"application/json": {"schema": request_body_schema(ExtractRequest)}},
+        "content": {"application/json": {"schema": request_body_schema(ExtractIn)}},
     }
 }
 
 
 _RUN_LINKS = follow("run_id", "run_id", "read_run", "cancel_run", "retry_run", "stream_run_events")
-_DOCUMENT_LINKS = follow("document_id", "id", "read_document", "start_extraction",
-                         "remove_document")  # fmt: skip
+_DOCUMENT_LINKS = follow(
+    "document_id", "id", "read_document", "start_extraction", "remove_document"
+)
 
 
 def _store(tx: Session, tenant: str, document_id: str, upload: Upload) -> StoredDocument:
@@ -157,15 +135,16 @@ def create_document(
     summary="A document's metadata",
     responses=error_responses(404, 422, 503),
 )
-def read_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: TenantDep) -> DocumentOut:
-    with db.session() as s:
-        return DocumentOut.model_validate(get_document(s, tenant, document_id))
+def read_document(
+    document_id: DocumentIdPath, resources: ResourcesDep, caller: CallerDep
+) -> DocumentOut:
+    return actions.read_document(resources=resources, caller=caller, document_id=document_id)
 
 
 @router.get(
     "/documents/{document_id}/pages/{page}",
     response_class=Response,
-    summary="A PDF page as a PNG image, upright, as evidence boxes are placed on it",
+    summary="A PDF's or an image's page as a PNG, upright, as evidence boxes are placed on it",
     responses={
         200: {
             "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
@@ -174,19 +153,17 @@ def read_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: TenantDe
         **error_responses(404, 409, 422, 503),
     },
 )
-def read_page_image(
+async def read_page_image(
     document_id: DocumentIdPath,
     page: Annotated[int, Path(ge=1, le=100_000, description="1-based page")],
-    db: DatabaseDep,
-    settings: SettingsDep,
-    tenant: TenantDep,
+    resources: ResourcesDep,
+    caller: CallerDep,
 ) -> Response:
     """Rendered the first time it is asked for, then kept. 404 for a text or DOCX document
     (no page images) and for a page past the end; 409 until a run has read the pages."""
-    image = page_image(db, tenant, document_id, page, max_pixels=settings.page_image_max_pixels)
-    # A document never changes, nor do its pages: the client may keep them.
-    headers = {"Cache-Control": "private, max-age=86400, immutable"}
-    return Response(image.png, media_type="image/png", headers=headers)
+    return await actions.read_page_image(
+        resources=resources, caller=caller, document_id=document_id, page=page
+    )
 
 
 @router.delete(
@@ -207,7 +184,7 @@ def remove_document(document_id: DocumentIdPath, db: DatabaseDep, tenant: Tenant
 @router.post(
     "/documents/{document_id}/extract",
     status_code=202,
-    response_model=ExtractAccepted,
+    response_model=ExtractAcceptedOut,
     summary="Start an extraction run (idempotent with an Idempotency-Key)",
     responses={
         202: _RUN_LINKS,
@@ -219,71 +196,20 @@ def start_extraction(
     document_id: DocumentIdPath,
     options: ExtractRequestDep,
     key: IdempotencyKeyDep,
-    db: DatabaseDep,
-    broker: BrokerDep,
-    settings: SettingsDep,
-    pipelines: PipelinesDep,
-    tenant: TenantDep,
+    resources: ResourcesDep,
+    caller: CallerDep,
     response: Response,
-) -> ExtractAccepted:
+) -> ExtractAcceptedOut:
     """The same Idempotency-Key returns the same run; with other options it is a 409."""
-    pipeline = pipelines.get(options.pipeline)
-    now = datetime.now(UTC)
-    budget = run_budget(options.budget_usd, settings, field="budget_usd")
-    if options.start_at is not None:
-        if options.lane != Lane.INTERACTIVE:
-            raise InvalidRequestError("start_at applies to the interactive lane only")
-        checked_start_at(options.start_at, now, settings)
-    # A run that is to start later has its time from then on.
-    deadline_at = checked_deadline(options.deadline_s, max(now, options.start_at or now), settings)
-    callback_url = accepted_callback_url(db, settings, tenant, options.callback_url)
-    with db.transaction() as tx:
-        get_document(tx, tenant, document_id)  # 404 before the foreign key can object
-        created = runs.create_run(
-            tx,
-            tenant_id=tenant,
-            document_id=document_id,
-            pipeline=pipeline,
-            lane=options.lane,
-            priority=options.priority,  # create_run gives the lane's default
-            idempotency_key=key or uuid.uuid4().hex,
-            request={"document_id": document_id, **options.fingerprint()},
-            deadline_at=deadline_at,
-            budget_usd=budget,
-            callback_url=callback_url,
-            start_at=options.start_at,
-            # The run's steps join this request's trace (see docpipe.observability.tracing).
-            traceparent=tracing.current_traceparent(),
-        )
-    if created.created:
-        metrics.metrics().runs_created.labels(pipeline.key, options.lane).inc()
-        for step in pipeline.step_names[: created.steps_done_at_creation]:
-            # Done by create_run (a known text's extract_text): its span is this request's.
-            tracing.record_inline_step(created.run_id, step)
-            metrics.observe_step(pipeline.key, step, options.lane, "completed", None, 0.0)
-    _crash_point("api.after_commit")
-    # A future start is not due yet: it stays parked and the sweep publishes it in time.
-    publish_outbox(db, broker, created.outbox_ids)
-    if created.created and options.lane == Lane.BATCH:
-        admit_after_commit(db, broker, settings)
-    status = runs.run_progress(db, tenant, created.run_id).status
-    response.headers["Location"] = f"/runs/{created.run_id}"
-    return ExtractAccepted(run_id=created.run_id, status=status, created=created.created)
-
-
-def _crash_point(name: str) -> None:
-    """The chaos tests' kill between the commit and the publish: exit at once with status 137
-    (no cleanup, no flush, as a SIGKILL would) when DOCPIPE_CRASH_AT is ``name``."""
-    if _crash_at() == name:
-        log.critical("crash point %r reached (DOCPIPE_CRASH_AT): exiting with status 137", name)
-        os._exit(137)
-
-
-@cache
-def _crash_at() -> str | None:
-    # Read once: the tests set it before they start the process, and every extract request
-    # passes here.
-    return os.environ.get("DOCPIPE_CRASH_AT")
+    accepted = actions.start_extraction(
+        resources=resources,
+        caller=caller,
+        document_id=document_id,
+        options=options,
+        idempotency_key=key,
+    )
+    response.headers["Location"] = f"/runs/{accepted.run_id}"
+    return accepted
 
 
 @router.get(
@@ -301,6 +227,12 @@ def read_document_text(
     """409 while a PDF's or DOCX's text is not extracted yet; 404 for a page past the end."""
     found = document_text(db, tenant, document_id)
     start, text = (0, found.text) if page is None else found.page(page)
-    return DocumentTextOut(document_id=document_id, format=found.format,
-                           pages=len(found.page_starts), page_starts=found.page_starts,
-                           page=page, start=start, text=text)  # fmt: skip
+    return DocumentTextOut(
+        document_id=document_id,
+        format=found.format,
+        pages=len(found.page_starts),
+        page_starts=found.page_starts,
+        page=page,
+        start=start,
+        text=text,
+    )

@@ -11,7 +11,7 @@ from docpipe.state.webhook_secrets import describe_secrets, rotate_secret
 from docpipe_api.deps import DatabaseDep, SettingsDep, TenantDep
 from docpipe_api.errors import error_responses
 from docpipe_api.links import follow
-from docpipe_api.schemas import WebhookSecret, WebhookSecretCreated, WebhookSecrets
+from docpipe_api.schemas import WebhookSecretCreatedOut, WebhookSecretOut, WebhookSecretsOut
 
 __all__ = ["MAX_ROTATION_WINDOW_S", "router"]
 
@@ -23,7 +23,7 @@ MAX_ROTATION_WINDOW_S = 30 * 86_400.0
 @router.post(
     "/webhook-secret",
     status_code=201,
-    response_model=WebhookSecretCreated,
+    response_model=WebhookSecretCreatedOut,
     summary="Create the tenant's webhook signing secret, or rotate it; the secret is shown once",
     responses={
         201: follow("", "", "read_webhook_secret"),
@@ -45,7 +45,7 @@ def create_or_rotate_webhook_secret(
             "(default: DOCPIPE_WEBHOOK_SECRET_ROTATION_WINDOW_S; 0: it stops now, e.g. leaked)",
         ),
     ] = None,
-) -> WebhookSecretCreated:
+) -> WebhookSecretCreatedOut:
     if not settings.webhooks_enabled:
         raise ConflictError(
             "this deployment sends no webhooks (DOCPIPE_WEBHOOKS_ENABLED is off), so there "
@@ -60,27 +60,27 @@ def create_or_rotate_webhook_secret(
     )
     # The only answer that carries the secret: no cache may keep it.
     response.headers["Cache-Control"] = "no-store"
-    return WebhookSecretCreated(
-        current=WebhookSecret.model_validate(rotated.current),
-        previous=WebhookSecret.model_validate(rotated.previous) if rotated.previous else None,
+    return WebhookSecretCreatedOut(
+        current=WebhookSecretOut.model_validate(rotated.current),
+        previous=WebhookSecretOut.model_validate(rotated.previous) if rotated.previous else None,
         secret=rotated.plaintext,
     )
 
 
 @router.get(
     "/webhook-secret",
-    response_model=WebhookSecrets,
+    response_model=WebhookSecretsOut,
     summary="The tenant's current signing secret and the previous one still signing (ids and "
     "dates, never the secrets)",
     responses=error_responses(404, 503),
 )
-def read_webhook_secret(db: DatabaseDep, tenant: TenantDep) -> WebhookSecrets:
+def read_webhook_secret(db: DatabaseDep, tenant: TenantDep) -> WebhookSecretsOut:
     found = describe_secrets(db, tenant)
     if found.current is None:
         raise NotFoundError(
             f"tenant {tenant!r} has no webhook signing secret yet: POST /webhook-secret makes one"
         )
-    return WebhookSecrets(
-        current=WebhookSecret.model_validate(found.current),
-        previous=WebhookSecret.model_validate(found.previous) if found.previous else None,
+    return WebhookSecretsOut(
+        current=WebhookSecretOut.model_validate(found.current),
+        previous=WebhookSecretOut.model_validate(found.previous) if found.previous else None,
     )

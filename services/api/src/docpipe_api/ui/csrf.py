@@ -22,10 +22,12 @@ import logging
 import secrets
 from urllib.parse import parse_qsl
 
-from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Message, Receive, Scope, Send
 
-from docpipe_api.ui.pages import render_error
+from docpipe_api.errors import refusal_of
+from docpipe_api.middleware import HttpMiddleware
+from docpipe_api.ui.pages import render_error, render_refusal
 from docpipe_api.ui.session import session_of
 
 __all__ = ["FIELD", "MAX_FORM_BYTES", "CsrfMiddleware", "masked_token", "token_matches"]
@@ -59,17 +61,11 @@ def token_matches(token: str, secret: bytes) -> bool:
     return hmac.compare_digest(bytes(a ^ b for a, b in zip(pad, masked, strict=True)), secret)
 
 
-class CsrfMiddleware:
+class CsrfMiddleware(HttpMiddleware):
     """Refuses (403) every state-changing request without a valid token; parses the form of
     those it lets through into ``request.state.form`` (a list of (name, value))."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         secret = session_of(request).csrf_secret
         request.state.csrf_token = lambda: masked_token(session_of(request).csrf_secret)
@@ -77,14 +73,22 @@ class CsrfMiddleware:
         if request.method in _SAFE_METHODS:
             await self.app(scope, receive, send)
             return
-        status, refusal, form, body = await self._read_form(request)
+        try:
+            status, refusal, form, body = await self._read_form(request)
+        except ClientDisconnect as exc:  # answered as the API answers it (nobody reads it)
+            await render_refusal(request, refusal_of(request, exc))(scope, receive, send)
+            return
         if refusal is None and not token_matches(dict(form).get(FIELD, ""), secret):
             status, refusal = 403, "a missing or forged CSRF token"
         if refusal is not None:
             log.warning("web pages: refused %s %s: %s", request.method, request.url.path, refusal)
-            response = render_error(request, status, "Refused",
-                                    f"This request was refused ({refusal}). Nothing was changed. "
-                                    "Reload the page and try again.")  # fmt: skip
+            response = render_error(
+                request,
+                status,
+                "Refused",
+                f"This request was refused ({refusal}). Nothing was changed. "
+                "Reload the page and try again.",
+            )
             await response(scope, receive, send)
             return
         request.state.form = form
@@ -105,8 +109,12 @@ class CsrfMiddleware:
             if len(body) > MAX_FORM_BYTES:
                 return 413, f"a form larger than {MAX_FORM_BYTES} bytes", [], b""
         try:
-            form = parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=False,
-                             max_num_fields=MAX_FORM_FIELDS)  # fmt: skip
+            form = parse_qsl(
+                body.decode(),
+                keep_blank_values=True,
+                strict_parsing=False,
+                max_num_fields=MAX_FORM_FIELDS,
+            )
         except (UnicodeDecodeError, ValueError):
             return 400, "a form that cannot be read", [], b""
         return 200, None, form, bytes(body)

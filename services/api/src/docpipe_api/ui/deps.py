@@ -1,5 +1,5 @@
-"""What the pages receive beyond the API's own dependencies: the signed-in tenant and the
-form that CsrfMiddleware checked and parsed."""
+"""What the pages receive beyond the API's own dependencies: the signed-in caller (from the
+session, see docpipe_api.ui.session) and the form that CsrfMiddleware checked and parsed."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-__all__ = ["Form", "FormDep", "UiTenantDep"]
+from docpipe_api.resources import Caller
+
+__all__ = ["Form", "FormDep", "UiCallerDep"]
 
 
-def _tenant(request: Request) -> str:
-    tenant = request.state.tenant
+async def _caller(request: Request) -> Caller:
+    tenant, key_id = request.state.tenant, request.state.api_key_id
     assert isinstance(tenant, str), "SessionMiddleware did not run"
-    return tenant
+    return Caller(tenant, key_id)
 
 
 class Form:
@@ -26,9 +28,9 @@ class Form:
         return next((value for key, value in self.fields if key == name), default)
 
 
-def _form(request: Request) -> Form:
+async def _form(request: Request) -> Form:
     return Form(list(getattr(request.state, "form", [])))
 
 
-UiTenantDep = Annotated[str, Depends(_tenant)]
+UiCallerDep = Annotated[Caller, Depends(_caller)]
 FormDep = Annotated[Form, Depends(_form)]

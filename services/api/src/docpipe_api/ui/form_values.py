@@ -92,8 +92,12 @@ class _Reader:
         )
         result: dict[str, Any] = {}
         for name in [*properties, *extra]:
-            read = self.read(properties.get(name, {}), f"{pointer}/{escape_token(name)}",
-                             name in wanted, depth + 1)  # fmt: skip
+            read = self.read(
+                properties.get(name, {}),
+                f"{pointer}/{escape_token(name)}",
+                name in wanted,
+                depth + 1,
+            )
             if read is not _ABSENT:
                 result[name] = read
         if result or required or pointer in self.shapes:

@@ -47,6 +47,10 @@ _REQUIRED = re.compile(r"^'(?P<name>(?:[^'\\]|\\.)*)' is a required property$")
 MAX_DEPTH = 12
 
 
+# A text longer than this many characters gets a text box, not a one-line input.
+_ONE_LINE = 60
+
+
 @dataclass
 class Field:
     """One value of the form. ``kind``: object, array, text, number, integer, boolean,
@@ -86,6 +90,20 @@ class Field:
         if self.kind == "date" and re.fullmatch(r"(\d{4}-\d{2}-\d{2})?", str(self.value)):
             return "date"
         return "text"
+
+    @property
+    def size(self) -> int:
+        """Its input's width in characters: as wide as its value, within 8 and 60 (the
+        form's column bounds it too)."""
+        return min(60, max(8, len(str(self.value or "")) + 2))
+
+    @property
+    def rows(self) -> int:
+        """A text longer than a line is a text box of this many rows (0: one line)."""
+        length = len(str(self.value or ""))
+        if self.kind != "text" or length <= _ONE_LINE:
+            return 0
+        return min(8, length // _ONE_LINE + 1)
 
     @property
     def dom_id(self) -> str:
@@ -184,9 +202,15 @@ class _Builder:
     ) -> Field:
         schema = resolve(self.root, schema)
         kind = kind_of(schema) if depth < MAX_DEPTH else "json"
-        made = Field(pointer, label, kind, required=required, present=present,
-                     hint=str(schema.get("description", "")),
-                     evidence=list(self.evidence.get(pointer, ())))  # fmt: skip
+        made = Field(
+            pointer,
+            label,
+            kind,
+            required=required,
+            present=present,
+            hint=str(schema.get("description", "")),
+            evidence=list(self.evidence.get(pointer, ())),
+        )
         if kind == "object" and (value is None or isinstance(value, dict)):
             self._object(made, schema, value or {}, depth, hidden)
         elif kind == "array" and (value is None or isinstance(value, list)):
@@ -232,8 +256,9 @@ class _Builder:
             made.children.append(
                 self.build(items, item, pointer, f"Item {index + 1}", True, True, depth + 1)
             )
-        made.item = self.build(items, None, f"{made.pointer}/{ITEM_PLACEHOLDER}", "New item",
-                               True, False, depth + 1)  # fmt: skip
+        made.item = self.build(
+            items, None, f"{made.pointer}/{ITEM_PLACEHOLDER}", "New item", True, False, depth + 1
+        )
         made.limits = {k: schema[k] for k in ("minItems", "maxItems") if k in schema}
 
 
@@ -251,8 +276,10 @@ def resolve(root: Mapping[str, Any], schema: Mapping[str, Any]) -> Mapping[str, 
         if isinstance(variants, list):
             kept = [v for v in variants if v != {"type": "null"}]
             if len(kept) == 1 and len(variants) == 2:
-                schema = {**{k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")},
-                          **kept[0]}  # fmt: skip
+                schema = {
+                    **{k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")},
+                    **kept[0],
+                }
                 continue
         break
     return schema
@@ -305,8 +332,10 @@ def _shown(kind: str, value: Any, present: bool) -> Any:
 
 
 def _options(schema: Mapping[str, Any]) -> list[tuple[str, str]]:
-    return [(json.dumps(v, ensure_ascii=False), v if isinstance(v, str) else json.dumps(v))
-            for v in schema["enum"]]  # fmt: skip
+    return [
+        (json.dumps(v, ensure_ascii=False), v if isinstance(v, str) else json.dumps(v))
+        for v in schema["enum"]
+    ]
 
 
 def _limits(schema: Mapping[str, Any], kind: str) -> dict[str, Any]:

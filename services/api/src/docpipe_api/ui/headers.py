@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import secrets
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from docpipe_api.middleware import HttpMiddleware
 
 __all__ = ["SecurityHeaders", "content_security_policy"]
 
@@ -32,16 +34,10 @@ def content_security_policy(nonce: str) -> str:
     )
 
 
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """ASGI middleware: the nonce, the policy and the other headers every page carries."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         nonce = secrets.token_urlsafe(18)
         scope.setdefault("state", {})["csp_nonce"] = nonce
         static = scope["path"].startswith(f"{scope.get('root_path', '')}/static/")

@@ -16,7 +16,10 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
-__all__ = ["STATIC_DIR", "age", "go_to", "render", "render_error"]
+from docpipe.pipelines.evidence import Support, support_label, support_of
+from docpipe_api.errors import Refusal
+
+__all__ = ["STATIC_DIR", "age", "go_to", "render", "render_error", "render_refusal"]
 
 _HERE = Path(__file__).resolve().parent
 STATIC_DIR = _HERE / "static"
@@ -61,7 +64,52 @@ def _show(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-_env.filters.update(age=age, usd=_usd, pretty=_pretty, show=_show)
+def _record(value: Any) -> Mapping[str, Any]:
+    """An evidence record as a mapping (the API's model of one, or the record itself)."""
+    return value if isinstance(value, Mapping) else value.model_dump()
+
+
+def _support(value: Any) -> str:
+    return support_label(_record(value))
+
+
+def _support_class(value: Any) -> str:
+    """The mark a value's evidence gets: supported, corrected (a person's), or unsupported."""
+    support = support_of(_record(value))
+    return "unsupported" if support not in (Support.SUPPORTED, Support.CORRECTED) else support
+
+
+def _percent(value: float | None) -> str:
+    """A share as a person reads it: "83.3 %"; nothing measured: "n/a"."""
+    return "n/a" if value is None else f"{value * 100:.1f} %"
+
+
+def _signed(value: float | None) -> str:
+    """A change of a share in points, with its sign: "+2.5 pts", "-10.0 pts"."""
+    return "n/a" if value is None else f"{value * 100:+.1f} pts"
+
+
+def _count(value: float) -> str:
+    """A weighted count: whole ones without their ".0" ("47"), others as they are ("2.5")."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f} ms"
+
+
+_env.filters.update(
+    age=age,
+    percent=_percent,
+    signed=_signed,
+    ms=_ms,
+    count=_count,
+    usd=_usd,
+    pretty=_pretty,
+    show=_show,
+    support=_support,
+    support_class=_support_class,
+)
 
 
 def render(
@@ -111,3 +159,25 @@ def render_error(
     """A plain error page: what went wrong, and that nothing changed."""
     context = {"title": title, "detail": detail, "status_code": status_code}
     return render(request, "error.html", context, status_code=status_code, headers=headers)
+
+
+# A page's heading for each status the error map answers with.
+_TITLES = {
+    400: "Not accepted",
+    404: "Not found",
+    405: "Not allowed",
+    409: "Not possible now",
+    422: "Not accepted",
+    429: "Too many requests",
+    503: "Unavailable",
+}
+
+
+def render_refusal(request: Request, refusal: Refusal) -> HTMLResponse:
+    """docpipe's errors as pages with the API's status codes and headers (the one map:
+    docpipe_api.errors.refusal_of); nothing is ever a stack trace."""
+    detail = refusal.detail
+    if refusal.changed_nothing:
+        detail = f"{detail.rstrip('.')}. Nothing was changed."
+    title = _TITLES.get(refusal.status, "Refused")
+    return render_error(request, refusal.status, title, detail, headers=refusal.headers)

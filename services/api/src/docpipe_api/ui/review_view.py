@@ -9,13 +9,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from docpipe.pipelines.review import ALWAYS
 from docpipe.state.reviews import ReviewDetail
 from docpipe_api.ui.forms import Field, escape_token, form_for
 
 __all__ = ["IMAGE_FORMATS", "ReviewView", "evidence_by_pointer", "review_view"]
 
+# A rule that asks for a person every time: a routine review, not a reason to show.
+ROUTINE = ALWAYS
 # Formats shown as page images (GET /documents/{id}/pages/{n}); the others as their text.
-IMAGE_FORMATS = ("pdf", "scan")
+IMAGE_FORMATS = ("pdf", "png", "jpeg", "tiff")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class ReviewView:
     page_error: str | None  # the page asked for does not exist
     as_image: bool
     retry_steps: list[str]  # the step in review and the ones before it
+    why: list[str]  # why it waits, when there is a why ("always reviewed" is none)
+    problems: list[str]  # what is wrong with the output beyond the reasons (schema errors)
 
 
 def evidence_by_pointer(
@@ -64,8 +69,19 @@ def _pages(text: str, page_starts: Sequence[int]) -> list[Page]:
 
 def _script_evidence(record: Mapping[str, Any], index: int) -> dict[str, Any]:
     """One record as the page's script needs it (boxes: PDF points, origin top-left)."""
-    keep = ("field", "path", "quote", "page", "start", "end", "supported", "boxes",
-            "page_width", "page_height")  # fmt: skip
+    keep = (
+        "field",
+        "path",
+        "quote",
+        "page",
+        "start",
+        "end",
+        "supported",
+        "support",
+        "boxes",
+        "page_width",
+        "page_height",
+    )
     return {"index": index, **{k: record[k] for k in keep if k in record}}
 
 
@@ -84,9 +100,14 @@ def review_view(
     output = detail.output or {}
     hidden = ("evidence",) if detail.evidence else ()
     by_pointer = evidence_by_pointer(output, detail.evidence)
-    form, unplaced = form_for(detail.output_schema, values if values is not None else output,
-                              hidden=hidden, evidence=by_pointer, errors=errors,
-                              typed=typed)  # fmt: skip
+    form, unplaced = form_for(
+        detail.output_schema,
+        values if values is not None else output,
+        hidden=hidden,
+        evidence=by_pointer,
+        errors=errors,
+        typed=typed,
+    )
     pages = _pages(detail.document_text, detail.page_starts)
     located = next((int(r["page"]) for r in detail.evidence if r.get("page")), 1)
     shown, page_error = located if page is None else page, None
@@ -96,7 +117,14 @@ def review_view(
             f"page{'s' if len(pages) != 1 else ''}. Showing page 1."
         )
         shown = 1
-    step = detail.summary.step
+    summary = detail.summary
+    reasons = [r for r in summary.reasons if r.get("kind") != ROUTINE]
+    why = [str(r.get("message") or r.get("kind")) for r in reasons]
+    if not summary.reasons and summary.reason:
+        why = [summary.error or summary.reason]
+    # The run's error restates its reasons; what is left is about the output itself.
+    problems = [e for e in detail.errors if e != summary.error and e not in why]
+    step = summary.step
     names = list(step_names)
     retry_steps = names[: names.index(step) + 1] if step is not None and step in names else []
     return ReviewView(
@@ -109,4 +137,6 @@ def review_view(
         page_error=page_error,
         as_image=detail.document_format in IMAGE_FORMATS,
         retry_steps=retry_steps or ([step] if step else []),
+        why=why,
+        problems=problems,
     )

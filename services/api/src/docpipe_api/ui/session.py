@@ -1,12 +1,17 @@
-"""The web pages' session: who is signed in, in a cookie only this deployment can read.
+"""The web pages' session: who is signed in, in a cookie only this deployment can read,
+naming a session kept on the server.
 
-The cookie holds the API key the person signed in with and the session's CSRF secret,
+The cookie holds the API key the person signed in with, the session's CSRF secret and the
+id of its session on the server (docpipe.state.web_sessions),
 encrypted and authenticated with Fernet (AES-CBC + HMAC-SHA256, with the time it was
 made) under a key derived from DOCPIPE_SECRETS_KEY, so it cannot be read, forged or kept
 past its expiry (DOCPIPE_UI_SESSION_MAX_AGE_S), and it is HttpOnly, SameSite=Strict,
-Path=/ui and Secure whenever the request came over TLS. The key in it is checked again on
-every request (:class:`SessionMiddleware`), exactly as a bearer token is: a revoked key's
-cookie sends its holder to the sign-in page, with a message saying why.
+Path=/ui and Secure whenever the request came over TLS (as uvicorn sees it: a proxy it
+trusts says so with X-Forwarded-Proto) or DOCPIPE_UI_SECURE_COOKIES is ``always``. On every
+request (:class:`SessionMiddleware`) its session must be live on the server (signing out
+ends it there, so a copied cookie stops working at once) and its key is checked again,
+exactly as a bearer token is: a revoked key's or an ended session's cookie sends its holder
+to the sign-in page, with a message saying why.
 
 Without DOCPIPE_SECRETS_KEY the pages refuse to serve under DOCPIPE_AUTH=keys (there is no
 default secret); under DOCPIPE_AUTH=none, where a session holds no key, a random key of
@@ -35,7 +40,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from docpipe.settings import Settings
 from docpipe.state.tenants import DEFAULT_TENANT, InvalidApiKey, RevokedApiKey
-from docpipe_api.deps import Resources, limit_client_address, tenant_of_key
+from docpipe.state.web_sessions import web_session_is_live
+from docpipe_api.auth import limit_client_address, tenant_of_key
+from docpipe_api.middleware import HttpMiddleware
+from docpipe_api.resources import Resources
 from docpipe_api.ui.pages import render_error
 
 __all__ = [
@@ -62,6 +70,7 @@ SIGN_IN_REASONS = {
     "revoked": "The API key you signed in with was revoked. Sign in with another key.",
     "invalid": "The API key you signed in with is no longer valid. Sign in again.",
     "signed-out": "You are signed out.",
+    "ended": "This session was signed out. Sign in again.",
     "required": "Sign in with an API key to see this page.",
 }
 
@@ -72,6 +81,8 @@ class Session:
 
     csrf_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     api_key: str | None = None
+    # Its session on the server (docpipe.state.web_sessions), once signed in.
+    session_id: str | None = None
     # Set when the session must be written back (new, signed in, signed out).
     changed: bool = True
     # Why an earlier cookie was not accepted ("expired"), for the sign-in page.
@@ -99,12 +110,14 @@ class SessionCodec:
 
     def __init__(self, settings: Settings) -> None:
         self.max_age_s = settings.ui_session_max_age_s
+        self.secure = settings.ui_secure_cookies == "always"
         secret = settings.secrets_key.get_secret_value()
         if secret:
             # Its own key, derived from the deployment's: cookies and stored webhook secrets
             # never share one.
-            derived = hmac.new(base64.urlsafe_b64decode(secret), b"docpipe ui session cookie",
-                               hashlib.sha256).digest()  # fmt: skip
+            derived = hmac.new(
+                base64.urlsafe_b64decode(secret), b"docpipe ui session cookie", hashlib.sha256
+            ).digest()
             self.fernet: Fernet | None = Fernet(base64.urlsafe_b64encode(derived))
         elif settings.auth == "none":
             self.fernet = Fernet(Fernet.generate_key())
@@ -113,7 +126,11 @@ class SessionCodec:
 
     def dump(self, session: Session) -> str:
         assert self.fernet is not None
-        body = {"c": base64.b64encode(session.csrf_secret).decode(), "k": session.api_key}
+        body = {
+            "c": base64.b64encode(session.csrf_secret).decode(),
+            "k": session.api_key,
+            "s": session.session_id,
+        }
         return self.fernet.encrypt(json.dumps(body).encode()).decode()
 
     def load(self, value: str | None) -> Session:
@@ -123,7 +140,7 @@ class SessionCodec:
         token = value.encode()
         try:
             body: dict[str, Any] = json.loads(self.fernet.decrypt(token, ttl=int(self.max_age_s)))
-            return Session(base64.b64decode(body["c"]), body.get("k"), changed=False)
+            return Session(base64.b64decode(body["c"]), body.get("k"), body.get("s"), changed=False)
         except InvalidToken:
             return Session(lapsed="expired" if self._only_expired(token) else None)
         except (ValueError, KeyError, TypeError):
@@ -138,7 +155,7 @@ class SessionCodec:
         return time.time() - made > self.max_age_s
 
 
-class SessionMiddleware:
+class SessionMiddleware(HttpMiddleware):
     """Every page's session and, except on the sign-in page, its tenant.
 
     Reads the cookie, checks its key with the same function the API's bearer tokens are
@@ -148,7 +165,7 @@ class SessionMiddleware:
     back whenever the session changed."""
 
     def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+        super().__init__(app)
         self._codecs: dict[int, SessionCodec] = {}
 
     def _codec(self, settings: Settings) -> SessionCodec:
@@ -157,10 +174,7 @@ class SessionMiddleware:
             codec = self._codecs[id(settings)] = SessionCodec(settings)
         return codec
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope)
         if _page_path(scope).startswith(_STATIC):
             # The same files for everyone: no session, no key to check, no cookie written.
@@ -170,8 +184,10 @@ class SessionMiddleware:
         resources: Resources = scope["app"].state.docpipe
         codec = self._codec(resources.settings)
         if codec.fernet is None:
-            detail = ("The web pages need DOCPIPE_SECRETS_KEY: their session cookies are "
-                      "encrypted with a key derived from it.")  # fmt: skip
+            detail = (
+                "The web pages need DOCPIPE_SECRETS_KEY: their session cookies are "
+                "encrypted with a key derived from it."
+            )
             response = render_error(request, 503, "The web pages are not configured", detail)
             await response(scope, receive, send)
             return
@@ -181,8 +197,16 @@ class SessionMiddleware:
         try:
             refusal = await anyio.to_thread.run_sync(self._authenticate, request, resources)
         except HTTPException as exc:  # 429 from a rate limit, the sign-in page's too
-            refusal, public = render_error(request, exc.status_code, "Too many requests",
-                                           str(exc.detail), headers=exc.headers), False  # fmt: skip
+            refusal, public = (
+                render_error(
+                    request,
+                    exc.status_code,
+                    "Too many requests",
+                    str(exc.detail),
+                    headers=exc.headers,
+                ),
+                False,
+            )
         send_with_cookie = self._with_cookie(request, codec, send)
         if refusal is not None and not public:
             await refusal(scope, receive, send_with_cookie)
@@ -200,8 +224,13 @@ class SessionMiddleware:
         root = request.scope.get("root_path", "")
         next_path = _page_path(request.scope) if request.method == "GET" else None
         if session.api_key is None:
-            return RedirectResponse(sign_in_url(root, session.lapsed or "required", next_path),
-                                    303)  # fmt: skip
+            return RedirectResponse(sign_in_url(root, session.lapsed or "required", next_path), 303)
+        if session.session_id is None or not web_session_is_live(
+            resources.database, session.session_id
+        ):
+            log.info("web pages: a cookie of a session that ended (signed out or expired)")
+            replace_session(request, Session(lapsed="ended"))
+            return RedirectResponse(sign_in_url(root, "ended", next_path), 303)
         try:
             key_id, tenant = tenant_of_key(resources, session.api_key)
         except InvalidApiKey as exc:
@@ -219,10 +248,14 @@ class SessionMiddleware:
             if message["type"] == "http.response.start" and session.changed:
                 cookie = Response()
                 cookie.set_cookie(
-                    COOKIE, codec.dump(session), max_age=int(codec.max_age_s),
+                    COOKIE,
+                    codec.dump(session),
+                    max_age=int(codec.max_age_s),
                     path=request.scope.get("root_path", "") or "/",
-                    secure=request.url.scheme == "https", httponly=True, samesite="strict",
-                )  # fmt: skip
+                    secure=codec.secure or request.url.scheme == "https",
+                    httponly=True,
+                    samesite="strict",
+                )
                 headers = list(message.get("headers", []))
                 headers += [(k, v) for k, v in cookie.raw_headers if k == b"set-cookie"]
                 message = {**message, "headers": headers}

@@ -5,6 +5,9 @@ through ``w:basedOn``). Its label is the level's ``w:lvlText`` with each ``%n`` 
 level n's counter in that level's format. Counters follow Word: lists (``w:num``) that share
 an abstract definition continue one another unless one restarts (``w:startOverride``), and
 an item resets the counters of the levels below it.
+
+Bounded: a label longer than ``MAX_LABEL_CHARS`` (a number of millions in a, b, c ... format
+is that many letters over 26) is ``too_complex``; no label is built past it.
 """
 
 from __future__ import annotations
@@ -14,14 +17,31 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from docpipe.extraction.word.package import W
+from docpipe.errors import UnreadableDocumentError
+from docpipe.extraction.word.package import W, too_complex
 
-__all__ = ["Numbering", "format_number"]
+__all__ = ["MAX_LABEL_CHARS", "Numbering", "format_number"]
 
+# Word's list numbers stop at 32767, which is 1,261 letters in a, b, c ... numbering: a
+# longer label is no list's.
+MAX_LABEL_CHARS = 1300
 _LEVELS = 9
 _PLACEHOLDER = re.compile(r"%([1-9])")
-_ROMAN = ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"),
-          (50, "l"), (40, "xl"), (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i"))  # fmt: skip
+_ROMAN = (
+    (1000, "m"),
+    (900, "cm"),
+    (500, "d"),
+    (400, "cd"),
+    (100, "c"),
+    (90, "xc"),
+    (50, "l"),
+    (40, "xl"),
+    (10, "x"),
+    (9, "ix"),
+    (5, "v"),
+    (4, "iv"),
+    (1, "i"),
+)
 # Bullets drawn from symbol fonts are private-use code points there; "o" in Courier New is
 # Word's hollow bullet. Other bullet characters are shown as they are.
 _BULLET_GLYPHS = {"o": "◦", "\uf0a7": "▪", "\uf0d8": "➢", "\uf0fc": "✓", "\uf076": "❖"}
@@ -31,7 +51,10 @@ def format_number(value: int, fmt: str) -> str:
     """``value`` in a ``w:numFmt`` (decimal for the formats Word spells out in words)."""
     if fmt in ("lowerLetter", "upperLetter"):
         # a..z, then aa..zz, then aaa...: Word repeats the letter.
-        letter = chr(ord("a") + (value - 1) % 26) * ((value - 1) // 26 + 1) if value > 0 else ""
+        repeat = (value - 1) // 26 + 1 if value > 0 else 0
+        if repeat > MAX_LABEL_CHARS:
+            raise _too_long(f"{value} in {fmt} numbering is {repeat} letters")
+        letter = chr(ord("a") + (value - 1) % 26) * repeat
         return letter.upper() if fmt == "upperLetter" else letter
     if fmt in ("lowerRoman", "upperRoman") and 0 < value < 4000:
         roman = ""
@@ -93,6 +116,7 @@ class Numbering:
         if definition.fmt == "bullet":
             text = _bullet(definition.text)
         else:
+            written = [len(definition.text)]
 
             def number(match: re.Match[str]) -> str:
                 at = int(match.group(1)) - 1
@@ -100,7 +124,11 @@ class Numbering:
                 value = counters[at]
                 if value is None:
                     value = found.starts.get(at, shown.start)
-                return format_number(value, "decimal" if definition.legal else shown.fmt)
+                shown_number = format_number(value, "decimal" if definition.legal else shown.fmt)
+                written[0] += len(shown_number)
+                if written[0] > MAX_LABEL_CHARS:
+                    raise _too_long(f"the label {definition.text[:50]!r} runs past it")
+                return shown_number
 
             text = _PLACEHOLDER.sub(number, definition.text)
         # A space even where w:suff says "nothing": Word then usually indents the text
@@ -121,8 +149,9 @@ class Numbering:
         level = _int(level_text, style_level if style_level is not None else -1)
         if level < 0:  # the style's own level, where numbering.xml ties one to it
             found = self._lists.get(num_id or "")
-            level = next((i for i, lvl in (found.levels.items() if found else ())
-                          if lvl.style == style), 0)  # fmt: skip
+            level = next(
+                (i for i, lvl in (found.levels.items() if found else ()) if lvl.style == style), 0
+            )
         return num_id, min(max(level, 0), _LEVELS - 1)
 
     def _read_styles(self, styles: etree._Element) -> None:
@@ -134,8 +163,11 @@ class Numbering:
             num_pr = style.find(f"{W}pPr/{W}numPr")
             num_id = _val(num_pr.find(W + "numId")) if num_pr is not None else None
             level_text = _val(num_pr.find(W + "ilvl")) if num_pr is not None else None
-            own[style_id] = (num_id, None if level_text is None else _int(level_text, 0),
-                             _val(style.find(W + "basedOn")))  # fmt: skip
+            own[style_id] = (
+                num_id,
+                None if level_text is None else _int(level_text, 0),
+                _val(style.find(W + "basedOn")),
+            )
         for style_id, (style_num, style_level, parent) in own.items():
             seen = {style_id}
             while style_num is None and parent is not None and parent in own and parent not in seen:
@@ -145,8 +177,9 @@ class Numbering:
                 self._style_numbering[style_id] = (style_num, style_level)
 
     def _read_numbering(self, numbering: etree._Element) -> None:
-        abstract = {a.get(W + "abstractNumId", ""): _levels(a)
-                    for a in numbering.iter(W + "abstractNum")}  # fmt: skip
+        abstract = {
+            a.get(W + "abstractNumId", ""): _levels(a) for a in numbering.iter(W + "abstractNum")
+        }
         for num in numbering.iter(W + "num"):
             num_id = num.get(W + "numId")
             abstract_id = _val(num.find(W + "abstractNumId")) or ""
@@ -163,6 +196,10 @@ class Numbering:
                     levels[level] = _level(replaced)
             key = f"num:{num_id}" if starts else f"abstract:{abstract_id}"
             self._lists[num_id] = _List(levels, key, starts)
+
+
+def _too_long(what: str) -> UnreadableDocumentError:
+    return too_complex(f"a list label longer than {MAX_LABEL_CHARS} characters: {what}")
 
 
 def _bullet(text: str) -> str:

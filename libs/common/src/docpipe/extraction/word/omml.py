@@ -141,8 +141,10 @@ def _rows(element: etree._Element) -> str:
 
 
 def _matrix(element: etree._Element) -> str:
-    rows = [", ".join(_math(e).strip() for e in row.iterchildren(M + "e"))
-            for row in element.iterchildren(M + "mr")]  # fmt: skip
+    rows = [
+        ", ".join(_math(e).strip() for e in row.iterchildren(M + "e"))
+        for row in element.iterchildren(M + "mr")
+    ]
     return "[" + "; ".join(rows) + "]"
 
 

@@ -7,7 +7,10 @@ renamed into the usual (transitional) namespaces, so the readers know one vocabu
 
 Parsing never resolves entities or reaches the network, and keeps libxml2's depth limit
 (256 levels): a document nested deeper is ``too_complex``, like one past the structural
-bounds of :mod:`docpipe.extraction.word.story`.
+bounds of :mod:`docpipe.extraction.word.story`. No part larger than ``max_part_bytes`` is
+parsed (lxml holds about 10-20 times a part's size): it is ``too_complex`` before lxml
+sees it. The sizes are the zip's own, checked against what its members really inflate to
+(:func:`docpipe.extraction.zipguard.check_actual_sizes`) before the package is opened.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import posixpath
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import IO
 
 from lxml import etree
@@ -84,8 +88,9 @@ class WordPackage:
     """An opened Word file (its zip already checked by zipguard): the main document's
     blocks one at a time, and the other parts by relationship."""
 
-    def __init__(self, archive: zipfile.ZipFile) -> None:
+    def __init__(self, archive: zipfile.ZipFile, *, max_part_bytes: int) -> None:
         self._archive = archive
+        self._max_part_bytes = max_part_bytes
         package_rels = self._relationships("_rels/.rels", source="")
         main = next((r for r in package_rels.values() if r.type == "officeDocument"), None)
         if main is None:
@@ -108,13 +113,26 @@ class WordPackage:
 
     def parse(self, name: str) -> etree._Element | None:
         """A whole part, in transitional names; None when the zip lacks it."""
-        try:
-            stream = self._archive.open(name)
-        except KeyError:
+        stream = self._open(name)
+        if stream is None:
             return None
         with stream:
             root = _parse(stream, name)
         return self._renamed(root)
+
+    def _open(self, name: str) -> IO[bytes] | None:
+        """The member's stream (None when the zip lacks it), once its size is within the
+        bound."""
+        try:
+            size = self._archive.getinfo(name).file_size
+        except KeyError:
+            return None
+        if size > self._max_part_bytes:
+            raise too_complex(
+                f"{name[:100]} is {size} bytes of XML (at most {self._max_part_bytes}, "
+                "DOCPIPE_DOCX_MAX_PART_BYTES)"
+            )
+        return self._archive.open(name)
 
     def body_blocks(self) -> Iterator[etree._Element]:
         """The main document's body, one child (paragraph, table, content control,
@@ -124,12 +142,22 @@ class WordPackage:
         if self.strict:
             tags, body = tuple(_strict_name(t) for t in tags), _strict_name(body)
         tags += (MC + "AlternateContent",)  # the same namespace in Strict files
+        main = self._open(self.main_part)
+        if main is None:
+            raise corrupt(f"the main document part {self.main_part!r} is missing")
         try:
-            with self._archive.open(self.main_part) as stream:
+            with main as stream:
                 # The same safe options as _parse's parser.
-                events = etree.iterparse(stream, events=("end",), tag=tags,
-                                         resolve_entities=False, no_network=True, load_dtd=False,
-                                         remove_comments=True, remove_pis=True)  # fmt: skip
+                events = etree.iterparse(
+                    stream,
+                    events=("end",),
+                    tag=tags,
+                    resolve_entities=False,
+                    no_network=True,
+                    load_dtd=False,
+                    remove_comments=True,
+                    remove_pis=True,
+                )
                 for _, element in events:
                     parent = element.getparent()
                     if parent is None or parent.tag != body:
@@ -140,13 +168,10 @@ class WordPackage:
                         del parent[0]
         except etree.XMLSyntaxError as exc:
             raise _syntax_error(exc, self.main_part) from None
-        except KeyError:
-            raise corrupt(f"the main document part {self.main_part!r} is missing") from None
 
     def _relationships(self, name: str, *, source: str) -> dict[str, _Relationship]:
-        try:
-            stream = self._archive.open(name)
-        except KeyError:
+        stream = self._open(name)
+        if stream is None:
             if not source:
                 raise corrupt(f"the package has no {name}") from None
             return {}  # a document without relationships: no headers, notes or lists
@@ -159,16 +184,17 @@ class WordPackage:
                 continue
             for base in (_TRANSITIONAL_RELS, _STRICT_RELS):
                 if rel_type.startswith(base + "/"):
-                    found[rel_id] = _Relationship(rel_type[len(base) + 1 :],
-                                                  _resolve(source, target),
-                                                  strict=base == _STRICT_RELS)  # fmt: skip
+                    found[rel_id] = _Relationship(
+                        rel_type[len(base) + 1 :],
+                        _resolve(source, target),
+                        strict=base == _STRICT_RELS,
+                    )
         return found
 
     def _check_content_type(self, part: str) -> None:
-        try:
-            stream = self._archive.open("[Content_Types].xml")
-        except KeyError:
-            raise corrupt("the package has no [Content_Types].xml") from None
+        stream = self._open("[Content_Types].xml")
+        if stream is None:
+            raise corrupt("the package has no [Content_Types].xml")
         with stream:
             root = _parse(stream, "[Content_Types].xml")
         for override in root.iter(_CONTENT_TYPES + "Override"):
@@ -191,8 +217,13 @@ class WordPackage:
 def _parse(stream: IO[bytes], name: str) -> etree._Element:
     try:
         # No entities, no DTD, no network; huge_tree stays off, keeping libxml2's depth limit.
-        parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
-                                 remove_comments=True, remove_pis=True)  # fmt: skip
+        parser = etree.XMLParser(
+            resolve_entities=False,
+            no_network=True,
+            load_dtd=False,
+            remove_comments=True,
+            remove_pis=True,
+        )
         return etree.parse(stream, parser).getroot()
     except etree.XMLSyntaxError as exc:
         raise _syntax_error(exc, name) from None
@@ -221,19 +252,15 @@ def _strict_name(name: str) -> str:
     return f"{{{strict}}}{local}"
 
 
-_RENAMED: dict[str, str] = {}
-
-
+# A Strict file names a few hundred elements and attributes; a hostile one may name millions,
+# which must not stay in a worker process for good.
+@lru_cache(maxsize=4096)
 def _transitional_name(name: str) -> str:
-    renamed = _RENAMED.get(name)
-    if renamed is None:
-        renamed = name
-        if name.startswith("{"):
-            namespace, _, local = name[1:].partition("}")
-            if namespace in _STRICT_TO_TRANSITIONAL:
-                renamed = f"{{{_STRICT_TO_TRANSITIONAL[namespace]}}}{local}"
-        _RENAMED[name] = renamed
-    return renamed
+    if name.startswith("{"):
+        namespace, _, local = name[1:].partition("}")
+        if namespace in _STRICT_TO_TRANSITIONAL:
+            return f"{{{_STRICT_TO_TRANSITIONAL[namespace]}}}{local}"
+    return name
 
 
 def _to_transitional(root: etree._Element) -> None:

@@ -20,32 +20,49 @@ A page break (``w:br w:type="page"``, ``w:pageBreakBefore``) is a form feed in a
 paragraph's text; the reader splits pages there.
 
 Bounded: text boxes per document and nesting (tables in cells, boxes in boxes) past
-``MAX_TEXT_BOXES`` / ``MAX_NESTING`` are ``too_complex``.
+``MAX_TEXT_BOXES`` / ``MAX_NESTING``, and a cell spanning more columns than a Word table has
+(``MAX_GRID_COLUMNS``), are ``too_complex``. Every character written is spent from the
+document's :class:`~docpipe.extraction.pages.TextBudget` as it is written, a repeated text
+once per repeat (a cell in each column it spans and each row it is merged into), so a file
+that multiplies its text ends ``too_much_text`` at the bound, not in a worker's memory. A
+note is written once, where it is first referenced (a later reference repeats its mark); a
+note referenced inside a note is written after it, never inside it, so chains of notes and
+notes that cite themselves cost what their XML costs. Reading stops (``too_slow``) once the
+time it may take is up.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from lxml import etree
 
+from docpipe.extraction.limits import TextBudget, too_slow
 from docpipe.extraction.word.numbering import Numbering, format_number
 from docpipe.extraction.word.omml import linear_math
 from docpipe.extraction.word.package import MC, M, W, too_complex
 
-__all__ = ["MAX_NESTING", "MAX_TEXT_BOXES", "PAGE_BREAK", "Notes", "Story"]
+__all__ = ["MAX_GRID_COLUMNS", "MAX_NESTING", "MAX_TEXT_BOXES", "PAGE_BREAK", "Notes", "Story"]
 
 # Word files nest tables a few levels deep and hold tens, at most hundreds, of shapes;
 # past these a file is built to exhaust the reader, not to be read.
 MAX_NESTING = 32
 MAX_TEXT_BOXES = 2000
+# Word's tables have at most 63 columns: a span (or a row's offset) past it is no table.
+MAX_GRID_COLUMNS = 63
 PAGE_BREAK = "\f"
+# " | " between a row's cells: what a repeated cell adds besides its text.
+_CELL_SEPARATOR = " | "
 
 _OFF = ("0", "false", "off")
 # Inline containers whose runs are read as if they stood in the paragraph.
-_READ_THROUGH = {W + t for t in ("ins", "moveTo", "hyperlink", "smartTag", "customXml",
-                                 "fldSimple", "dir", "bdo")}  # fmt: skip
+_READ_THROUGH = {
+    W + t
+    for t in ("ins", "moveTo", "hyperlink", "smartTag", "customXml", "fldSimple", "dir", "bdo")
+}
 _MATH = {M + "oMath", M + "oMathPara"}
 _TEXT_BOX = W + "txbxContent"
 
@@ -61,15 +78,38 @@ class Notes:
     endnote_format: str = "lowerRoman"
     footnote_texts: list[str] = field(default_factory=list)
     endnote_texts: list[str] = field(default_factory=list)
+    # Each note's mark once given, by kind and id: a later reference repeats it.
+    marks: dict[tuple[bool, str], str] = field(default_factory=dict)
+    counted: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
+
+
+@dataclass(frozen=True)
+class _PendingNote:
+    texts: list[str]  # where its text goes ...
+    at: int  # ... at this place
+    mark: str
+    note: etree._Element
 
 
 class Story:
-    """Reads stories of one document, sharing its list counters, notes and bounds."""
+    """Reads stories of one document, sharing its list counters, notes and bounds:
+    ``budget`` (characters), ``deadline`` (time.monotonic(); None: none)."""
 
-    def __init__(self, numbering: Numbering, notes: Notes) -> None:
+    def __init__(
+        self,
+        numbering: Numbering,
+        notes: Notes,
+        budget: TextBudget,
+        *,
+        deadline: float | None = None,
+    ) -> None:
         self._numbering = numbering
         self.notes = notes
+        self._budget = budget
+        self._deadline = deadline
         self._text_boxes = 0
+        self._pending_notes: deque[_PendingNote] = deque()
+        self._writing_notes = False
 
     def blocks(self, container: etree._Element, depth: int = 0) -> Iterator[str]:
         """The text of each block (paragraph, table) in ``container``, in order; blocks
@@ -77,7 +117,16 @@ class Story:
         if depth > MAX_NESTING:
             raise too_complex(f"tables or text boxes nested more than {MAX_NESTING} deep")
         for child in container:
+            self.check_time()
             yield from self.block(child, depth)
+
+    def check_time(self) -> None:
+        """too_slow once the reading's deadline has passed."""
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise too_slow(
+                "reading the Word file took longer than its step may take "
+                "(DOCPIPE_TASK_SOFT_TIME_LIMIT_S)"
+            )
 
     def block(self, block: etree._Element, depth: int = 0) -> Iterator[str]:
         """The text of one block (empty for blocks without text)."""
@@ -114,7 +163,9 @@ class Story:
         breaks = whole[: len(whole) - len(text)].count(PAGE_BREAK)
         text = text.rstrip(" \t\n")
         if text or breaks:
-            yield PAGE_BREAK * breaks + (label + text if text else "")
+            written = PAGE_BREAK * breaks + (label + text if text else "")
+            self._budget.spend(len(written))
+            yield written
         for box in boxes:
             self._text_boxes += 1
             if self._text_boxes > MAX_TEXT_BOXES:
@@ -169,19 +220,37 @@ class Story:
                 boxes.extend(_text_boxes(child))
 
     def _note_mark(self, reference: etree._Element, *, footnote: bool) -> str:
+        """The reference's mark; the note's text is written once, at its first reference
+        (in order: a note referenced inside this one comes after it)."""
         notes = self.notes
-        found = (notes.footnotes if footnote else notes.endnotes).get(reference.get(W + "id", ""))
+        note_id = reference.get(W + "id", "")
+        found = (notes.footnotes if footnote else notes.endnotes).get(note_id)
         if found is None:
             return ""
-        texts = notes.footnote_texts if footnote else notes.endnote_texts
-        mark = format_number(len(texts) + 1, notes.footnote_format if footnote
-                             else notes.endnote_format)  # fmt: skip
-        texts.append("")  # its place, so a note referenced inside this one counts after it
-        at = len(texts) - 1
-        body = " ".join(b.replace(PAGE_BREAK, " ") for b in self.blocks(found, 1))
-        texts[at] = f"[{mark}] {' '.join(body.split())}"
+        mark = notes.marks.get((footnote, note_id))
+        if mark is None:
+            notes.counted[footnote] += 1
+            fmt = notes.footnote_format if footnote else notes.endnote_format
+            mark = notes.marks[(footnote, note_id)] = format_number(notes.counted[footnote], fmt)
+            texts = notes.footnote_texts if footnote else notes.endnote_texts
+            texts.append("")  # its place, so a note referenced inside this one counts after it
+            self._pending_notes.append(_PendingNote(texts, len(texts) - 1, mark, found))
+            if not self._writing_notes:
+                self._write_pending_notes()
         custom = reference.get(W + "customMarkFollows") not in (None, *_OFF)
         return "" if custom else f"[{mark}]"
+
+    def _write_pending_notes(self) -> None:
+        """Each note waiting to be written, in order; one a note references waits for the
+        note to end (no note is read inside another: no recursion, whatever the chain)."""
+        self._writing_notes = True
+        try:
+            while self._pending_notes:
+                pending = self._pending_notes.popleft()
+                body = " ".join(b.replace(PAGE_BREAK, " ") for b in self.blocks(pending.note, 1))
+                pending.texts[pending.at] = f"[{pending.mark}] {' '.join(body.split())}"
+        finally:
+            self._writing_notes = False
 
     def _table_rows(self, table: etree._Element, depth: int) -> list[str]:
         rows: list[str] = []
@@ -192,21 +261,26 @@ class Story:
             if row_properties is not None:
                 if row_properties.find(W + "del") is not None:
                     continue  # a deleted row, the change accepted
-                cells += [""] * _int_val(row_properties.find(W + "gridBefore"), 0)
+                before = _columns(row_properties.find(W + "gridBefore"), 0, "starts")
+                self._budget.spend(before * len(_CELL_SEPARATOR))
+                cells += [""] * before
             for cell in _parts(row, W + "tc"):
                 cell_properties = cell.find(W + "tcPr")
-                span = _int_val(_child(cell_properties, "gridSpan"), 1)
+                span = _columns(_child(cell_properties, "gridSpan"), 1, "spans")
                 merge = _child(cell_properties, "vMerge")
                 column = len(cells)
                 if merge is not None and merge.get(W + "val", "continue") == "continue":
                     text = merged_above.get(column, "")
+                    copies = span  # the text above, written again in this row
                 else:
                     text = self._cell_text(cell, depth + 1)
+                    copies = span - 1  # the text itself was spent as it was written
                     if merge is not None:
                         merged_above[column] = text
                     else:
                         merged_above.pop(column, None)
-                cells += [text] * max(span, 1)
+                self._budget.spend(copies * (len(text) + len(_CELL_SEPARATOR)))
+                cells += [text] * span
             if any(cells):
                 rows.append(" | ".join(cells))
         return rows
@@ -281,10 +355,22 @@ def _int_val(element: etree._Element | None, default: int) -> int:
         return default
 
 
+def _columns(element: etree._Element | None, default: int, what: str) -> int:
+    """A count of grid columns (a cell's span, a row's offset), at least ``default``;
+    too_complex past what a Word table holds."""
+    columns = _int_val(element, default)
+    if columns > MAX_GRID_COLUMNS:
+        raise too_complex(
+            f"a table cell {what} {columns} grid columns (a Word table has at most "
+            f"{MAX_GRID_COLUMNS})"
+        )
+    return max(columns, default)
+
+
 def _symbol(code: str) -> str:
     """A w:sym's character; symbol fonts' private-use code points stand for no letter."""
     try:
         char = chr(int(code, 16))
-    except ValueError:
+    except (ValueError, OverflowError):  # past Unicode, or past any C integer
         return ""
     return "" if "\ue000" <= char <= "\uf8ff" else char

@@ -9,11 +9,11 @@ CREATE TABLE document (
     content_sha256 text        NOT NULL,
     size_bytes     integer     NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT now(),
-    -- What was uploaded: text as it is; pdf and docx keep their bytes (in
-    -- document_original_chunk), and the extract_text step writes their text into content
-    -- (with the page map) once.
+    -- What was uploaded: text as it is; pdf, docx and the images (png, jpeg, tiff) keep
+    -- their bytes (in document_original_chunk), and the extract_text step writes their
+    -- text into content (with the page map) once.
     format         text        NOT NULL DEFAULT 'text'
-                   CHECK (format IN ('text', 'pdf', 'docx')),
+                   CHECK (format IN ('text', 'pdf', 'docx', 'png', 'jpeg', 'tiff')),
     original       bytea,                                -- a file stored before migration
                                                          -- 0020; later: document_original_chunk
     page_starts    integer[],                            -- offset in content where each page
@@ -69,15 +69,21 @@ CREATE TABLE document_page (
 );
 
 -- A PDF page as an image, rendered upright the first time it is asked for (GET
--- /documents/{id}/pages/{n}) and kept: documents never change.
+-- /documents/{id}/pages/{n}) and kept: documents never change. So is a page that could not
+-- be drawn (its error is the answer from then on).
 CREATE TABLE document_page_image (
     tenant_id   text        NOT NULL,
     document_id text        NOT NULL,
     page        integer     NOT NULL,                    -- 0-based
-    png         bytea       NOT NULL,
-    width       integer     NOT NULL,                    -- pixels
-    height      integer     NOT NULL,
+    png         bytea,
+    width       integer,                                 -- pixels
+    height      integer,
     created_at  timestamptz NOT NULL DEFAULT now(),
+    error_kind  text,                                    -- an unreadable kind: too_slow, ...
+    error       text,
+    CONSTRAINT document_page_image_drawn_or_failed
+        CHECK ((png IS NOT NULL AND width IS NOT NULL AND height IS NOT NULL AND error IS NULL)
+               OR (png IS NULL AND error IS NOT NULL AND error_kind IS NOT NULL)),
     PRIMARY KEY (tenant_id, document_id, page),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id) ON DELETE CASCADE
 );
@@ -99,10 +105,23 @@ CREATE TABLE batch (
     run_budget_usd  numeric(14,6),
     deadline_at     timestamptz,
     notified_at     timestamptz,                         -- its webhook was queued
+    runs_admitted   integer       NOT NULL DEFAULT 0,    -- counted by admission
+    provider_batch  boolean       NOT NULL DEFAULT false, -- its calls may wait for a provider batch
+    saved_usd       numeric(14,6) NOT NULL DEFAULT 0,    -- what provider batches' discount saved
+    -- What its runs' calls waiting for provider batches are estimated to cost (at the batch
+    -- price): counted by budget checks beside cost_usd (provider_batch_reservations).
+    reserved_usd    numeric(14,6) NOT NULL DEFAULT 0,
     UNIQUE (tenant_id, idempotency_key)
 );
 -- The batches admission looks into.
 CREATE INDEX batch_running_idx ON batch (created_at) WHERE status = 'running';
+-- A tenant's batches, newest first (GET /batches, the web pages' home).
+CREATE INDEX batch_tenant_created_idx ON batch (tenant_id, created_at, id);
+-- Beat's passes (migration 0081): ended batches whose webhook is owed, a handful at any
+-- time, and ended batches by their end, for retention.
+CREATE INDEX batch_webhook_owed_idx ON batch (id)
+    WHERE callback_url IS NOT NULL AND notified_at IS NULL AND status <> 'running';
+CREATE INDEX batch_ended_idx ON batch (finished_at) WHERE status <> 'running';
 
 CREATE TABLE pipeline_run (
     id              uuid          PRIMARY KEY,
@@ -144,19 +163,51 @@ CREATE TABLE pipeline_run (
     review_reasons  jsonb,
     review_revision integer       NOT NULL DEFAULT 0,
     review_since    timestamptz,
+    -- An evaluation's run: it reuses answers already given in the tenant (opt-in for
+    -- others) and measures the review rules instead of pausing for them.
+    reuse_answers   boolean       NOT NULL DEFAULT false,
+    review_pauses   boolean       NOT NULL DEFAULT true,
+    -- Its calls go through a provider's batch interface (its batch's choice, issue 38).
+    provider_batch  boolean       NOT NULL DEFAULT false,
     UNIQUE (tenant_id, idempotency_key),
     FOREIGN KEY (tenant_id, document_id) REFERENCES document (tenant_id, id)
 );
--- The runs that use a document (deleting one, and the foreign key's own check).
-CREATE INDEX pipeline_run_document_idx ON pipeline_run (tenant_id, document_id);
-CREATE INDEX pipeline_run_batch_idx ON pipeline_run (batch_id, status) WHERE batch_id IS NOT NULL;
-CREATE INDEX pipeline_run_active_idx ON pipeline_run (status) WHERE status IN ('queued', 'running');
+-- The runs that use a document (deleting one, and the foreign key's own check), and those
+-- whose document's id starts with a prefix (GET /runs?document=, in any collation), each
+-- document's in time order: a page of a rare prefix is read from the index alone.
+CREATE INDEX pipeline_run_document_created_idx ON pipeline_run (tenant_id, document_id text_pattern_ops, created_at, id);
+-- A tenant's runs newest first (GET /runs, the web pages' home): all, of a status, of a
+-- pipeline; a page is read from one of these in order.
+CREATE INDEX pipeline_run_tenant_created_idx ON pipeline_run (tenant_id, created_at, id);
+CREATE INDEX pipeline_run_tenant_status_idx ON pipeline_run (tenant_id, status, created_at, id);
+CREATE INDEX pipeline_run_tenant_pipeline_idx ON pipeline_run (tenant_id, pipeline, created_at, id);
+-- A batch's runs newest first (GET /runs?batch_id=).
+CREATE INDEX pipeline_run_batch_created_idx ON pipeline_run (batch_id, created_at, id)
+    WHERE batch_id IS NOT NULL;
+-- A page of a batch's runs in id order, and of its runs of one status (and its progress).
+CREATE INDEX pipeline_run_batch_page_idx ON pipeline_run (batch_id, id) WHERE batch_id IS NOT NULL;
+CREATE INDEX pipeline_run_batch_status_idx ON pipeline_run (batch_id, status, id)
+    WHERE batch_id IS NOT NULL;
+-- A batch's runs in the order its documents were sent (the results export): the document's
+-- place in the request, from the key create_batch_runs gives each run (batch_results' own
+-- expression), then the run id.
+CREATE INDEX pipeline_run_batch_position_idx ON pipeline_run (batch_id,
+    (CASE WHEN idempotency_key ~ '^batch:[0-9a-f-]+:[0-9]+$'
+          THEN split_part(idempotency_key, ':', 3)::integer - 1 END), id)
+    WHERE batch_id IS NOT NULL;
+-- The runs in flight, by status and lane (the runs gauge counts them from the index alone).
+CREATE INDEX pipeline_run_in_flight_idx ON pipeline_run (status, lane)
+    WHERE status IN ('queued', 'running');
 -- Batch runs wait until admitted; admission reads each running batch's first few waiting
 -- runs from this index, in admission order, whatever the backlog.
 CREATE INDEX pipeline_run_admission_order_idx ON pipeline_run (batch_id, created_at, id)
     WHERE lane = 'batch' AND status = 'queued' AND admitted_at IS NULL;
--- Admitted batch runs still in flight bound the admission window.
-CREATE INDEX pipeline_run_batch_inflight_idx ON pipeline_run (tenant_id, admitted_at)
+-- The runs admitted and in flight: batch runs bound the admission window, and the reaper
+-- looks at their steps only. The fairness order counts each tenant's admissions within its
+-- memory, by time first.
+CREATE INDEX pipeline_run_admitted_in_flight_idx ON pipeline_run (lane)
+    WHERE admitted_at IS NOT NULL AND status IN ('queued', 'running');
+CREATE INDEX pipeline_run_batch_admitted_idx ON pipeline_run (admitted_at, tenant_id)
     WHERE lane = 'batch' AND admitted_at IS NOT NULL;
 CREATE INDEX pipeline_run_unnotified_idx ON pipeline_run (finished_at)
     WHERE callback_url IS NOT NULL AND notified_at IS NULL;
@@ -166,6 +217,11 @@ CREATE INDEX pipeline_run_finished_idx ON pipeline_run (finished_at)
 -- The review queue: a tenant's runs awaiting a person, oldest first.
 CREATE INDEX pipeline_run_review_idx ON pipeline_run (tenant_id, review_since, id)
     WHERE status = 'needs_review';
+-- ... and across tenants, oldest first: reviews that expire (DOCPIPE_REVIEW_EXPIRE_AFTER_S).
+CREATE INDEX pipeline_run_review_since_idx ON pipeline_run (review_since)
+    WHERE status = 'needs_review';
+-- Ended runs are estimated, not counted (the runs gauge): each (status, lane)'s share.
+CREATE STATISTICS pipeline_run_status_lane (mcv) ON status, lane FROM pipeline_run;
 
 CREATE TABLE pipeline_step_result (
     run_id           uuid          NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
@@ -193,9 +249,15 @@ CREATE TABLE pipeline_step_result (
     review_reused    boolean       NOT NULL DEFAULT false, -- ... made for an earlier run
     model_override   text,                               -- a retry's model for this step
     lease_session    integer,                            -- key of the owner's session lock
+    -- Every claim, and the time the step's handed-back deliveries worked: never refunded,
+    -- so a step that hands itself back has a cap (DOCPIPE_MAX_EXTRACTION_DELIVERIES, _S).
+    deliveries       integer       NOT NULL DEFAULT 0,
+    worked_s         double precision NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, step)
 );
-CREATE INDEX pipeline_step_result_lease_idx ON pipeline_step_result (lease_expires_at)
+-- The running steps, by key (migration 0080): the reaper's and the lease renewal's few
+-- dozen rows; a keyed statement that picks it still finds its row by (run_id, step).
+CREATE INDEX pipeline_step_result_running_idx ON pipeline_step_result (run_id, step)
     WHERE status = 'running';
 CREATE INDEX pipeline_step_result_pending_idx ON pipeline_step_result (enqueued_at)
     WHERE status = 'pending';
@@ -270,10 +332,16 @@ CREATE FUNCTION known_text_summary(d document) RETURNS jsonb LANGUAGE sql STABLE
 $$;
 
 -- One row per provider call attempt, written before the call is sent and completed after.
--- A row with status 'ok' is also the memo that keeps a retried step from paying twice.
+-- A row with status 'ok' is also the memo that keeps a retried step from paying twice. Its
+-- answer is stored compressed (response_z; response holds those of rows written before).
+-- Partitioned by week (llm_call_log_add_partitions, run by beat's retention pass, makes
+-- llm_call_log_pYYYYMMDD two weeks ahead): retention drops a week's partition whole. No
+-- foreign key to pipeline_run: dropping a partition would lock pipeline_run exclusively;
+-- the statements that delete runs delete their calls.
+CREATE SEQUENCE llm_call_log_id_seq;
 CREATE TABLE llm_call_log (
-    id             bigserial     PRIMARY KEY,
-    run_id         uuid          NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
+    id             bigint        NOT NULL DEFAULT nextval('llm_call_log_id_seq'),
+    run_id         uuid          NOT NULL,
     step           text          NOT NULL,
     generation     integer       NOT NULL,
     call_key       text          NOT NULL,
@@ -282,6 +350,7 @@ CREATE TABLE llm_call_log (
     model          text          NOT NULL,
     prompt_version text          NOT NULL,
     status         text          NOT NULL DEFAULT 'sent'
+                   CONSTRAINT llm_call_log_status_check
                    CHECK (status IN ('sent', 'ok', 'invalid_output', 'error')),
     http_status    integer,
     error_kind     text,
@@ -295,17 +364,122 @@ CREATE TABLE llm_call_log (
     finished_at    timestamptz,
     provider       text,                                 -- where the request went
     route_reason   text,                                 -- why this model (routing, fallback)
-    output_mode    text          CHECK (output_mode IN ('json_schema', 'json_object', 'none')),
+    output_mode    text          CONSTRAINT llm_call_log_output_mode_check
+                   CHECK (output_mode IN ('json_schema', 'json_object', 'none')),
     max_tokens     integer,                              -- the request's generation parameters
     temperature    numeric(4,3),
     seed           bigint,
     finish_reason  text,
-    usage_estimated boolean      NOT NULL DEFAULT false  -- the provider sent no usage
-);
-CREATE INDEX llm_call_log_memo_idx ON llm_call_log (run_id, step, generation, call_key)
-    WHERE status = 'ok';
-CREATE INDEX llm_call_log_run_idx ON llm_call_log (run_id);
-CREATE INDEX llm_call_log_created_idx ON llm_call_log (created_at);
+    usage_estimated boolean      NOT NULL DEFAULT false, -- the provider sent no usage
+    response_z     bytea                                 -- the answer: zlib-compressed JSON
+) PARTITION BY RANGE (created_at);
+ALTER SEQUENCE llm_call_log_id_seq OWNED BY llm_call_log.id;
+
+-- The call log's partitions but the default one, with the range of created_at each holds.
+CREATE FUNCTION llm_call_log_partitions()
+RETURNS TABLE (partition regclass, from_at timestamptz, to_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT c.oid::regclass,
+           CASE WHEN b.bound[1] = 'MINVALUE' THEN '-infinity'
+                ELSE trim(both '''' FROM b.bound[1]) END::timestamptz,
+           trim(both '''' FROM b.bound[2])::timestamptz
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                    'FROM \((.*)\) TO \((.*)\)') AS b (bound)
+    WHERE i.inhparent = 'llm_call_log'::regclass AND b.bound IS NOT NULL
+$$;
+
+-- A new partition named `name` for `bounds` ('DEFAULT', or 'FOR VALUES FROM (...) TO (...)'):
+-- made beside the table with its indexes, then attached, which locks the parent only in
+-- SHARE UPDATE EXCLUSIVE mode (reads and writes go on) and the default partition, checked
+-- for rows of the new range, for a moment. The indexes are each partition's own: a filled
+-- table attached as a partition keeps the indexes it has (migration 0073).
+CREATE FUNCTION llm_call_log_add_partition(name text, bounds text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('CREATE TABLE %I (LIKE llm_call_log INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+                   name);
+    -- finish_calls and route_call find a call by its id; the memo, a step's sums and a
+    -- run's deletion by (run, step, generation, key).
+    EXECUTE format('CREATE UNIQUE INDEX %I ON %I (id)', name || '_id_idx', name);
+    EXECUTE format('CREATE INDEX %I ON %I (run_id, step, generation, call_key)',
+                   name || '_run_idx', name);
+    EXECUTE format('ALTER TABLE llm_call_log ATTACH PARTITION %I %s', name, bounds);
+END
+$$;
+
+-- Weekly partitions (Monday 00:00 UTC to the next) from this week to `weeks_ahead` weeks
+-- ahead, those not there yet; returns how many it made. Rows of a week without a partition
+-- go to the default partition (retention deletes them row by row).
+CREATE FUNCTION llm_call_log_add_partitions(weeks_ahead integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    week timestamptz;
+    made integer := 0;
+BEGIN
+    FOR week IN SELECT generate_series(date_trunc('week', now(), 'UTC'),
+                                       date_trunc('week', now(), 'UTC')
+                                           + make_interval(weeks => weeks_ahead),
+                                       interval '1 week')
+    LOOP
+        CONTINUE WHEN EXISTS (SELECT 1 FROM llm_call_log_partitions() p
+                              WHERE p.from_at < week + interval '1 week' AND p.to_at > week);
+        PERFORM llm_call_log_add_partition(
+            'llm_call_log_p' || to_char(week AT TIME ZONE 'UTC', 'YYYYMMDD'),
+            format('FOR VALUES FROM (%L) TO (%L)', week, week + interval '1 week'));
+        made := made + 1;
+    END LOOP;
+    RETURN made;
+END
+$$;
+
+-- Drop the oldest partition whose every row is older than `older_than`, if any: detached
+-- and dropped in one short transaction (the parent is locked exclusively for as long: the
+-- caller bounds the wait with lock_timeout). The calls of runs not yet ended (in flight,
+-- awaiting a person) are kept: copied first into the default partition. Returns the
+-- partition and the rows kept.
+CREATE FUNCTION llm_call_log_drop_partition(older_than timestamptz)
+RETURNS TABLE (dropped text, kept bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    victim regclass;
+    victim_to timestamptz;
+    unended uuid[];
+    columns text;
+BEGIN
+    SELECT p.partition, p.to_at INTO victim, victim_to
+    FROM llm_call_log_partitions() p
+    WHERE p.to_at <= older_than
+    ORDER BY p.to_at
+    LIMIT 1;
+    IF victim IS NULL THEN
+        RETURN;
+    END IF;
+    -- Before any lock: the runs that have not ended and may have calls in it (started
+    -- before it ends), from the indexes of runs in flight and of the review queue.
+    unended := ARRAY(SELECT id FROM pipeline_run
+                     WHERE status IN ('queued', 'running') AND created_at < victim_to
+                     UNION ALL
+                     SELECT id FROM pipeline_run
+                     WHERE status = 'needs_review' AND created_at < victim_to);
+    EXECUTE format('ALTER TABLE llm_call_log DETACH PARTITION %s', victim);
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO columns
+    FROM pg_attribute a
+    WHERE a.attrelid = 'llm_call_log'::regclass AND a.attnum > 0 AND NOT a.attisdropped;
+    EXECUTE format('INSERT INTO llm_call_log (%s) SELECT %s FROM %s WHERE run_id = ANY($1)',
+                   columns, columns, victim)
+    USING unended;
+    GET DIAGNOSTICS kept = ROW_COUNT;
+    dropped := victim::text;
+    EXECUTE format('DROP TABLE %s', victim);
+    RETURN NEXT;
+END
+$$;
+
+SELECT llm_call_log_add_partition('llm_call_log_default', 'DEFAULT');
+-- Rows of a week without a partition are deleted one by one, oldest first.
+CREATE INDEX llm_call_log_default_created_idx ON llm_call_log_default (created_at);
 
 -- Messages to publish, written in the same transaction as the state change that wants them.
 CREATE TABLE outbox (
@@ -389,3 +563,220 @@ CREATE TABLE api_key (
     last_used_at timestamptz                              -- updated at most once a minute
 );
 CREATE INDEX api_key_tenant_idx ON api_key (tenant_id);
+
+-- Evaluation sets (docpipe.state.evaluation_sets) and evaluations (docpipe.state.evaluations):
+-- documents with the output a pipeline's step should give, and batches that measure a
+-- pipeline version against them.
+CREATE TABLE evaluation_set (
+    id          uuid        PRIMARY KEY,
+    tenant_id   text        NOT NULL,
+    name        text        NOT NULL,
+    pipeline    text        NOT NULL,                     -- a pipeline's name (any version)
+    step        text        NOT NULL,                     -- whose output is expected
+    version     integer     NOT NULL DEFAULT 0,           -- raised by every change of items
+    items       integer     NOT NULL DEFAULT 0,           -- in the current version
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (tenant_id, name)
+);
+
+-- An item as of the set versions [added_in, removed_in): a change ends the old row and adds
+-- a new one, so a report names the version it scored and that version stays readable.
+CREATE TABLE evaluation_set_item (
+    set_id             uuid        NOT NULL REFERENCES evaluation_set (id) ON DELETE CASCADE,
+    tenant_id          text        NOT NULL,
+    document_id        text        NOT NULL,
+    added_in           integer     NOT NULL,
+    removed_in         integer,
+    expected           jsonb       NOT NULL,
+    source             text        NOT NULL CHECK (source IN ('review', 'upload', 'samples')),
+    -- A promoted review: the decision, its reviewer and the run it was made on.
+    review_decision_id bigint,
+    decided_by         text,
+    run_id             uuid,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (set_id, document_id, added_in)
+);
+-- The documents a set holds now: retention keeps them (docpipe.state.retention).
+CREATE INDEX evaluation_set_item_document_idx ON evaluation_set_item (tenant_id, document_id)
+    WHERE removed_in IS NULL;
+
+CREATE TABLE evaluation (
+    id           uuid        PRIMARY KEY,
+    tenant_id    text        NOT NULL,
+    set_id       uuid        NOT NULL REFERENCES evaluation_set (id) ON DELETE CASCADE,
+    set_version  integer     NOT NULL,
+    pipeline     text        NOT NULL,                    -- name:vN
+    step         text        NOT NULL,
+    -- Its batch (no foreign key: retention deletes ended batches, the report stays).
+    batch_id     uuid        NOT NULL UNIQUE,
+    models       jsonb       NOT NULL DEFAULT '{}',        -- {"*" or step: model} asked for
+    report       jsonb,                                   -- scored once its batch ended
+    reported_at  timestamptz,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX evaluation_tenant_idx ON evaluation (tenant_id, created_at);
+
+-- Each document of a reported evaluation: its accuracy and what it got wrong (the cells not
+-- correct, with the evidence of what was got), read a page at a time.
+CREATE TABLE evaluation_document (
+    evaluation_id uuid    NOT NULL REFERENCES evaluation (id) ON DELETE CASCADE,
+    document_id   text    NOT NULL,
+    run_id        uuid,
+    status        text    NOT NULL,                       -- the run's, or 'missing'
+    accuracy      double precision NOT NULL,
+    wrong         jsonb   NOT NULL DEFAULT '[]',
+    paused_by     jsonb   NOT NULL DEFAULT '[]',          -- the review rules that held
+    PRIMARY KEY (evaluation_id, document_id)
+);
+
+-- The reuse cache of runs that reuse answers (pipeline_run.reuse_answers;
+-- docpipe.state.call_log): each request such a run had answered, by its hash, and the call
+-- that answered it (no foreign key: the call log is partitioned; a call whose week is gone
+-- is no longer reused).
+CREATE TABLE answered_request (
+    tenant_id      text        NOT NULL,
+    request_sha256 text        NOT NULL,
+    call_id        bigint      NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, request_sha256)
+);
+CREATE INDEX answered_request_created_idx ON answered_request (created_at);
+
+-- A call answered from the cache instead of sent: the call whose answer it reused.
+CREATE TABLE reused_answer (
+    call_id     bigint      PRIMARY KEY,
+    reused_from bigint      NOT NULL,
+    tenant_id   text        NOT NULL,
+    run_id      uuid        NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX reused_answer_run_idx ON reused_answer (run_id);
+
+-- The web pages' sessions on the server: a cookie names one (its id, encrypted with the
+-- key it signed in with), and signing out ends it here, so a copied cookie stops working
+-- at once instead of at its expiry.
+CREATE TABLE web_session (
+    id_sha256   text        PRIMARY KEY,             -- of the id the cookie holds
+    tenant_id   text        NOT NULL,
+    api_key_id  text,                                -- the key signed in with
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    expires_at  timestamptz NOT NULL,
+    ended_at    timestamptz                          -- signed out
+);
+-- Retention deletes sessions a day after they expired.
+CREATE INDEX web_session_expires_idx ON web_session (expires_at);
+
+-- The provider-batch lane (docpipe.state.provider_batches): a provider batch as docpipe
+-- created it (its intent is recorded, state 'packing', before anything is uploaded), and
+-- each call waiting for one, keyed by its llm_call_log row (custom_id docpipe-call-<id>),
+-- with the request's body until it is answered.
+CREATE TABLE provider_batch (
+    id              bigserial   PRIMARY KEY,
+    provider        text        NOT NULL,
+    model           text        NOT NULL,
+    state           text        NOT NULL DEFAULT 'packing'
+                    CHECK (state IN ('packing', 'submitted', 'completed', 'failed', 'expired',
+                                     'cancelled')),
+    provider_status text,
+    remote_id       text,
+    input_file_id   text,
+    output_file_id  text,
+    error_file_id   text,
+    requests        integer     NOT NULL,
+    bytes           bigint      NOT NULL,
+    error           text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    ended_at        timestamptz
+);
+CREATE INDEX provider_batch_open_idx ON provider_batch (updated_at)
+    WHERE state IN ('packing', 'submitted');
+-- A provider's batch is docpipe's provider batch at most once (recovery looks it up).
+CREATE UNIQUE INDEX provider_batch_remote_idx ON provider_batch (provider, remote_id)
+    WHERE remote_id IS NOT NULL;
+
+CREATE TABLE provider_batch_call (
+    call_id           bigint      PRIMARY KEY,
+    run_id            uuid        NOT NULL REFERENCES pipeline_run (id) ON DELETE CASCADE,
+    step              text        NOT NULL,
+    generation        integer     NOT NULL,
+    call_key          text        NOT NULL,
+    tenant_id         text        NOT NULL,
+    provider          text        NOT NULL,
+    model             text        NOT NULL,
+    state             text        NOT NULL DEFAULT 'waiting'
+                      CHECK (state IN ('waiting', 'packed', 'answered', 'failed', 'applied')),
+    provider_batch_id bigint      REFERENCES provider_batch (id),
+    body_z            bytea       NOT NULL,
+    answer_z          bytea,
+    error_kind        text,
+    error             text,
+    cost_usd          numeric(14,6),
+    realtime_cost_usd numeric(14,6),
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    answered_at       timestamptz,
+    -- Its call's estimated cost at the batch price, held while the wait is open (waiting,
+    -- packed, answered): budget checks count it beside what was spent.
+    reserved_usd      numeric(14,6) NOT NULL DEFAULT 0
+);
+CREATE INDEX provider_batch_call_key_idx
+    ON provider_batch_call (run_id, step, generation, call_key);
+CREATE INDEX provider_batch_call_waiting_idx ON provider_batch_call (provider, model, created_at)
+    WHERE state = 'waiting';
+CREATE INDEX provider_batch_call_batch_idx ON provider_batch_call (provider_batch_id)
+    WHERE provider_batch_id IS NOT NULL;
+-- Answers (and failures) a parked step has not taken yet: the steps the poller wakes.
+CREATE INDEX provider_batch_call_settled_idx ON provider_batch_call (run_id, step)
+    WHERE state IN ('answered', 'failed');
+
+-- A batch's reservations (batch.reserved_usd) follow its runs' waits, whichever statement
+-- opens or closes one: one update of each batch a statement.
+CREATE FUNCTION add_batch_reservations(deltas jsonb) RETURNS void LANGUAGE sql AS $$
+    UPDATE batch b
+    SET reserved_usd = b.reserved_usd + d.delta
+    FROM (SELECT r.batch_id, sum(x.delta) AS delta
+          FROM jsonb_to_recordset(deltas) AS x (run_id uuid, delta numeric)
+          JOIN pipeline_run r ON r.id = x.run_id
+          WHERE r.batch_id IS NOT NULL
+          GROUP BY r.batch_id) d
+    WHERE b.id = d.batch_id AND d.delta <> 0
+$$;
+
+CREATE FUNCTION provider_batch_reservations() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    deltas jsonb := '[]';
+BEGIN
+    -- Each event has only its own transition tables: a branch names those it has.
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        deltas := deltas || coalesce(
+            (SELECT jsonb_agg(jsonb_build_object('run_id', run_id, 'delta', reserved_usd))
+             FROM opened
+             WHERE state IN ('waiting', 'packed', 'answered') AND reserved_usd <> 0),
+            '[]');
+    END IF;
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        deltas := deltas || coalesce(
+            (SELECT jsonb_agg(jsonb_build_object('run_id', run_id, 'delta', -reserved_usd))
+             FROM closed
+             WHERE state IN ('waiting', 'packed', 'answered') AND reserved_usd <> 0),
+            '[]');
+    END IF;
+    IF deltas <> '[]' THEN
+        PERFORM add_batch_reservations(deltas);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER provider_batch_call_opened AFTER INSERT ON provider_batch_call
+    REFERENCING NEW TABLE AS opened
+    FOR EACH STATEMENT EXECUTE FUNCTION provider_batch_reservations();
+CREATE TRIGGER provider_batch_call_moved AFTER UPDATE ON provider_batch_call
+    REFERENCING OLD TABLE AS closed NEW TABLE AS opened
+    FOR EACH STATEMENT EXECUTE FUNCTION provider_batch_reservations();
+CREATE TRIGGER provider_batch_call_closed AFTER DELETE ON provider_batch_call
+    REFERENCING OLD TABLE AS closed
+    FOR EACH STATEMENT EXECUTE FUNCTION provider_batch_reservations();
+-- Calls still waiting (packed or not), by run: those of runs whose deadline comes close.
+CREATE INDEX provider_batch_call_open_idx ON provider_batch_call (run_id)
+    WHERE state IN ('waiting', 'packed');

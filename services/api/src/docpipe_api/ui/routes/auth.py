@@ -1,4 +1,4 @@
-"""Signing in with an API key, and out; the home page."""
+"""Signing in with an API key, and out."""
 
 from __future__ import annotations
 
@@ -10,10 +10,18 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from docpipe.state.tenants import InvalidApiKey
-from docpipe_api.deps import resources_of, tenant_of_key
+from docpipe.state.web_sessions import end_web_session, start_web_session
+from docpipe_api.auth import tenant_of_key
+from docpipe_api.resources import resources_of
 from docpipe_api.ui.deps import FormDep
 from docpipe_api.ui.pages import render
-from docpipe_api.ui.session import SIGN_IN_REASONS, Session, replace_session, sign_in_url
+from docpipe_api.ui.session import (
+    SIGN_IN_REASONS,
+    Session,
+    replace_session,
+    session_of,
+    sign_in_url,
+)
 
 __all__ = ["router"]
 
@@ -39,8 +47,16 @@ def sign_in_page(
     why: Annotated[str, Query(max_length=20)] = "",
     next: Annotated[str, Query(max_length=2000)] = "",
 ) -> Response:
-    return render(request, "sign_in.html", {"message": SIGN_IN_REASONS.get(why), "next": next,
-                  "error": None, "auth": resources_of(request).settings.auth})  # fmt: skip
+    return render(
+        request,
+        "sign_in.html",
+        {
+            "message": SIGN_IN_REASONS.get(why),
+            "next": next,
+            "error": None,
+            "auth": resources_of(request).settings.auth,
+        },
+    )
 
 
 @router.post("/sign-in")
@@ -48,23 +64,40 @@ async def sign_in(request: Request, form: FormDep) -> Response:
     """A new session holding the key, once it is valid; the page again with why not."""
     resources = resources_of(request)
     key, next_path = form.get("api_key").strip(), form.get("next")
+
+    def start() -> str:
+        key_id, tenant = tenant_of_key(resources, key)
+        return start_web_session(
+            resources.database,
+            tenant_id=tenant,
+            api_key_id=key_id,
+            max_age_s=resources.settings.ui_session_max_age_s,
+        )
+
     try:
-        await anyio.to_thread.run_sync(tenant_of_key, resources, key)
+        session_id = await anyio.to_thread.run_sync(start)
     except InvalidApiKey as exc:
         log.info("web pages: sign-in refused: %s", exc)
-        return render(request, "sign_in.html", {"message": None, "next": next_path,
-                      "error": str(exc), "auth": resources.settings.auth},
-                      status_code=401)  # fmt: skip
-    replace_session(request, Session(api_key=key))
+        return render(
+            request,
+            "sign_in.html",
+            {
+                "message": None,
+                "next": next_path,
+                "error": str(exc),
+                "auth": resources.settings.auth,
+            },
+            status_code=401,
+        )
+    replace_session(request, Session(api_key=key, session_id=session_id))
     return RedirectResponse(_safe_next(request.scope.get("root_path", ""), next_path), 303)
 
 
 @router.post("/sign-out")
 def sign_out(request: Request) -> Response:
+    """Ends the session on the server too: its cookie, copied or kept, opens nothing after."""
+    ended = session_of(request).session_id
+    if ended is not None:
+        end_web_session(resources_of(request).database, ended)
     replace_session(request, Session())
     return RedirectResponse(sign_in_url(request.scope.get("root_path", ""), "signed-out"), 303)
-
-
-@router.get("/")
-def home(request: Request) -> Response:
-    return render(request, "home.html")

@@ -1,0 +1,410 @@
+"""Steps in flight per worker process: docpipe's prefork and threads pools side by side, and
+DBOS, with a provider that answers slowly (issue 37).
+
+Each configuration gets a fresh stack and --docs documents through one batch; the fake
+provider answers every call in --latency-s (2 s, and one run at --long-latency-s). While
+the documents run, a sampler reads every half second the steps in flight (docpipe: steps
+``running``; DBOS: workflows ``PENDING``), the PSS of the worker's processes (shared pages
+split between the processes sharing them, /proc/PID/smaps_rollup) and the client
+connections of the system's PostgreSQL database. Reported per configuration:
+
+- documents/s against the ideal for its slots: slots / (latency x the mean provider round
+  trips of a document, docs/benchmarks/throughput.md);
+- worker PSS per step in flight, at the sample with the most steps in flight: the worker's
+  whole PSS divided by them, and its growth over the idle worker divided by them;
+- the worker's CPU per step (every process of the worker: the batch pool's for docpipe,
+  beat, the API and the interactive pool not counted; DBOS' one process);
+- PostgreSQL connections, the most seen at once (docpipe: every process of the stack).
+
+    python -m bench.in_flight [--docs 1000] [--prefork-docs 120] [--latency-s 2]
+        [--long-latency-s 10] [--long-docs 400] [--only NAME,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psycopg
+
+from bench.harness import REPORTS, bench_stack, write_report
+from bench.procstat import cpu_seconds, memory, tree_pids
+from bench.systems import Servers, System, dbos_system, docpipe_system, documents, measure, rounds
+
+MB = 1024 * 1024
+SAMPLE_EVERY_S = 0.5
+# Room for the slowest step at 10 s a call: a document's fields take up to 7 rounds.
+LIMITS = {
+    "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "240",
+    "DOCPIPE_TASK_TIME_LIMIT_S": "300",
+    "DOCPIPE_LLM_TIMEOUT_S": "30",
+}
+# The provider's own concurrency bound is the fleet's: wide enough that the slots bind.
+WIDE_PROVIDER = {"DOCPIPE_PROVIDER_MAX_CONCURRENCY": "4000"}
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    label: str
+    pool: str  # prefork | threads | dbos
+    processes: int
+    slots_per_process: int
+
+    @property
+    def slots(self) -> int:
+        return self.processes * self.slots_per_process
+
+
+CONFIGS = (
+    Config("prefork-8", "docpipe, prefork, 8 processes", "prefork", 1, 8),
+    Config("threads-1x200", "docpipe, threads, 1 process of 200 slots", "threads", 1, 200),
+    Config("threads-2x200", "docpipe, threads, 2 processes of 200 slots", "threads", 2, 200),
+    Config("dbos-200", "DBOS, 200 workflows in 1 process", "dbos", 1, 200),
+)
+
+
+@dataclass
+class Sample:
+    at: float
+    in_flight: int
+    pss_bytes: int
+    connections: int
+
+
+@dataclass
+class Outcome:
+    config: str
+    label: str
+    slots: int
+    docs: int
+    latency_s: float
+    elapsed_s: float
+    docs_per_s: float
+    ideal_docs_per_s: float
+    share_of_ideal: float
+    most_in_flight: int
+    pss_mb_at_most: float
+    idle_pss_mb: float
+    pss_mb_per_step_in_flight: float
+    pss_growth_mb_per_step_in_flight: float
+    worker_cpu_ms_per_step: float
+    machine_cpu_share: float  # CPU of every process measured / (elapsed x cores)
+    most_connections: int
+    load_average: float
+    calls: int
+    measured: str = field(
+        default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    )
+    samples: list[Sample] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("samples")
+        return data
+
+
+class Sampler:
+    """Reads steps in flight, worker PSS and connections every SAMPLE_EVERY_S in a thread."""
+
+    def __init__(
+        self,
+        in_flight: Callable[[], int],
+        pids: Callable[[], list[int]],
+        connections: Callable[[], int],
+    ) -> None:
+        self._in_flight, self._pids, self._connections = in_flight, pids, connections
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def pss_bytes(self) -> int:
+        total = 0
+        for pid in self._pids():
+            try:
+                total += memory(pid).pss_bytes
+            except OSError:  # a process that just ended
+                continue
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_EVERY_S):
+            self.samples.append(
+                Sample(time.time(), self._in_flight(), self.pss_bytes(), self._connections())
+            )
+
+    @contextmanager
+    def running(self) -> Iterator[Sampler]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join()
+
+
+def count(url: str, query: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query.encode()).fetchone()
+    return int(row[0]) if row else 0
+
+
+def connections_query(database: str) -> str:
+    return (
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+        f" AND datname = '{database}' AND pid <> pg_backend_pid()"
+    )
+
+
+def run_one(
+    servers: Servers,
+    system: System,
+    config: Config,
+    docs: Sequence[tuple[str, str]],
+    *,
+    latency_s: float,
+    mean_rounds: float,
+    worker_pids: Callable[[], list[int]],
+    in_flight: Callable[[], int],
+    connections: Callable[[], int],
+) -> Outcome:
+    sampler = Sampler(in_flight, worker_pids, connections)
+    idle_pss = sampler.pss_bytes()
+    cpu_before = cpu_seconds(worker_pids())
+    with sampler.running():
+        result = measure(servers, system, docs, concurrency=config.slots, latency_s=latency_s)
+    worker_cpu = cpu_seconds(worker_pids()) - cpu_before
+    most = max(sampler.samples, key=lambda s: (s.in_flight, s.pss_bytes))
+    ideal = config.slots / (latency_s * mean_rounds)
+    steps = 3 * len(docs)
+    measured_cpu = sum(result.cpu_s.values())
+    outcome = Outcome(
+        config=config.name,
+        label=config.label,
+        slots=config.slots,
+        docs=len(docs),
+        latency_s=latency_s,
+        elapsed_s=result.elapsed_s,
+        docs_per_s=result.docs_per_s,
+        ideal_docs_per_s=ideal,
+        share_of_ideal=result.docs_per_s / ideal,
+        most_in_flight=most.in_flight,
+        pss_mb_at_most=most.pss_bytes / MB,
+        idle_pss_mb=idle_pss / MB,
+        pss_mb_per_step_in_flight=most.pss_bytes / MB / max(1, most.in_flight),
+        pss_growth_mb_per_step_in_flight=(most.pss_bytes - idle_pss) / MB / max(1, most.in_flight),
+        worker_cpu_ms_per_step=1000 * worker_cpu / steps,
+        machine_cpu_share=measured_cpu / (result.elapsed_s * (os.cpu_count() or 1)),
+        most_connections=max(s.connections for s in sampler.samples),
+        load_average=os.getloadavg()[1],
+        calls=result.calls,
+        samples=sampler.samples,
+    )
+    print(
+        f"{config.label} at {latency_s:g} s: {outcome.docs_per_s:.2f} documents/s "
+        f"({outcome.share_of_ideal:.0%} of {ideal:.2f}), {outcome.most_in_flight} in flight, "
+        f"{outcome.pss_mb_per_step_in_flight:.2f} MB PSS per step in flight "
+        f"(growth {outcome.pss_growth_mb_per_step_in_flight:.2f}), "
+        f"{outcome.worker_cpu_ms_per_step:.1f} ms CPU per step, "
+        f"{outcome.most_connections} connections",
+        flush=True,
+    )
+    return outcome
+
+
+def docpipe_runs(
+    config: Config, runs: Sequence[tuple[Sequence[tuple[str, str]], float]], mean_rounds: float
+) -> list[Outcome]:
+    """Every run of one docpipe configuration on one stack (a batch lane of its pool)."""
+    outcomes = []
+    with bench_stack(
+        env={**LIMITS, **WIDE_PROVIDER},
+        interactive_concurrency=1,
+        batch_concurrency=config.slots_per_process,
+        batch_pool=config.pool,
+        batch_workers=config.processes,
+        latency_ms="0:0",
+    ) as bench:
+        servers = Servers(bench)
+        system = docpipe_system(servers)
+        url = bench.database_url
+        database = url.rsplit("/", 1)[1].split("?")[0]
+        roots = [p.pid for p in bench.stack.processes if p.name.startswith("worker-batch")]
+        for docs, latency_s in runs:
+            outcomes.append(
+                run_one(
+                    servers,
+                    system,
+                    config,
+                    docs,
+                    latency_s=latency_s,
+                    mean_rounds=mean_rounds,
+                    worker_pids=lambda: tree_pids(*roots),
+                    in_flight=lambda: count(
+                        url, "SELECT count(*) FROM pipeline_step_result WHERE status = 'running'"
+                    ),
+                    connections=lambda: count(url, connections_query(database)),
+                )
+            )
+    return outcomes
+
+
+def dbos_runs(
+    config: Config, runs: Sequence[tuple[Sequence[tuple[str, str]], float]], mean_rounds: float
+) -> list[Outcome]:
+    outcomes = []
+    with bench_stack(interactive_concurrency=1, batch_concurrency=1, latency_ms="0:0") as bench:
+        servers = Servers(bench)
+        dbos = dbos_system(servers)
+        url = servers.postgres.url.rsplit("/", 1)[0] + "/dbos_peer"
+        dbos.start(config.slots)
+        try:
+            for docs, latency_s in runs:
+                dbos.reset()
+                outcomes.append(
+                    run_one(
+                        servers,
+                        dbos,
+                        config,
+                        docs,
+                        latency_s=latency_s,
+                        mean_rounds=mean_rounds,
+                        worker_pids=dbos.processes,
+                        in_flight=lambda: count(
+                            url,
+                            "SELECT count(*) FROM dbos.workflow_status WHERE status = 'PENDING'",
+                        ),
+                        connections=lambda: count(url, connections_query("dbos_peer")),
+                    )
+                )
+        finally:
+            dbos.stop()
+    return outcomes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--prefork-docs", type=int, default=120)
+    parser.add_argument("--latency-s", type=float, default=2.0)
+    parser.add_argument("--long-latency-s", type=float, default=10.0)
+    parser.add_argument("--long-docs", type=int, default=400)
+    parser.add_argument("--only", default=",".join(c.name for c in CONFIGS))
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the reported runs of configurations and latencies not measured this time",
+    )
+    args = parser.parse_args()
+    wanted = set(args.only.split(","))
+    corpus = documents(args.docs)
+    mean_rounds = statistics.fmean(rounds(text, 4) for _, text in corpus)
+    outcomes: list[Outcome] = []
+    for config in CONFIGS:
+        if config.name not in wanted:
+            continue
+        docs = corpus[: args.prefork_docs] if config.pool == "prefork" else corpus
+        runs: list[tuple[Sequence[tuple[str, str]], float]] = [(docs, args.latency_s)]
+        if config.name == "threads-1x200" and args.long_docs:
+            long_docs = documents(args.long_docs, "long")
+            runs.append((long_docs, args.long_latency_s))
+        run = dbos_runs if config.pool == "dbos" else docpipe_runs
+        outcomes.extend(run(config, runs, mean_rounds))
+    if args.keep:
+        outcomes = _kept(outcomes) + outcomes
+    order = [c.name for c in CONFIGS]
+    outcomes.sort(key=lambda o: (order.index(o.config), o.latency_s))
+    report(outcomes, args, mean_rounds)
+
+
+def _kept(measured: Sequence[Outcome]) -> list[Outcome]:
+    """The runs of the last report that this one did not measure again."""
+    try:
+        data = json.loads((REPORTS / "in-flight.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    again = {(o.config, o.latency_s) for o in measured}
+    return [
+        Outcome(**{"measured": data.get("measured", "earlier"), **r})
+        for r in data.get("runs", [])
+        if (r["config"], r["latency_s"]) not in again
+    ]
+
+
+def _figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for o in outcomes:
+        key = f"{o.config}@{o.latency_s:g}s"
+        figures[key] = {
+            "docs_per_s": o.docs_per_s,
+            "share_of_ideal": o.share_of_ideal,
+            "ideal_docs_per_s": o.ideal_docs_per_s,
+            "pss_mb_per_step": o.pss_mb_per_step_in_flight,
+            "pss_growth_mb_per_step": o.pss_growth_mb_per_step_in_flight,
+            "cpu_ms_per_step": o.worker_cpu_ms_per_step,
+            "connections": o.most_connections,
+            "in_flight": o.most_in_flight,
+            "pss_mb": o.pss_mb_at_most,
+        }
+    return figures
+
+
+def report(outcomes: Sequence[Outcome], args: argparse.Namespace, mean_rounds: float) -> None:
+    (REPORTS / "in-flight.json").write_text(
+        json.dumps({"runs": [o.as_dict() for o in outcomes]}, indent=1) + "\n"
+    )
+    rows = "\n".join(
+        f"| {o.label} | {o.latency_s:g} s | {o.docs} | {o.docs_per_s:.2f} | "
+        f"{o.ideal_docs_per_s:.2f} | {o.share_of_ideal:.0%} | {o.most_in_flight} | "
+        f"{o.pss_mb_at_most:.0f} | {o.pss_mb_per_step_in_flight:.2f} | "
+        f"{o.pss_growth_mb_per_step_in_flight:.2f} | {o.worker_cpu_ms_per_step:.1f} | "
+        f"{o.machine_cpu_share:.0%} | {o.most_connections} | {o.measured} |"
+        for o in outcomes
+    )
+    command = (
+        f"python -m bench.in_flight --docs {args.docs} --prefork-docs {args.prefork_docs} "
+        f"--latency-s {args.latency_s:g} --long-latency-s {args.long_latency_s:g} "
+        f"--long-docs {args.long_docs}" + (f" --only {args.only} --keep" if args.keep else "")
+    )
+    markdown = f"""# Steps in flight per worker process
+
+`{command}`: the sample contracts through one batch, the fake provider answering every call
+in the latency shown; a fresh stack per docpipe configuration (its batch lane's pool as
+named, an interactive pool of one process, beat, the API), DBOS on the same PostgreSQL in a
+database of its own. A document needs {mean_rounds:.2f} provider round trips one after the
+other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s.
+
+| system | per call | documents | documents/s | ideal | share of ideal | most steps in flight | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | CPU of the machine | most PostgreSQL connections | measured |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+{rows}
+
+- **PSS per step in flight** is the worker's whole PSS (main process and pool processes,
+  shared pages split between them) at the sample with the most steps in flight, divided by
+  them; **growth** is what the worker gained over its idle self, divided the same way: what
+  one more step in flight costs.
+- **worker CPU per step**: CPU of the worker's processes over the run / (3 x documents);
+  for docpipe the batch worker(s) only (beat, the API and the interactive pool apart).
+- **CPU of the machine**: CPU of every process measured (workers, PostgreSQL, Redis, the
+  fake provider, the submitting client) over the run's time and this machine's
+  {os.cpu_count()} cores; near 100 % the CPU binds, not the slots. This machine is shared
+  with other work (load average over 5 minutes beside each run in the JSON).
+- **measured**: `--keep` reruns some configurations and keeps the others' rows; each row
+  says when it was measured.
+- **PostgreSQL connections**: the most client connections to the system's database seen
+  at once; for docpipe that is every process of the stack (the API's pool, beat, both
+  worker lanes' pools and lease sessions).
+"""
+    print(markdown)
+    write_report("in-flight", markdown, _figures(outcomes))
+
+
+if __name__ == "__main__":
+    main()

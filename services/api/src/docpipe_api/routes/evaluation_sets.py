@@ -1,0 +1,185 @@
+"""Evaluation sets: create one, add expected outputs (an upload of JSON lines, or reviews
+promoted), read its items by version. Thin: each route calls one action."""
+
+from __future__ import annotations
+
+import tempfile
+from functools import partial
+from typing import Annotated, Literal, TypeVar
+
+from anyio.to_thread import run_sync
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from pydantic import BaseModel
+
+from docpipe_api import actions
+from docpipe_api.bodies import parsed_json, read_capped, require_json, spool_capped
+from docpipe_api.deps import CallerDep, ResourcesDep
+from docpipe_api.errors import error_responses
+from docpipe_api.evaluation_schemas import (
+    EvaluationSetIn,
+    EvaluationSetOut,
+    EvaluationSetsOut,
+    PromoteIn,
+    SetItemsOut,
+)
+from docpipe_api.schemas import request_body_schema
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["evaluations"])
+
+_SMALL_BODY = 64 * 1024
+_SPOOL_BYTES = 1024 * 1024  # an upload past this goes to a temporary file
+JSON_LINES = ("application/jsonl", "application/x-ndjson", "application/json-lines")
+_Body = TypeVar("_Body", bound=BaseModel)
+SetRef = Annotated[str, Path(min_length=1, max_length=100, description="a set's name or id")]
+
+
+async def _body(request: Request, model: type[_Body]) -> _Body:
+    require_json(request)
+    return parsed_json(model, await read_capped(request, _SMALL_BODY))
+
+
+@router.post(
+    "/evaluation-sets",
+    response_model=EvaluationSetOut,
+    status_code=201,
+    summary="Create an evaluation set (the same name, pipeline and step again: the set)",
+    responses=error_responses(409, 415, 422),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": request_body_schema(EvaluationSetIn)}},
+        }
+    },
+)
+async def create_evaluation_set(
+    request: Request, response: Response, resources: ResourcesDep, caller: CallerDep
+) -> EvaluationSetOut:
+    wanted = await _body(request, EvaluationSetIn)
+    created, new = await run_sync(
+        partial(actions.create_evaluation_set, resources=resources, caller=caller, wanted=wanted)
+    )
+    response.status_code = 201 if new else 200
+    response.headers["Location"] = f"/evaluation-sets/{created.id}"
+    return created
+
+
+@router.get(
+    "/evaluation-sets",
+    response_model=EvaluationSetsOut,
+    summary="The tenant's evaluation sets, by name",
+    responses=error_responses(422),
+)
+def list_evaluation_sets(resources: ResourcesDep, caller: CallerDep) -> EvaluationSetsOut:
+    return actions.evaluation_sets(resources=resources, caller=caller)
+
+
+@router.get(
+    "/evaluation-sets/{set_ref}",
+    response_model=EvaluationSetOut,
+    summary="One evaluation set, by name or id",
+    responses=error_responses(404, 422),
+)
+def read_evaluation_set(
+    set_ref: SetRef, resources: ResourcesDep, caller: CallerDep
+) -> EvaluationSetOut:
+    return actions.evaluation_set(resources=resources, caller=caller, set_ref=set_ref)
+
+
+@router.get(
+    "/evaluation-sets/{set_ref}/items",
+    response_model=SetItemsOut,
+    summary="A set's items (of its current version, or of an earlier one), by document id",
+    responses=error_responses(404, 422),
+)
+def read_evaluation_set_items(
+    set_ref: SetRef,
+    resources: ResourcesDep,
+    caller: CallerDep,
+    version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    after: Annotated[str, Query(max_length=300, description="next_after of the page before")] = "",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> SetItemsOut:
+    return actions.evaluation_set_items(
+        resources=resources,
+        caller=caller,
+        set_ref=set_ref,
+        version=version,
+        after=after,
+        limit=limit,
+    )
+
+
+@router.post(
+    "/evaluation-sets/{set_ref}/items",
+    response_model=EvaluationSetOut,
+    summary="Add expected outputs from JSON lines: the set's next version",
+    description=(
+        'One item a line: {"document": "<id>", "expected": {...}}, or {"document": {"id", '
+        '"text"}, "expected": {...}} for a new text document. The upload is read to a '
+        "temporary file as it arrives and stored in chunks in one transaction: every item "
+        "fits the step's output schema and names a document the tenant has, or nothing "
+        "changes (422 with each error's line and JSON path; 404 naming the documents). A "
+        "document named on several lines: the last one counts."
+    ),
+    responses=error_responses(404, 409, 413, 415, 422),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/jsonl": {"schema": {"type": "string"}}},
+        }
+    },
+)
+async def upload_evaluation_set_items(
+    set_ref: SetRef,
+    request: Request,
+    resources: ResourcesDep,
+    caller: CallerDep,
+    source: Annotated[
+        Literal["upload", "samples"], Query(description="samples: made by the sample generator")
+    ] = "upload",
+) -> EvaluationSetOut:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind not in JSON_LINES:
+        raise HTTPException(415, f"send JSON lines ({', '.join(JSON_LINES)})")
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as spooled:
+        await spool_capped(request, spooled, resources.settings.max_evaluation_upload_bytes)
+        spooled.seek(0)
+        return await run_sync(
+            partial(
+                actions.add_evaluation_set_items,
+                resources=resources,
+                caller=caller,
+                set_ref=set_ref,
+                lines=spooled,
+                source=source,
+            )
+        )
+
+
+@router.post(
+    "/evaluation-sets/{set_ref}/promote",
+    response_model=EvaluationSetOut,
+    summary="Make what a person approved the expected output: one run, or a batch's runs",
+    responses=error_responses(404, 409, 415, 422),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": request_body_schema(PromoteIn)}},
+        }
+    },
+)
+async def promote_reviews(
+    set_ref: SetRef, request: Request, resources: ResourcesDep, caller: CallerDep
+) -> EvaluationSetOut:
+    promote = await _body(request, PromoteIn)
+    return await run_sync(
+        partial(
+            actions.promote_reviews,
+            resources=resources,
+            caller=caller,
+            set_ref=set_ref,
+            promote=promote,
+        )
+    )

@@ -1,0 +1,1 @@
+"""The HTTP API against real PostgreSQL and Redis, one file a group of routes."""
