@@ -16,10 +16,10 @@ from docpipe.evaluation.assignment import best_assignment
 from docpipe.evaluation.comparators import ComparatorError, Leaf, field_tree, parse_overrides
 from docpipe.evaluation.paired import paired_difference
 from docpipe.evaluation.scoring import score_document, summarise
-from docpipe.state.evaluation_report import percentile
 from docpipe.pipelines import PipelineError, Step
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.files import load_pipeline_file
+from docpipe.state.evaluation_report import percentile
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
