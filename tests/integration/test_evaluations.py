@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -104,7 +105,7 @@ def scalar_recall(report: dict[str, Any]) -> tuple[float, int]:
 
 
 def test_a_model_wrong_one_time_in_five_measures_so_and_a_right_one_scores_one(
-    stack: TestClient, fake_llm: FakeLLM
+    stack: TestClient, fake_llm: FakeLLM, db: Database
 ) -> None:
     fake_llm.control("POST", "/control/mistakes", json={"error_rates": {"gpt-4o": 0.2}, "seed": 3})
     generated_set(stack, "contracts", CONTRACTS)
@@ -113,6 +114,21 @@ def test_a_model_wrong_one_time_in_five_measures_so_and_a_right_one_scores_one(
     assert right["overall"]["accuracy"] == 1.0
     assert right["overall"]["f1"] == 1.0 and right["overall"]["evidence"] == 1.0
     assert right["review"]["paused"] == 0
+    # Its cost, tokens and calls are the call log's (the only calls so far), its latencies
+    # percentiles of them.
+    with db.session() as s:
+        logged = s.conn.execute(
+            b"SELECT sum(cost_usd) AS cost, sum(input_tokens) AS input,"
+            b" sum(output_tokens) AS output, count(*) AS calls,"
+            b" percentile_disc(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50 FROM llm_call_log"
+        ).fetchone()
+    assert logged is not None and logged["cost"] > 0 and logged["output"] > 0
+    assert Decimal(right["cost_usd"]) == logged["cost"]
+    assert (right["input_tokens"], right["output_tokens"]) == (logged["input"], logged["output"])
+    assert right["calls"] == logged["calls"] and right["calls_reused"] == 0
+    latency = right["call_latency_ms"]
+    assert latency["p50"] == logged["p50"] and latency["p50"] <= latency["p95"]
+    assert 0 < right["run_seconds"]["p50"] <= right["run_seconds"]["p95"]
 
     wrong = evaluate(stack, "contracts", "document_extract:v1", models={"extract_fields": "gpt-4o"})
     report = wrong["report"]
@@ -256,9 +272,15 @@ def test_reviews_promoted_become_the_expected_outputs(stack: TestClient, fake_ll
         "/evaluation-sets",
         json={"name": "reviewed", "pipeline": "document_extract", "step": "extract_fields"},
     ).raise_for_status()
+    # One run first (the set's version 1), then every reviewed run of the batch (version 2).
+    one = stack.post("/evaluation-sets/reviewed/promote", json={"run_id": second})
+    assert one.status_code == 200, one.text
+    assert (one.json()["version"], one.json()["items"]) == (1, 1)
     promoted = stack.post("/evaluation-sets/reviewed/promote", json={"batch_id": batch})
     assert promoted.status_code == 200, promoted.text
-    assert promoted.json()["items"] == 2
+    assert (promoted.json()["version"], promoted.json()["items"]) == (2, 2)
+    earlier = stack.get("/evaluation-sets/reviewed/items?version=1").json()
+    assert earlier["version"] == 1 and [i["run_id"] for i in earlier["items"]] == [second]
     items = stack.get("/evaluation-sets/reviewed/items").json()["items"]
     assert {i["source"] for i in items} == {"review"}
     assert {i["decided_by"] for i in items} == {"anonymous"}

@@ -19,6 +19,7 @@ from docpipe.evaluation.scoring import score_document, summarise
 from docpipe.pipelines import PipelineError, Step
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.files import load_pipeline_file
+from docpipe.state.evaluation_report import percentile
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -313,3 +314,22 @@ def test_a_large_set_gets_the_normal_interval_a_bootstrap_would_draw() -> None:
     drawn = paired_difference(a[:999], b[:999])  # below the threshold: resampled
     assert normal.low < normal.mean < normal.high < 0
     assert abs((normal.high - normal.low) - (drawn.high - drawn.low) * (999 / 1500) ** 0.5) < 0.002
+
+
+@pytest.mark.parametrize(
+    ("values", "share", "expected"),
+    [
+        ([1, 2], 0.5, 1),  # half of the values are at or below 1
+        (list(range(1, 103)), 0.5, 51),
+        (list(range(1, 21)), 0.95, 19),
+        (list(range(1, 21)), 0.951, 20),
+        ([7], 0.95, 7),
+        ([3, 1, 2], 0.0, 1),
+        ([3, 1, 2], 1.0, 3),
+        ([], 0.5, None),
+    ],
+)
+def test_a_reports_percentiles_are_nearest_rank(
+    values: list[int], share: float, expected: int | None
+) -> None:
+    assert percentile(values, share) == expected
