@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -321,3 +322,71 @@ def test_each_review_rule_is_measured_on_a_set_whose_answer_is_known(
     assert missed > 0 and rules["unsupported_evidence"]["missed_wrong_values"] == missed
     assert rules["poor_extraction"]["paused"] == 0 and rules["poor_extraction"]["precision"] is None
     assert report["review"]["paused_share"] == pytest.approx(len(unsupported) / 24, abs=1e-6)
+
+
+def test_the_cli_evaluates_generated_contracts_and_compares_two_versions(
+    stack: TestClient, fake_llm: FakeLLM, start_api: Callable[..., str], tmp_path: Path
+) -> None:
+    """The tutorial of docs/guides/measuring-quality.md, as a user types it (its output is
+    what this prints): the sample generator writes contracts and their truth, docpipe eval
+    makes a set of them, evaluates the pipeline (a progress bar, then a results table), then
+    again with a model the fake provider gets wrong one time in five, and compares the two."""
+    fake_llm.control("POST", "/control/mistakes", json={"error_rates": {"gpt-4o": 0.2}, "seed": 3})
+    api = start_api(DOCPIPE_PIPELINE_MODULES=MODULES)
+    written = docpipe(
+        "samples",
+        str(tmp_path / "contracts"),
+        "--count",
+        "6",
+        "--expected",
+        str(tmp_path / "set.jsonl"),
+    )
+    assert written.returncode == 0, written.stderr
+    lines = (tmp_path / "set.jsonl").read_text().splitlines()
+    assert [json.loads(line)["expected"] for line in lines] == [
+        {"fields": c.expected} for c in sample_contracts(6)
+    ]
+    made = docpipe("eval", "set", "create", "tutorial", "--api", api)
+    assert made.returncode == 0, made.stderr
+    uploaded = docpipe(
+        "eval",
+        "set",
+        "upload",
+        "tutorial",
+        str(tmp_path / "set.jsonl"),
+        "--source",
+        "samples",
+        "--api",
+        api,
+    )
+    assert uploaded.returncode == 0, uploaded.stderr
+    assert "set tutorial (document_extract step extract_fields): version 1, 6 items" in (
+        uploaded.stdout
+    )
+
+    def run(*options: str) -> tuple[str, str]:
+        argv = ["eval", "run", "tutorial", "--pipeline", "document_extract:v1", *options]
+        ran = docpipe(*argv, "--api", api)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        evaluation_id = ran.stdout.split()[1]
+        assert stack.get(f"/evaluations/{evaluation_id}").json()["status"] == "reported"
+        return evaluation_id, ran.stdout
+
+    baseline, shown = run()
+    assert "document_extract:v1 on tutorial v1" in shown
+    # Not a terminal: the table comes as tab-separated lines.
+    overall = next(line for line in shown.splitlines() if line.startswith("overall\t"))
+    assert overall.split("\t")[1] == "1.000", overall  # accuracy
+    bar = next(line for line in shown.splitlines() if line.startswith("steps"))
+    assert "24/24" in bar, bar  # its 6 runs' 4 steps, all ended
+    assert "6 documents, " in shown and " paid (0 reused)" in shown
+    candidate, shown = run("--step-model", "extract_fields=gpt-4o")
+    compared = docpipe("eval", "compare", baseline, candidate, "--api", api)
+    assert compared.returncode == 0, compared.stderr
+    term = next(
+        line for line in compared.stdout.splitlines() if line.startswith("fields.term_months\t")
+    )
+    assert term.split("\t")[1] == "1.000", term  # the baseline's accuracy
+    report = stack.get(f"/evaluations/{candidate}").json()["report"]
+    assert f"accuracy 1.000 -> {report['overall']['accuracy']:.3f}" in compared.stdout
+    print("\n", made.stdout, uploaded.stdout, shown, compared.stdout, sep="\n")
