@@ -225,6 +225,18 @@ def test_one_flip_in_twenty_documents_is_not_a_regression(stack: TestClient) -> 
     ]
     assert compared["accuracy"]["difference"]["mean"] < 0
     assert compared["gate"]["regression"] is False, "one flip among twenty is noise"
+    # Every answer of the second was reused: it cost nothing, and the delta says so.
+    cost = compared["cost_usd"]
+    assert float(cost["baseline"]) > 0 and float(cost["candidate"]) == 0
+    assert Decimal(cost["delta"]) == -Decimal(cost["baseline"])
+    # The other way round, the value flipped from wrong to right.
+    reversed_ = stack.get(
+        "/evaluations/compare", params={"baseline": flipped["id"], "candidate": baseline["id"]}
+    ).json()
+    assert reversed_["flipped_to_right"] == compared["flipped_to_wrong"]
+    assert reversed_["flipped_to_wrong"] == [] and reversed_["gate"] is None, "no max_drop"
+    term = next(f for f in reversed_["fields"] if f["path"] == "fields.term_months")
+    assert term["delta"] == pytest.approx(0.05) and term["baseline"] == pytest.approx(0.95)
 
 
 def test_re_evaluating_a_change_to_summarize_sends_only_summarize_calls(
