@@ -245,6 +245,13 @@ def test_a_pipeline_file_names_the_line_of_a_wrong_override() -> None:
         "pipelines/scored.yaml:13: step 'read': compare name: number does not fit a string "
         "(fitting: date, exact, fuzzy, none, text)"
     )
+    undeclared = text.replace("name: {compare: number}", "fields.name: {weight: 2}")
+    with pytest.raises(PipelineError) as refused:
+        load_pipeline_file(undeclared, "pipelines/scored.yaml")
+    assert str(refused.value) == (
+        "pipelines/scored.yaml:13: step 'read': compare fields.name: the output schema "
+        "declares no such field"
+    )
     fine = load_pipeline_file(text.replace("name: {compare: number}", "name: fuzzy"), "ok.yaml")
     total = fine.step("read").comparison.properties["total"]  # type: ignore[union-attr]
     assert isinstance(total, Leaf) and total.tolerance == 0.5
