@@ -14,9 +14,21 @@ provider's window is up to 24 hours: here it is simulated short). For each:
   batch: PostgreSQL transactions and rows written (pg_stat_database), Redis commands
   (INFO commandstats). Everything the stack did meanwhile is included (beat's periodic
   jobs, this script's rare polls): a provider batch's wait is long, and what the stack
-  does while it waits is part of its price.
+  does while it waits is part of its price;
+- whether the lane gives the same values: each document's step outputs against the same
+  document's in real time.
 
-    python -m bench.provider_batches [--docs 200] [--completion-s 20]
+Then what the lane's waits cost everyone else (bench.provider_batch_waits): a third batch of
+--parked-docs documents through the lane, and meanwhile --interactive single documents in
+the interactive lane, one at a time, once the lane's calls are parked; their median time
+to done against the same documents' before any batch ran (at rest). The whole third batch
+long, a sampler reads how long a step has been `running` since its first call began to
+wait for a provider batch: a wait is parked in PostgreSQL, not held by a worker, so this
+stays the time to record a round's calls. (A third batch: the sampler's and the interactive
+runs' work would be counted in the second's.)
+
+    python -m bench.provider_batches [--docs 200] [--completion-s 20] [--parked-docs 50]
+        [--interactive 10]
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 from decimal import Decimal
 from typing import Any
 
@@ -31,6 +44,7 @@ import httpx
 import redis
 
 from bench.harness import Bench, bench_stack, wait_for, write_report
+from bench.provider_batch_waits import interactive_times, same_values, while_parked
 from bench.rate_limit_cases import provider
 from bench.systems import documents
 from docpipe.settings.providers import DEFAULT_PRICES
@@ -69,6 +83,20 @@ def _counters(bench: Bench) -> dict[str, int]:
     }
 
 
+def _submit(bench: Bench, docs: list[tuple[str, str]], lane: str, label: str) -> str:
+    """A batch of ``docs`` through ``lane`` (realtime or provider_batch), each document's id
+    prefixed with ``label``: its id."""
+    options: dict[str, Any] = {"provider_batch": True} if lane == "provider_batch" else {}
+    items = [{"id": f"{label}-{i}", "text": t} for i, t in docs]
+    return str(bench.client.submit_batch(items, **options)["batch_id"])
+
+
+def _wait_done(bench: Bench, batch_id: str) -> None:
+    wait_for(
+        lambda: bench.client.batch(batch_id)["status"] != "running", timeout_s=3600, every_s=2.0
+    )
+
+
 def _run(
     bench: Bench, fake: httpx.Client, docs: list[tuple[str, str]], lane: str
 ) -> dict[str, Any]:
@@ -76,13 +104,8 @@ def _run(
     before = _counters(bench)
     billed_before = fake.get("/control/batches").json()["billing"]
     realtime_before = fake.get("/control/stats").json()
-    options = {"provider_batch": True} if lane == "provider_batch" else {}
-    batch_id = bench.client.submit_batch(
-        [{"id": f"{lane}-{i}", "text": t} for i, t in docs], **options
-    )["batch_id"]
-    wait_for(
-        lambda: bench.client.batch(batch_id)["status"] != "running", timeout_s=3600, every_s=2.0
-    )
+    batch_id = _submit(bench, docs, lane, lane)
+    _wait_done(bench, batch_id)
     status = bench.client.batch(batch_id)
     counted = {k: v - before[k] for k, v in _counters(bench).items()}
     billed = fake.get("/control/batches").json()["billing"]
@@ -113,6 +136,7 @@ def _run(
     )
     per = waiting if lane == "provider_batch" else calls
     return {
+        "batch_id": batch_id,
         "status": status["status"],
         "runs_by_status": status["runs_by_status"],
         "cost_usd": float(status["cost_so_far_usd"]),
@@ -133,15 +157,27 @@ def _run(
     }
 
 
+def _seconds(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def _load(load: tuple[float, float, float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in load)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--completion-s", type=float, default=20.0)
     parser.add_argument("--latency-ms", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--parked-docs", type=int, default=50)
+    parser.add_argument("--interactive", type=int, default=10)
     args = parser.parse_args()
     ms = f"{args.latency_ms}:{args.latency_ms}"
     docs = documents(args.docs, "provider-batches")
+    interactive = documents(args.interactive + 1, "interactive-")
+    load_at_start = os.getloadavg()
     with provider(latency_ms=ms) as url:
         fake = httpx.Client(base_url=url, timeout=30)
         fake.post("/control/config", json={"batch_completion_s": args.completion_s})
@@ -151,13 +187,36 @@ def main() -> None:
             **LANE_SETTINGS,
         }
         with bench_stack(env=env, batch_concurrency=args.concurrency, latency_ms=ms) as bench:
+            for doc, text in interactive:
+                bench.client.put_document(doc, text)
+            # The first interactive document warms the stack up (worker processes'
+            # connections, the API's caches) and is not timed.
+            warm, *timed = [doc for doc, _ in interactive]
+            interactive_times(bench, [warm], "warm-up")
+            at_rest = interactive_times(bench, timed, "at-rest")
             realtime = _run(bench, fake, docs, "realtime")
             lane = _run(bench, fake, docs, "provider_batch")
+            parked = while_parked(
+                bench,
+                lambda: _submit(bench, docs[: args.parked_docs], "provider_batch", "parked"),
+                lambda batch_id: _wait_done(bench, batch_id),
+                timed,
+                parked_at_least=min(10, args.parked_docs),
+            )
+            equal = same_values(
+                bench, (realtime["batch_id"], "realtime"), (lane["batch_id"], "provider_batch")
+            )
+            equal_parked = same_values(
+                bench, (realtime["batch_id"], "realtime"), (parked["batch_id"], "parked")
+            )
+            parked_status = bench.client.batch(parked["batch_id"])
         fake.close()
     load_average = os.getloadavg()
     for name, figures in (("real time", realtime), ("provider batch", lane)):
         if figures["status"] != "done":
             raise SystemExit(f"{name}: the batch ended {figures['runs_by_status']}")
+    if parked_status["status"] != "done":
+        raise SystemExit(f"the third batch ended {parked_status['runs_by_status']}")
     figures = {
         "docs": args.docs,
         "completion_s": args.completion_s,
@@ -166,6 +225,14 @@ def main() -> None:
         "realtime": realtime,
         "provider_batch": lane,
         "cost_ratio": lane["cost_usd"] / realtime["cost_usd"],
+        "same_values": equal,
+        "parked_docs": args.parked_docs,
+        "same_values_parked": equal_parked,
+        "interactive_at_rest_s": at_rest,
+        "interactive_at_rest_median_s": statistics.median(at_rest),
+        "while_parked": parked,
+        "interactive_ratio": parked["interactive_median_s"] / statistics.median(at_rest),
+        "load_average_at_start": load_at_start,
         "load_average": load_average,
     }
     r, p = realtime, lane
@@ -189,15 +256,17 @@ def main() -> None:
             ("Redis commands", "redis_commands"),
         )
     )
+    w, e, ep = parked, equal, equal_parked
     report = f"""# The provider-batch lane against real time
 
 `python -m bench.provider_batches --docs {args.docs} --completion-s {args.completion_s:g}
---latency-ms {args.latency_ms} --concurrency {args.concurrency}`: {args.docs} sample
-contracts through the batch lane ({args.concurrency} batch workers), first in real time (the
-fake provider answering in {args.latency_ms} ms), then through the provider-batch lane (its
-OpenAI batch interface at half price, each provider batch completing in
-{args.completion_s:g} s: a real provider's window of up to 24 hours simulated short; beat
-packing every {LANE_SETTINGS["DOCPIPE_PROVIDER_BATCH_INTERVAL_S"]} s once
+--latency-ms {args.latency_ms} --concurrency {args.concurrency} --parked-docs
+{args.parked_docs} --interactive {args.interactive}`: {args.docs} sample contracts through
+the batch lane ({args.concurrency} batch workers), first in real time (the fake provider
+answering in {args.latency_ms} ms), then through the provider-batch lane (its OpenAI batch
+interface at half price, each provider batch completing in {args.completion_s:g} s: a real
+provider's window of up to 24 hours simulated short; beat packing every
+{LANE_SETTINGS["DOCPIPE_PROVIDER_BATCH_INTERVAL_S"]} s once
 {LANE_SETTINGS["DOCPIPE_PROVIDER_BATCH_MIN_CALLS"]} calls wait or the oldest waited
 {LANE_SETTINGS["DOCPIPE_PROVIDER_BATCH_MAX_WAIT_S"]} s). Both batches ended `done`.
 
@@ -211,17 +280,48 @@ simulated window times the rounds of calls a document needs (sections, fields, s
 plus packing: it says how the lane behaves, nothing of real providers, whose windows are
 hours.
 
+## The same values
+
+Each document's step outputs through the lane against the same document's through real
+time: **{e["documents_equal"]} of {e["documents"]}** documents equal
+({e["steps_equal"]} of {e["steps"]} step outputs); in the third batch below,
+{ep["documents_equal"]} of {ep["documents"]} ({ep["steps_equal"]} of {ep["steps"]} step
+outputs).
+
+## Waits parked, not held
+
+A third batch, of the first {args.parked_docs} documents, through the lane; once
+{min(10, args.parked_docs)} of its calls were parked, {args.interactive} documents through
+the interactive lane one at a time (run created to done, server timestamps), the same
+documents' times before any batch ran beside them (at rest, after one untimed run):
+
+| interactive run, time to done | median (s) | all (s) |
+|---|---|---|
+| at rest | {figures["interactive_at_rest_median_s"]:.2f} | {_seconds(at_rest)} |
+| while the lane's calls are parked | {w["interactive_median_s"]:.2f} | {_seconds(w["interactive_s"])} |
+| **ratio** | **{figures["interactive_ratio"]:.2f}** | |
+
+Calls parked meanwhile: {w["parked_calls_during"][0]} to {w["parked_calls_during"][1]}.
+
+The longest a step of the lane stayed `running` after its first call began to wait for a
+provider batch: **{w["longest_held_s"] * 1000:.0f} ms**, sampled every
+{w["sample_every_s"] * 1000:.0f} ms over the third batch ({w["samples"]} samples, at most
+{w["longest_gap_s"] * 1000:.0f} ms apart: a longer hold is seen at least once, so none lasted
+beyond {(w["longest_held_s"] + w["longest_gap_s"]) * 1000:.0f} ms). {w["samples_holding"]} samples
+caught such a step, at most {w["most_steps_holding"]} at once: the time a step takes to
+record its round's calls and hand its slot back; then it waits in PostgreSQL, holding no
+worker.
+
 Work of the stores per provider call (real time: per call answered; provider batch: per call
-that waited, {p["waiting_calls"]} in all), counted by the servers over each batch, the stack's
-periodic work meanwhile included:
+that waited, {p["waiting_calls"]} in all), counted by the servers over each of the first two
+batches, the stack's periodic work meanwhile included:
 
 | per call | real time | provider batch |
 |---|---|---|
 {work}
 
-The machine's load average (1, 5, 15 min) at the end: {load_average[0]:.1f},
-{load_average[1]:.1f}, {load_average[2]:.1f} on {os.cpu_count()} CPUs, other sessions' work
-included.
+The machine's load average (1, 5, 15 min): {_load(load_at_start)} at the start,
+{_load(load_average)} at the end, on {os.cpu_count()} CPUs, other sessions' work included.
 """
     print(report)
     write_report("provider-batches", report, figures)

@@ -80,6 +80,25 @@ def _throughput(f: Figures) -> list[tuple[str, str]]:
     return rows
 
 
+def _provider_batch_waits(f: Figures) -> list[tuple[str, str]]:
+    """The provider-batch report's values and waits (absent from a report before them)."""
+    if "same_values" not in f:
+        return []
+    same, waits = f["same_values"], f["while_parked"]
+    return [
+        (
+            "provider-batch lane: documents whose values equal real time's",
+            f"{same['documents_equal']} of {same['documents']}",
+        ),
+        (
+            "an interactive run while the lane's calls are parked / at rest, median; the "
+            "longest a step stays running while its call waits",
+            f"{waits['interactive_median_s']:.2f} / {f['interactive_at_rest_median_s']:.2f} s "
+            f"({f['interactive_ratio']:.2f}x); {waits['longest_held_s'] * 1000:.0f} ms",
+        ),
+    ]
+
+
 def _time_budget(f: Figures) -> list[tuple[str, str]]:
     parts = f["parts_ms"]
     return [
@@ -469,7 +488,7 @@ BENCHMARKS = [
         "provider-batches",
         "bench.provider_batches",
         ("--docs", "200"),
-        ("--docs", "20", "--completion-s", "5"),
+        ("--docs", "20", "--completion-s", "5", "--parked-docs", "10", "--interactive", "3"),
         lambda f: [
             (
                 f"{f['docs']} documents, real time / provider-batch lane ({f['completion_s']:g} s "
@@ -487,6 +506,7 @@ BENCHMARKS = [
                     for k in ("postgres_transactions", "postgres_rows_written", "redis_commands")
                 ),
             ),
+            *_provider_batch_waits(f),
         ],
     ),
 ]

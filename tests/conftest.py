@@ -19,7 +19,7 @@ from docpipe_dev.localstack import LocalPostgres
 from tests.support.emptying import Emptying
 from tests.support.servers import create_database, service_dir
 
-pytest_plugins = ["tests.support.processes"]
+pytest_plugins = ["tests.support.processes", "tests.support.provider_batches"]
 
 # Fixtures that start docpipe's own processes (celery workers, beat, uvicorn: all through
 # process_group), a browser or a chaos stack. A test that asks for one, however indirectly,

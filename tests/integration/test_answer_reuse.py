@@ -1,7 +1,8 @@
 """Answer reuse, opt-in for ordinary runs (issue 34, item 4): a run or batch that asks for
 it takes the tenant's earlier answer to the very same request instead of sending it, and
-records where it came from; a run that does not ask sends its calls as always. Real
-PostgreSQL, Redis, an interactive worker and the fake provider (its request counts)."""
+records where it came from; a run that does not ask sends its calls as always, and another
+tenant's answer to the same request is never taken. Real PostgreSQL, Redis, an interactive
+worker and the fake provider (its request counts)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from docpipe.state.db import Database
+from docpipe.state.tenants import create_api_key
 from docpipe_dev.processes import ManagedProcess
 from docpipe_dev.samples import sample_contracts
 from tests.support.factories import scalar
@@ -100,3 +102,26 @@ def test_the_option_is_part_of_a_requests_identity_and_a_batch_passes_it_to_its_
         )
         assert found == reusing
     assert scalar(db, "SELECT count(*) FROM pipeline_run WHERE reuse_answers") == 2
+
+
+def test_another_tenants_identical_request_is_sent_not_reused(
+    make_api_client: Callable[..., TestClient],
+    start_worker: Callable[..., ManagedProcess],
+    fake_llm: FakeLLM,
+    db: Database,
+) -> None:
+    start_worker("interactive", concurrency=2)
+    client = make_api_client(auth="keys", api_key_rpm=0)
+    for tenant in ("acme", "globex"):
+        key = create_api_key(db, tenant, tenant[0]).plaintext
+        client.headers["Authorization"] = f"Bearer {key}"
+        stored = client.put(
+            "/documents/contract", content=CONTRACT.text, headers={"Content-Type": "text/plain"}
+        )
+        assert stored.status_code == 201, stored.text
+        fake_llm.reset()  # zeroes its counters
+        extracted(client, reuse_answers=True)
+        # The very same requests (model, parameters, messages, schema): globex's go out too.
+        assert sent(fake_llm) > 0, f"{tenant} sent its calls"
+    assert scalar(db, "SELECT count(*) FROM reused_answer") == 0
+    assert scalar(db, "SELECT count(DISTINCT tenant_id) FROM answered_request") == 2

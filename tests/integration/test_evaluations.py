@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,7 +106,7 @@ def scalar_recall(report: dict[str, Any]) -> tuple[float, int]:
 
 
 def test_a_model_wrong_one_time_in_five_measures_so_and_a_right_one_scores_one(
-    stack: TestClient, fake_llm: FakeLLM
+    stack: TestClient, fake_llm: FakeLLM, db: Database
 ) -> None:
     fake_llm.control("POST", "/control/mistakes", json={"error_rates": {"gpt-4o": 0.2}, "seed": 3})
     generated_set(stack, "contracts", CONTRACTS)
@@ -113,6 +115,21 @@ def test_a_model_wrong_one_time_in_five_measures_so_and_a_right_one_scores_one(
     assert right["overall"]["accuracy"] == 1.0
     assert right["overall"]["f1"] == 1.0 and right["overall"]["evidence"] == 1.0
     assert right["review"]["paused"] == 0
+    # Its cost, tokens and calls are the call log's (the only calls so far), its latencies
+    # percentiles of them.
+    with db.session() as s:
+        logged = s.conn.execute(
+            b"SELECT sum(cost_usd) AS cost, sum(input_tokens) AS input,"
+            b" sum(output_tokens) AS output, count(*) AS calls,"
+            b" percentile_disc(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50 FROM llm_call_log"
+        ).fetchone()
+    assert logged is not None and logged["cost"] > 0 and logged["output"] > 0
+    assert Decimal(right["cost_usd"]) == logged["cost"]
+    assert (right["input_tokens"], right["output_tokens"]) == (logged["input"], logged["output"])
+    assert right["calls"] == logged["calls"] and right["calls_reused"] == 0
+    latency = right["call_latency_ms"]
+    assert latency["p50"] == logged["p50"] and latency["p50"] <= latency["p95"]
+    assert 0 < right["run_seconds"]["p50"] <= right["run_seconds"]["p95"]
 
     wrong = evaluate(stack, "contracts", "document_extract:v1", models={"extract_fields": "gpt-4o"})
     report = wrong["report"]
@@ -208,6 +225,18 @@ def test_one_flip_in_twenty_documents_is_not_a_regression(stack: TestClient) -> 
     ]
     assert compared["accuracy"]["difference"]["mean"] < 0
     assert compared["gate"]["regression"] is False, "one flip among twenty is noise"
+    # Every answer of the second was reused: it cost nothing, and the delta says so.
+    cost = compared["cost_usd"]
+    assert float(cost["baseline"]) > 0 and float(cost["candidate"]) == 0
+    assert Decimal(cost["delta"]) == -Decimal(cost["baseline"])
+    # The other way round, the value flipped from wrong to right.
+    reversed_ = stack.get(
+        "/evaluations/compare", params={"baseline": flipped["id"], "candidate": baseline["id"]}
+    ).json()
+    assert reversed_["flipped_to_right"] == compared["flipped_to_wrong"]
+    assert reversed_["flipped_to_wrong"] == [] and reversed_["gate"] is None, "no max_drop"
+    term = next(f for f in reversed_["fields"] if f["path"] == "fields.term_months")
+    assert term["delta"] == pytest.approx(0.05) and term["baseline"] == pytest.approx(0.95)
 
 
 def test_re_evaluating_a_change_to_summarize_sends_only_summarize_calls(
@@ -232,7 +261,9 @@ def test_re_evaluating_a_change_to_summarize_sends_only_summarize_calls(
     assert reused == report["calls_reused"], "every reuse names the call it came from"
 
 
-def test_reviews_promoted_become_the_expected_outputs(stack: TestClient, fake_llm: FakeLLM) -> None:
+def test_reviews_promoted_become_the_expected_outputs(
+    stack: TestClient, fake_llm: FakeLLM, start_api: Callable[..., str]
+) -> None:
     fake_llm.add_fault("invented_quote", count=200, step="extract_fields")
     documents = [{"id": c.slug, "text": c.text} for c in CONTRACTS[:2]]
     batch = stack.post("/batches", json={"documents": documents}).json()["batch_id"]
@@ -256,9 +287,17 @@ def test_reviews_promoted_become_the_expected_outputs(stack: TestClient, fake_ll
         "/evaluation-sets",
         json={"name": "reviewed", "pipeline": "document_extract", "step": "extract_fields"},
     ).raise_for_status()
-    promoted = stack.post("/evaluation-sets/reviewed/promote", json={"batch_id": batch})
-    assert promoted.status_code == 200, promoted.text
-    assert promoted.json()["items"] == 2
+    # One run first (the set's version 1), then every reviewed run of the batch (version 2).
+    one = stack.post("/evaluation-sets/reviewed/promote", json={"run_id": second})
+    assert one.status_code == 200, one.text
+    assert (one.json()["version"], one.json()["items"]) == (1, 1)
+    # The batch's from the command line (docpipe eval set promote NAME --batch BATCH_ID).
+    api = start_api(DOCPIPE_PIPELINE_MODULES=MODULES)
+    promoted = docpipe("eval", "set", "promote", "reviewed", "--batch", batch, "--api", api)
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    assert "version 2, 2 items" in promoted.stdout
+    earlier = stack.get("/evaluation-sets/reviewed/items?version=1").json()
+    assert earlier["version"] == 1 and [i["run_id"] for i in earlier["items"]] == [second]
     items = stack.get("/evaluation-sets/reviewed/items").json()["items"]
     assert {i["source"] for i in items} == {"review"}
     assert {i["decided_by"] for i in items} == {"anonymous"}
@@ -299,3 +338,71 @@ def test_each_review_rule_is_measured_on_a_set_whose_answer_is_known(
     assert missed > 0 and rules["unsupported_evidence"]["missed_wrong_values"] == missed
     assert rules["poor_extraction"]["paused"] == 0 and rules["poor_extraction"]["precision"] is None
     assert report["review"]["paused_share"] == pytest.approx(len(unsupported) / 24, abs=1e-6)
+
+
+def test_the_cli_evaluates_generated_contracts_and_compares_two_versions(
+    stack: TestClient, fake_llm: FakeLLM, start_api: Callable[..., str], tmp_path: Path
+) -> None:
+    """The tutorial of docs/guides/measuring-quality.md, as a user types it (its output is
+    what this prints): the sample generator writes contracts and their truth, docpipe eval
+    makes a set of them, evaluates the pipeline (a progress bar, then a results table), then
+    again with a model the fake provider gets wrong one time in five, and compares the two."""
+    fake_llm.control("POST", "/control/mistakes", json={"error_rates": {"gpt-4o": 0.2}, "seed": 3})
+    api = start_api(DOCPIPE_PIPELINE_MODULES=MODULES)
+    written = docpipe(
+        "samples",
+        str(tmp_path / "contracts"),
+        "--count",
+        "6",
+        "--expected",
+        str(tmp_path / "set.jsonl"),
+    )
+    assert written.returncode == 0, written.stderr
+    lines = (tmp_path / "set.jsonl").read_text().splitlines()
+    assert [json.loads(line)["expected"] for line in lines] == [
+        {"fields": c.expected} for c in sample_contracts(6)
+    ]
+    made = docpipe("eval", "set", "create", "tutorial", "--api", api)
+    assert made.returncode == 0, made.stderr
+    uploaded = docpipe(
+        "eval",
+        "set",
+        "upload",
+        "tutorial",
+        str(tmp_path / "set.jsonl"),
+        "--source",
+        "samples",
+        "--api",
+        api,
+    )
+    assert uploaded.returncode == 0, uploaded.stderr
+    assert "set tutorial (document_extract step extract_fields): version 1, 6 items" in (
+        uploaded.stdout
+    )
+
+    def run(*options: str) -> tuple[str, str]:
+        argv = ["eval", "run", "tutorial", "--pipeline", "document_extract:v1", *options]
+        ran = docpipe(*argv, "--api", api)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        evaluation_id = ran.stdout.split()[1]
+        assert stack.get(f"/evaluations/{evaluation_id}").json()["status"] == "reported"
+        return evaluation_id, ran.stdout
+
+    baseline, shown = run()
+    assert "document_extract:v1 on tutorial v1" in shown
+    # Not a terminal: the table comes as tab-separated lines.
+    overall = next(line for line in shown.splitlines() if line.startswith("overall\t"))
+    assert overall.split("\t")[1] == "1.000", overall  # accuracy
+    bar = next(line for line in shown.splitlines() if line.startswith("steps"))
+    assert "24/24" in bar, bar  # its 6 runs' 4 steps, all ended
+    assert "6 documents, " in shown and " paid (0 reused)" in shown
+    candidate, shown = run("--step-model", "extract_fields=gpt-4o")
+    compared = docpipe("eval", "compare", baseline, candidate, "--api", api)
+    assert compared.returncode == 0, compared.stderr
+    term = next(
+        line for line in compared.stdout.splitlines() if line.startswith("fields.term_months\t")
+    )
+    assert term.split("\t")[1] == "1.000", term  # the baseline's accuracy
+    report = stack.get(f"/evaluations/{candidate}").json()["report"]
+    assert f"accuracy 1.000 -> {report['overall']['accuracy']:.3f}" in compared.stdout
+    print("\n", made.stdout, uploaded.stdout, shown, compared.stdout, sep="\n")

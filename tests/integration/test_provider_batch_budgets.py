@@ -5,52 +5,18 @@ through as many calls as the discount pays for, and still stops the work past it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
 
 from fastapi.testclient import TestClient
 
-from docpipe.settings.providers import DEFAULT_PRICES
 from docpipe.state.db import Database
-from docpipe_dev.processes import ManagedProcess
-from docpipe_dev.samples import sample_contracts
-from tests.integration.test_provider_batches import column, ended
 from tests.support.factories import scalar
 from tests.support.fakellm import FakeLLM
 from tests.support.processes import wait_until
+from tests.support.provider_batches import column, ended, providers, submit
 
-CONTRACTS = sample_contracts(6)
-
-
-def lane_settings(fake: FakeLLM, discount: str, **env: str) -> dict[str, str]:
-    provider = {
-        "name": "fake",
-        "base_url": fake.url + "/v1",
-        "models": {
-            name: {
-                "input_per_mtok": str(p.input_per_mtok),
-                "output_per_mtok": str(p.output_per_mtok),
-            }
-            for name, p in DEFAULT_PRICES.items()
-        },
-        "batch": {"discount": discount},
-    }
-    return {
-        "DOCPIPE_PROVIDERS": json.dumps([provider]),
-        "DOCPIPE_PROVIDER_BATCH_INTERVAL_S": "0.5",
-        "DOCPIPE_PROVIDER_BATCH_MAX_WAIT_S": "2",
-        **env,
-    }
-
-
-def submit(client: TestClient, budget_usd: str) -> str:
-    documents = [{"id": f"pb-{i}", "text": c.text} for i, c in enumerate(CONTRACTS)]
-    body: dict[str, Any] = {"documents": documents, "provider_batch": True}
-    response = client.post("/batches", json=body | {"budget_usd": budget_usd})
-    assert response.status_code == 202, response.text
-    return str(response.json()["batch_id"])
+DOCUMENTS = 6
 
 
 def open_reservations(db: Database) -> Decimal:
@@ -67,24 +33,20 @@ def test_a_batch_budget_is_reserved_at_the_batch_price(
     make_api_client: Callable[..., TestClient],
     db: Database,
     fake_llm: FakeLLM,
-    start_worker: Callable[..., ManagedProcess],
-    start_beat: Callable[..., ManagedProcess],
+    lane_stack: Callable[..., None],
 ) -> None:
     # A tenth of the price in provider batches, and a budget that pays for two first calls
     # at the real-time price: all six runs' first calls wait, reserved at the batch price.
     client = make_api_client()
     budget = Decimal("0.003")
-    batch_id = submit(client, str(budget))
-    settings = lane_settings(
-        fake_llm,
-        "0.1",
+    batch_id = submit(client, DOCUMENTS, budget_usd=str(budget))
+    lane_stack(
+        providers(fake_llm, discount="0.1"),
         DOCPIPE_PROVIDER_BATCH_MIN_CALLS="100",
         DOCPIPE_PROVIDER_BATCH_MAX_WAIT_S="3600",
     )
-    start_worker("batch", concurrency=2, **settings)
-    start_beat(**settings)
     wait_until(
-        lambda: scalar(db, "SELECT count(*) FROM provider_batch_call") == len(CONTRACTS),
+        lambda: scalar(db, "SELECT count(*) FROM provider_batch_call") == DOCUMENTS,
         timeout_s=120,
     )
     reserved = open_reservations(db)
@@ -107,21 +69,17 @@ def test_a_batch_budget_still_stops_the_work_past_it(
     make_api_client: Callable[..., TestClient],
     db: Database,
     fake_llm: FakeLLM,
-    start_worker: Callable[..., ManagedProcess],
-    start_beat: Callable[..., ManagedProcess],
+    lane_stack: Callable[..., None],
 ) -> None:
     # At half price the budget pays for the estimate of one first call of six (the six
     # would cost more than the budget, answered): the others are refused before they wait,
     # the batch ends budget_exceeded, and what was paid (answers of provider batches
     # included, even those that came after the batch stopped) stays within the budget, since
     # each call was reserved before it was sent.
-    fake_llm.configure(batch_completion_s=1)
     client = make_api_client()
     budget = Decimal("0.001")
-    batch_id = submit(client, str(budget))
-    settings = lane_settings(fake_llm, "0.5", DOCPIPE_PROVIDER_BATCH_MIN_CALLS="3")
-    start_worker("batch", concurrency=2, **settings)
-    start_beat(**settings)
+    batch_id = submit(client, DOCUMENTS, budget_usd=str(budget))
+    lane_stack(providers(fake_llm, discount="0.5"), DOCPIPE_PROVIDER_BATCH_MIN_CALLS="3")
     status = ended(client, batch_id)
     assert status["status"] == "budget_exceeded", status
     assert status["runs_by_status"].get("budget_exceeded", 0) > 0

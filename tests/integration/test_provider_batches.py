@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
 
 import httpx
 import pytest
@@ -19,83 +18,23 @@ from fastapi.testclient import TestClient
 
 from docpipe.broker.transport import CeleryPublisher
 from docpipe.settings import Settings
-from docpipe.settings.providers import DEFAULT_PRICES
 from docpipe.state.db import Database
 from docpipe.worker.provider_batches import (
     ProviderBatchPass,
     batch_interfaces,
     run_provider_batches,
 )
-from docpipe_dev.processes import ManagedProcess
-from docpipe_dev.samples import sample_contracts
 from tests.support.factories import scalar
 from tests.support.fakellm import FakeLLM
 from tests.support.processes import wait_until
-
-CONTRACTS = sample_contracts(10)
-
-
-def providers(fake: FakeLLM) -> str:
-    """DOCPIPE_PROVIDERS: the fake provider with its batch interface, at docpipe's default
-    prices."""
-    return json.dumps(
-        [
-            {
-                "name": "fake",
-                "base_url": fake.url + "/v1",
-                "models": {
-                    name: {
-                        "input_per_mtok": str(p.input_per_mtok),
-                        "output_per_mtok": str(p.output_per_mtok),
-                    }
-                    for name, p in DEFAULT_PRICES.items()
-                },
-                "batch": {"completion_window": "1h"},
-            }
-        ]
-    )
-
-
-@pytest.fixture
-def lane_stack(
-    fake_llm: FakeLLM,
-    start_worker: Callable[..., ManagedProcess],
-    start_beat: Callable[..., ManagedProcess],
-) -> Callable[..., None]:
-    def start(**env: str) -> None:
-        settings = {
-            "DOCPIPE_PROVIDERS": providers(fake_llm),
-            "DOCPIPE_BATCH_ADMISSION_WINDOW": "10",
-            "DOCPIPE_PROVIDER_BATCH_INTERVAL_S": "0.5",
-            "DOCPIPE_PROVIDER_BATCH_MIN_CALLS": "10",
-            "DOCPIPE_PROVIDER_BATCH_MAX_WAIT_S": "2",
-            **env,
-        }
-        start_worker("batch", concurrency=2, **settings)
-        start_beat(**settings)
-
-    fake_llm.configure(batch_completion_s=1)
-    return start
-
-
-def submit(client: TestClient, count: int) -> str:
-    documents = [{"id": f"pb-{i}", "text": CONTRACTS[i].text} for i in range(count)]
-    response = client.post("/batches", json={"documents": documents, "provider_batch": True})
-    assert response.status_code == 202, response.text
-    return str(response.json()["batch_id"])
-
-
-def ended(client: TestClient, batch_id: str) -> dict[str, Any]:
-    wait_until(
-        lambda: client.get(f"/batches/{batch_id}").json()["status"] != "running", timeout_s=240
-    )
-    status: dict[str, Any] = client.get(f"/batches/{batch_id}").json()
-    return status
-
-
-def column(db: Database, sql: str, *params: Any) -> list[Any]:
-    with db.session() as s:
-        return [next(iter(r.values())) for r in s.conn.execute(sql.encode(), params).fetchall()]
+from tests.support.provider_batches import (
+    cancel_once_answered,
+    column,
+    ended,
+    first_answered,
+    providers,
+    submit,
+)
 
 
 def test_a_batch_through_the_provider_batch_lane_ends_done_at_half_price(
@@ -226,16 +165,7 @@ def test_cancelling_a_batch_cancels_its_provider_batch_and_pays_each_answer_once
     client = make_api_client()
     batch_id = submit(client, 4)
     lane_stack(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="4")
-    fake_llm.configure(batch_completion_s=20)
-    wait_until(
-        lambda: fake_llm.control("GET", "/control/batches")["requests_processed"] >= 1,
-        timeout_s=120,
-    )
-    assert client.post(f"/batches/{batch_id}/cancel").status_code == 200
-    wait_until(
-        lambda: scalar(db, "SELECT count(*) FROM provider_batch WHERE state = 'submitted'") == 0,
-        timeout_s=120,
-    )
+    cancel_once_answered(client, db, fake_llm, batch_id)
     assert column(db, "SELECT state FROM provider_batch") == ["cancelled"]
     bill = fake_llm.control("GET", "/control/batches")
     assert bill["by_status"] == {"cancelled": 1}
@@ -288,18 +218,10 @@ def test_calls_of_a_run_whose_deadline_comes_close_go_in_real_time_and_are_paid_
     # in real time, the provider batch (nobody waits for it now) is cancelled, and the answer
     # it gave anyway is recorded with its cost, never used: each call has one answer.
     client = make_api_client()
-    documents = [{"id": f"pb-{i}", "text": CONTRACTS[i].text} for i in range(3)]
-    response = client.post(
-        "/batches", json={"documents": documents, "provider_batch": True, "deadline_s": 3600}
-    )
-    assert response.status_code == 202, response.text
-    batch_id = str(response.json()["batch_id"])
+    batch_id = submit(client, 3, deadline_s=3600)
     lane_stack(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="3", DOCPIPE_PROVIDER_BATCH_DEADLINE_MARGIN_S="300")
     fake_llm.configure(batch_completion_s=30)
-    wait_until(
-        lambda: fake_llm.control("GET", "/control/batches")["requests_processed"] >= 1,
-        timeout_s=120,
-    )
+    first_answered(fake_llm)
     with db.session() as s:
         s.conn.execute(b"UPDATE pipeline_run SET deadline_at = now() + interval '120 seconds'")
     status = ended(client, batch_id)
@@ -356,7 +278,7 @@ def test_a_pass_wakes_at_most_the_wake_limit_of_parked_steps(
     wait_until(lambda: scalar(db, "SELECT count(*) FROM provider_batch_call") == 5, timeout_s=120)
     settings = Settings(
         database_url=database_url,
-        providers=json.loads(providers(fake_llm)),
+        providers=json.loads(providers(fake_llm, completion_window="1h")),
         provider_batch_min_calls=5,
         provider_batch_wake_limit=2,
     )

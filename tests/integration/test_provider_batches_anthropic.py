@@ -7,61 +7,31 @@ the same errors in real time would be; a cancelled batch cancels its message bat
 
 from __future__ import annotations
 
-import json
+import functools
 from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
 from fastapi.testclient import TestClient
 
-from docpipe.settings.providers import DEFAULT_PRICES
 from docpipe.state.db import Database
-from docpipe_dev.processes import ManagedProcess
-from tests.integration.test_provider_batches import column, ended, submit
 from tests.support.factories import scalar
 from tests.support.fakellm import FakeLLM
-from tests.support.processes import wait_until
-
-
-def anthropic_provider(fake: FakeLLM) -> str:
-    """DOCPIPE_PROVIDERS: the fake provider with Anthropic's Message Batches as its batch
-    interface (real time stays on its chat completions), at docpipe's default prices."""
-    return json.dumps(
-        [
-            {
-                "name": "claude",
-                "base_url": fake.url + "/v1",
-                "models": {
-                    name: {
-                        "input_per_mtok": str(p.input_per_mtok),
-                        "output_per_mtok": str(p.output_per_mtok),
-                    }
-                    for name, p in DEFAULT_PRICES.items()
-                },
-                "batch": {"interface": "anthropic", "max_requests": 100},
-            }
-        ]
-    )
+from tests.support.provider_batches import (
+    cancel_once_answered,
+    column,
+    ended,
+    providers,
+    submit,
+)
 
 
 @pytest.fixture
-def anthropic_lane(
-    fake_llm: FakeLLM,
-    start_worker: Callable[..., ManagedProcess],
-    start_beat: Callable[..., ManagedProcess],
-) -> Callable[..., None]:
-    def start(**env: str) -> None:
-        settings = {
-            "DOCPIPE_PROVIDERS": anthropic_provider(fake_llm),
-            "DOCPIPE_PROVIDER_BATCH_INTERVAL_S": "0.5",
-            "DOCPIPE_PROVIDER_BATCH_MAX_WAIT_S": "2",
-            **env,
-        }
-        start_worker("batch", concurrency=2, **settings)
-        start_beat(**settings)
-
-    fake_llm.configure(batch_completion_s=1)
-    return start
+def anthropic_lane(fake_llm: FakeLLM, lane_stack: Callable[..., None]) -> Callable[..., None]:
+    """The lane's stack with Anthropic's Message Batches as the fake provider's batch
+    interface (real time stays on its chat completions)."""
+    claude = providers(fake_llm, "claude", interface="anthropic", max_requests=100)
+    return functools.partial(lane_stack, claude)
 
 
 def test_a_batch_through_anthropic_message_batches_ends_done_at_half_price(
@@ -171,16 +141,7 @@ def test_cancelling_a_batch_cancels_its_message_batch_and_pays_each_answer_once(
     client = make_api_client()
     batch_id = submit(client, 4)
     anthropic_lane(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="4")
-    fake_llm.configure(batch_completion_s=20)
-    wait_until(
-        lambda: fake_llm.control("GET", "/control/batches")["requests_processed"] >= 1,
-        timeout_s=120,
-    )
-    assert client.post(f"/batches/{batch_id}/cancel").status_code == 200
-    wait_until(
-        lambda: scalar(db, "SELECT count(*) FROM provider_batch WHERE state = 'submitted'") == 0,
-        timeout_s=120,
-    )
+    cancel_once_answered(client, db, fake_llm, batch_id)
     assert column(db, "SELECT state FROM provider_batch") == ["cancelled"]
     bill = fake_llm.control("GET", "/control/batches")
     assert bill["by_status"] == {"cancelled": 1}

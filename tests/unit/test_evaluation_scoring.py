@@ -19,6 +19,7 @@ from docpipe.evaluation.scoring import score_document, summarise
 from docpipe.pipelines import PipelineError, Step
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.files import load_pipeline_file
+from docpipe.state.evaluation_report import percentile
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -72,6 +73,14 @@ def test_dates_compare_whatever_their_format() -> None:
     for written in ("2024-03-05", "March 5, 2024", "5 March 2024", "5th March 2024"):
         assert outcomes({"signed": "2024-03-05"}, {"signed": written})["/signed"] == "correct"
     assert outcomes({"signed": "2024-03-05"}, {"signed": "2024-03-06"})["/signed"] == "wrong"
+
+
+def test_enums_and_booleans_are_exact() -> None:
+    assert outcomes({"risk": "low"}, {"risk": "low"})["/risk"] == "correct"
+    assert outcomes({"risk": "low"}, {"risk": "Low"})["/risk"] == "wrong"  # no text rules
+    assert outcomes({"renews": True}, {"renews": True})["/renews"] == "correct"
+    assert outcomes({"renews": True}, {"renews": False})["/renews"] == "wrong"
+    assert outcomes({"renews": False}, {"renews": "false"})["/renews"] == "wrong"
 
 
 def test_numbers_within_their_tolerance() -> None:
@@ -236,6 +245,13 @@ def test_a_pipeline_file_names_the_line_of_a_wrong_override() -> None:
         "pipelines/scored.yaml:13: step 'read': compare name: number does not fit a string "
         "(fitting: date, exact, fuzzy, none, text)"
     )
+    undeclared = text.replace("name: {compare: number}", "fields.name: {weight: 2}")
+    with pytest.raises(PipelineError) as refused:
+        load_pipeline_file(undeclared, "pipelines/scored.yaml")
+    assert str(refused.value) == (
+        "pipelines/scored.yaml:13: step 'read': compare fields.name: the output schema "
+        "declares no such field"
+    )
     fine = load_pipeline_file(text.replace("name: {compare: number}", "name: fuzzy"), "ok.yaml")
     total = fine.step("read").comparison.properties["total"]  # type: ignore[union-attr]
     assert isinstance(total, Leaf) and total.tolerance == 0.5
@@ -313,3 +329,22 @@ def test_a_large_set_gets_the_normal_interval_a_bootstrap_would_draw() -> None:
     drawn = paired_difference(a[:999], b[:999])  # below the threshold: resampled
     assert normal.low < normal.mean < normal.high < 0
     assert abs((normal.high - normal.low) - (drawn.high - drawn.low) * (999 / 1500) ** 0.5) < 0.002
+
+
+@pytest.mark.parametrize(
+    ("values", "share", "expected"),
+    [
+        ([1, 2], 0.5, 1),  # half of the values are at or below 1
+        (list(range(1, 103)), 0.5, 51),
+        (list(range(1, 21)), 0.95, 19),
+        (list(range(1, 21)), 0.951, 20),
+        ([7], 0.95, 7),
+        ([3, 1, 2], 0.0, 1),
+        ([3, 1, 2], 1.0, 3),
+        ([], 0.5, None),
+    ],
+)
+def test_a_reports_percentiles_are_nearest_rank(
+    values: list[int], share: float, expected: int | None
+) -> None:
+    assert percentile(values, share) == expected

@@ -207,14 +207,18 @@ def _watch(client: DocpipeClient, evaluation_id: str) -> int:
     )
     with progress:
         bar = progress.add_task("steps", total=1, note="")
+        total = 1
         while True:
             found = client.evaluation(evaluation_id)
             if found["report"] is not None:
+                # Its steps have all ended: the bar says so, not the last poll's count.
+                progress.update(bar, completed=total)
                 break
             batch = found["batch"] or {}
+            total = batch.get("steps_total", 1)
             progress.update(
                 bar,
-                total=batch.get("steps_total", 1),
+                total=total,
                 completed=batch.get("steps_done", 0),
                 note=f"${float(batch.get('cost_so_far_usd', 0)):.6f}",
             )

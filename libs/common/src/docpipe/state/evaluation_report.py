@@ -10,6 +10,7 @@ lets through. Pure: the rows come from docpipe.state.evaluations.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -201,9 +202,11 @@ def _with_quotes(cell: Cell, evidence: Sequence[Any]) -> dict[str, Any]:
 
 
 def percentile(values: Sequence[float], share: float) -> float | None:
-    """The nearest-rank percentile (None for no values)."""
+    """The nearest-rank percentile: the smallest value at least ``share`` of the values are
+    at or below (None for no values)."""
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(share * len(ordered) + 0.5) - 1))
-    return ordered[rank]
+    # round(): share * n is a float (0.95 * 20 is 19.000000000000004), its rank an integer.
+    rank = math.ceil(round(share * len(ordered), 9))
+    return ordered[max(0, min(len(ordered), rank) - 1)]
