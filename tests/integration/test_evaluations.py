@@ -225,6 +225,18 @@ def test_one_flip_in_twenty_documents_is_not_a_regression(stack: TestClient) -> 
     ]
     assert compared["accuracy"]["difference"]["mean"] < 0
     assert compared["gate"]["regression"] is False, "one flip among twenty is noise"
+    # Every answer of the second was reused: it cost nothing, and the delta says so.
+    cost = compared["cost_usd"]
+    assert float(cost["baseline"]) > 0 and float(cost["candidate"]) == 0
+    assert Decimal(cost["delta"]) == -Decimal(cost["baseline"])
+    # The other way round, the value flipped from wrong to right.
+    reversed_ = stack.get(
+        "/evaluations/compare", params={"baseline": flipped["id"], "candidate": baseline["id"]}
+    ).json()
+    assert reversed_["flipped_to_right"] == compared["flipped_to_wrong"]
+    assert reversed_["flipped_to_wrong"] == [] and reversed_["gate"] is None, "no max_drop"
+    term = next(f for f in reversed_["fields"] if f["path"] == "fields.term_months")
+    assert term["delta"] == pytest.approx(0.05) and term["baseline"] == pytest.approx(0.95)
 
 
 def test_re_evaluating_a_change_to_summarize_sends_only_summarize_calls(
@@ -249,7 +261,9 @@ def test_re_evaluating_a_change_to_summarize_sends_only_summarize_calls(
     assert reused == report["calls_reused"], "every reuse names the call it came from"
 
 
-def test_reviews_promoted_become_the_expected_outputs(stack: TestClient, fake_llm: FakeLLM) -> None:
+def test_reviews_promoted_become_the_expected_outputs(
+    stack: TestClient, fake_llm: FakeLLM, start_api: Callable[..., str]
+) -> None:
     fake_llm.add_fault("invented_quote", count=200, step="extract_fields")
     documents = [{"id": c.slug, "text": c.text} for c in CONTRACTS[:2]]
     batch = stack.post("/batches", json={"documents": documents}).json()["batch_id"]
@@ -277,9 +291,11 @@ def test_reviews_promoted_become_the_expected_outputs(stack: TestClient, fake_ll
     one = stack.post("/evaluation-sets/reviewed/promote", json={"run_id": second})
     assert one.status_code == 200, one.text
     assert (one.json()["version"], one.json()["items"]) == (1, 1)
-    promoted = stack.post("/evaluation-sets/reviewed/promote", json={"batch_id": batch})
-    assert promoted.status_code == 200, promoted.text
-    assert (promoted.json()["version"], promoted.json()["items"]) == (2, 2)
+    # The batch's from the command line (docpipe eval set promote NAME --batch BATCH_ID).
+    api = start_api(DOCPIPE_PIPELINE_MODULES=MODULES)
+    promoted = docpipe("eval", "set", "promote", "reviewed", "--batch", batch, "--api", api)
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    assert "version 2, 2 items" in promoted.stdout
     earlier = stack.get("/evaluation-sets/reviewed/items?version=1").json()
     assert earlier["version"] == 1 and [i["run_id"] for i in earlier["items"]] == [second]
     items = stack.get("/evaluation-sets/reviewed/items").json()["items"]

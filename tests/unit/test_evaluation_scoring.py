@@ -75,6 +75,14 @@ def test_dates_compare_whatever_their_format() -> None:
     assert outcomes({"signed": "2024-03-05"}, {"signed": "2024-03-06"})["/signed"] == "wrong"
 
 
+def test_enums_and_booleans_are_exact() -> None:
+    assert outcomes({"risk": "low"}, {"risk": "low"})["/risk"] == "correct"
+    assert outcomes({"risk": "low"}, {"risk": "Low"})["/risk"] == "wrong"  # no text rules
+    assert outcomes({"renews": True}, {"renews": True})["/renews"] == "correct"
+    assert outcomes({"renews": True}, {"renews": False})["/renews"] == "wrong"
+    assert outcomes({"renews": False}, {"renews": "false"})["/renews"] == "wrong"
+
+
 def test_numbers_within_their_tolerance() -> None:
     assert outcomes({"amount": 1000}, {"amount": 1000.0})["/amount"] == "correct"
     assert outcomes({"amount": 1000}, {"amount": "1,000"})["/amount"] == "correct"
@@ -236,6 +244,13 @@ def test_a_pipeline_file_names_the_line_of_a_wrong_override() -> None:
     assert str(refused.value) == (
         "pipelines/scored.yaml:13: step 'read': compare name: number does not fit a string "
         "(fitting: date, exact, fuzzy, none, text)"
+    )
+    undeclared = text.replace("name: {compare: number}", "fields.name: {weight: 2}")
+    with pytest.raises(PipelineError) as refused:
+        load_pipeline_file(undeclared, "pipelines/scored.yaml")
+    assert str(refused.value) == (
+        "pipelines/scored.yaml:13: step 'read': compare fields.name: the output schema "
+        "declares no such field"
     )
     fine = load_pipeline_file(text.replace("name: {compare: number}", "name: fuzzy"), "ok.yaml")
     total = fine.step("read").comparison.properties["total"]  # type: ignore[union-attr]
