@@ -165,6 +165,7 @@ def test_cancelling_a_batch_cancels_its_provider_batch_and_pays_each_answer_once
     # the provider answered before it stopped is recorded once, at the batch price.
     client = make_api_client()
     batch_id = submit(client, 4)
+    fake_llm.configure(batch_completion_s=20)
     lane_stack(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="4")
     cancel_once_answered(client, db, fake_llm, batch_id)
     assert column(db, "SELECT state FROM provider_batch") == ["cancelled"]
@@ -220,8 +221,8 @@ def test_calls_of_a_run_whose_deadline_comes_close_go_in_real_time_and_are_paid_
     # it gave anyway is recorded with its cost, never used: each call has one answer.
     client = make_api_client()
     batch_id = submit(client, 3, deadline_s=3600)
-    lane_stack(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="3", DOCPIPE_PROVIDER_BATCH_DEADLINE_MARGIN_S="300")
     fake_llm.configure(batch_completion_s=30)
+    lane_stack(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="3", DOCPIPE_PROVIDER_BATCH_DEADLINE_MARGIN_S="300")
     first_answered(fake_llm)
     with db.session() as s:
         s.conn.execute(b"UPDATE pipeline_run SET deadline_at = now() + interval '120 seconds'")
