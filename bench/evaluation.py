@@ -8,12 +8,12 @@
 2. Re-evaluation: on a local stack (fake provider, no latency), a 20-document set evaluated
    with document_extract:v1, then again with only the last step changed (summarize asked
    of another model): the calls and cost each paid.
-3. Upload: on the same stack, a set of ``--upload-items`` items (10,000 sample contracts, each
-   with its text, as one JSON-lines body): the time it took and the API's RSS before and at
-   its peak (VmHWM, reset first): the upload is spooled and stored in chunks, so the API's
-   memory should not grow with it.
+3. Upload: on the same stack, sets of ``--upload-items`` items (1,000 and 10,000 sample
+   contracts, each with its text, as one JSON-lines body each): the time each took and the
+   API's RSS before and at its peak (VmHWM, reset first): the upload is spooled and stored
+   in chunks, so the API's peak should not grow with the upload's size.
 
-    python -m bench.evaluation [--documents 10000] [--upload-items 10000]
+    python -m bench.evaluation [--documents 10000] [--upload-items 1000,10000]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import copy
 import io
 import json
+import os
 import resource
 import time
 from decimal import Decimal
@@ -81,6 +82,7 @@ def scoring(count: int) -> dict[str, Any]:
             )
         )
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    load = os.getloadavg()[0]  # on a shared machine, what the speed was measured under
     started = time.perf_counter()
     builder = ReportBuilder(pipeline, "extract_fields", expected, 0.5)
     for run in runs:
@@ -103,6 +105,7 @@ def scoring(count: int) -> dict[str, Any]:
         "peak_rss_mib": round(peak / 1024),
         "rss_growth_mib": round((peak - before) / 1024),
         "bootstrap_s": round(bootstrap, 2),
+        "load_average": round(load, 1),
     }
 
 
@@ -112,13 +115,15 @@ MIB = 1024 * 1024
 def _upload(bench: Any, items: int) -> dict[str, Any]:
     """One JSON-lines upload of ``items`` sample contracts into a new set: its seconds, its
     bytes and the API process' RSS before and at its peak."""
-    lines = "".join(json.dumps(i) + "\n" for i in expected_items(items, seed=1)).encode()
-    bench.client.create_evaluation_set("upload", "document_extract", "extract_fields")
+    # Another seed for each size: the documents are new ones, stored with the upload.
+    lines = "".join(json.dumps(i) + "\n" for i in expected_items(items, seed=items)).encode()
+    name = f"upload-{items}"
+    bench.client.create_evaluation_set(name, "document_extract", "extract_fields")
     server = bench.stack.process("api").pid
     reset_peak_rss(server)
     rest = rss_bytes(server)
     started = time.monotonic()
-    bench.client.upload_set_items("upload", io.BytesIO(lines), "samples")
+    bench.client.upload_set_items(name, io.BytesIO(lines), "samples")
     seconds = time.monotonic() - started
     return {
         "items": items,
@@ -129,7 +134,7 @@ def _upload(bench: Any, items: int) -> dict[str, Any]:
     }
 
 
-def re_evaluation(upload_items: int) -> dict[str, Any]:
+def re_evaluation(upload_items: list[int]) -> dict[str, Any]:
     with bench_stack(latency_ms="0:0", batch_concurrency=4) as bench:
         client = bench.client
         client.create_evaluation_set("bench", "document_extract", "extract_fields")
@@ -145,7 +150,7 @@ def re_evaluation(upload_items: int) -> dict[str, Any]:
             return dict(found["report"])
 
         full, changed = evaluate({}), evaluate({"summarize": "gpt-4o"})
-        uploaded = _upload(bench, upload_items)
+        uploaded = [_upload(bench, items) for items in upload_items]
     return {
         "full_calls": full["calls"],
         "full_cost_usd": full["cost_usd"],
@@ -159,12 +164,18 @@ def re_evaluation(upload_items: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=10_000)
-    parser.add_argument("--upload-items", type=int, default=10_000)
+    parser.add_argument(
+        "--upload-items", default="1000,10000", help="comma-separated sizes, one upload each"
+    )
     args = parser.parse_args()
     scored = scoring(args.documents)
     print("scoring:", scored)
-    again = re_evaluation(args.upload_items)
-    upload = again["upload"]
+    again = re_evaluation([int(n) for n in args.upload_items.split(",")])
+    uploads = "\n".join(
+        f"| {u['items']:,} | {u['body_mib']} MiB | {u['seconds']} s | "
+        f"{u['api_rss_before_mib']} MiB | {u['api_peak_rss_mib']} MiB |"
+        for u in again["upload"]
+    )
     print("re-evaluation:", again)
     markdown = f"""# Evaluations
 
@@ -178,7 +189,8 @@ def main() -> None:
 
 Each document is sample contract's fields with a fifth of its values made wrong (measured
 accuracy {scored["accuracy"]}), scored field by field with its evidence as an evaluation's
-report scores it; the documents' rows are written a page at a time, so what grows with the
+report scores it, in one process (the machine's load average was {scored["load_average"]}
+when it started); the documents' rows are written a page at a time, so what grows with the
 set is each document's accuracy (kept for compare) and the per-field totals.
 
 ## Re-evaluating a change to the last step
@@ -196,11 +208,12 @@ extract_sections and extract_fields answer was reused at no cost.
 
 | items | body | time | API RSS before | API peak RSS |
 |---|---|---|---|---|
-| {upload["items"]:,} | {upload["body_mib"]} MiB | {upload["seconds"]} s | {upload["api_rss_before_mib"]} MiB | {upload["api_peak_rss_mib"]} MiB |
+{uploads}
 
-One `POST /evaluation-sets/{{set}}/items` of sample contracts, each with its text: the API
-spools the body to a file as it arrives, reads it a line at a time and stores items and
-documents in chunks, so what it holds is a chunk, not the upload.
+Each row one `POST /evaluation-sets/{{set}}/items` of new sample contracts, each with its
+text, into a set of its own: the API spools the body to a file as it arrives, reads it a
+line at a time and stores items and documents in chunks, so what it holds is a chunk, not
+the upload: its peak should be about the same for ten times the items.
 """
     write_report("evaluation", markdown, {"scoring": scored, "re_evaluation": again})
 

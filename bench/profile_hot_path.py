@@ -1,16 +1,19 @@
-"""Where a batch worker's CPU goes at zero provider latency: py-spy over its pool processes.
+"""Where a batch worker's CPU goes: py-spy over its pool processes.
 
-A batch of --docs documents runs through a fresh stack (fake provider at 0 ms) while py-spy
-samples the batch worker and its pool processes. Writes the flame graph
-(docs/benchmarks/profile.svg) and prints the costliest frames, inclusive, grouped into
-the parts of a step (claim, inputs, calls, record, publish, Celery, ...).
+A batch of --docs documents runs through a fresh stack (fake provider at --latency-ms,
+0 by default) while py-spy samples the batch worker and its pool processes. Writes the
+flame graph (docs/benchmarks/profile.svg, or --svg) and prints the costliest frames, own and
+inclusive. With ``--pool threads --concurrency 200 --latency-ms 2000`` it profiles the
+threads pool with hundreds of steps in flight (bench/in_flight.py's load).
 
-    python -m bench.profile_hot_path [--docs 200] [--concurrency 4] [--rate 100] [--idle]
+    python -m bench.profile_hot_path [--docs 200] [--concurrency 4] [--pool prefork]
+        [--latency-ms 0] [--rate 100] [--idle] [--svg PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 from bench.harness import REPORTS, ROOT, bench_stack, wait_for
+from bench.in_flight import LIMITS, WIDE_PROVIDER
+from bench.procstat import cpu_seconds, tree_pids
 from bench.systems import documents
 
 
@@ -55,12 +60,21 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    parser.add_argument("--pool", choices=("prefork", "threads"), default="prefork")
+    parser.add_argument("--latency-ms", type=int, default=0, help="every provider call's")
     parser.add_argument("--idle", action="store_true", help="wall clock: count waiting too")
+    parser.add_argument("--svg", type=Path, default=REPORTS / "profile.svg")
     args = parser.parse_args()
     docs = documents(args.docs, prefix="profile")
     out = Path(tempfile.mkdtemp(prefix="docpipe-profile-"))
     with bench_stack(
-        batch_concurrency=args.concurrency, interactive_concurrency=1, latency_ms="0:0"
+        # Room for a step of seconds-long calls (bench/in_flight.py's limits), and a provider
+        # bound wide enough that the slots bind.
+        env=LIMITS | WIDE_PROVIDER,
+        batch_concurrency=args.concurrency,
+        batch_pool=args.pool,
+        interactive_concurrency=1,
+        latency_ms=f"{args.latency_ms}:{args.latency_ms}",
     ) as bench:
         worker = bench.stack.process("worker-batch")
         # On CPU is sampled as "holds the GIL": py-spy's own idle detection counts a thread
@@ -83,8 +97,9 @@ def main() -> None:
             timeout_s=300,
         )
         raw = subprocess.Popen([*record, "--format", "raw", "-o", str(out / "profile.txt")])
-        svg = subprocess.Popen([*record, "-o", str(REPORTS / "profile.svg")])
+        svg = subprocess.Popen([*record, "-o", str(args.svg)])
         time.sleep(1)
+        cpu_before = cpu_seconds(tree_pids(worker.pid))
         started = time.monotonic()
         bench.client.submit_batch([{"id": i, "text": t} for i, t in docs])
         wait_for(
@@ -95,11 +110,16 @@ def main() -> None:
             timeout_s=1800,
         )
         elapsed = time.monotonic() - started
+        worker_cpu = cpu_seconds(tree_pids(worker.pid)) - cpu_before
         for proc in (raw, svg):
             proc.send_signal(2)  # SIGINT: py-spy writes its output and exits
             proc.wait(60)
-    _drop_machine_paths(REPORTS / "profile.svg")
-    print(f"{args.docs} documents in {elapsed:.1f}s ({args.docs / elapsed:.1f}/s)")
+    _drop_machine_paths(args.svg)
+    print(
+        f"{args.docs} documents in {elapsed:.1f}s ({args.docs / elapsed:.1f}/s), batch worker "
+        f"CPU {1000 * worker_cpu / (3 * args.docs):.1f} ms per step (py-spy's sampling "
+        f"included), load average {os.getloadavg()[1]:.1f}"
+    )
     own, inclusive = frame_shares(out / "profile.txt")
     mode = "wall clock" if args.idle else "on CPU, holding the GIL"
     print(f"top functions by own samples ({mode}):")
@@ -108,7 +128,7 @@ def main() -> None:
     print(f"docpipe's functions, inclusive ({mode}):")
     for frame, share in [(f, x) for f, x in inclusive if "docpipe/" in f][:30]:
         print(f"  {share:6.1%}  {frame}")
-    print(f"flame graph: {REPORTS / 'profile.svg'}; collapsed stacks: {out / 'profile.txt'}")
+    print(f"flame graph: {args.svg}; collapsed stacks: {out / 'profile.txt'}")
 
 
 def _drop_machine_paths(svg: Path) -> None:

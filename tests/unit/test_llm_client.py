@@ -308,3 +308,53 @@ def test_many_connections_are_kept_in_small_pools_each_thread_keeping_to_one() -
         thread.join()
     assert [len(pools) for pools in used] == [1] * 8
     assert len(set().union(*used)) == 4, "the threads took the pools in turn"
+
+
+def test_an_answer_is_read_in_small_chunks_and_arrives_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request waiting on its provider holds a buffer of one socket read: reads are of at
+    most 16 KiB (not httpcore's 64 KiB), and an answer longer than that comes in several."""
+    import http.server
+    import threading
+
+    import httpcore._backends.sync as sync_backend
+
+    content = json.dumps({"text": "x" * 100_000})
+
+    class Provider(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = completion(content).content
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    reads: list[int] = []
+    read = sync_backend.SyncStream.read
+
+    def counted(stream: Any, max_bytes: int, timeout: float | None = None) -> bytes:
+        reads.append(max_bytes)
+        return read(stream, max_bytes, timeout)
+
+    monkeypatch.setattr(sync_backend.SyncStream, "read", counted)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Provider)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        real = LLMClient(
+            base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key="k", timeout_s=5
+        )
+        answer = real.chat(REQUEST)
+        real.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer.content == content
+    assert reads and max(reads) == 16 * 1024
+    assert len(reads) > 100_000 // (16 * 1024)
