@@ -207,6 +207,7 @@ class StepCalls:
             estimated_costs_usd=[f.estimated_cost for f in first],
             step_budget_usd=self.step.budget_usd,
             batch_costs_usd=[f.batch_estimated_cost for f in first],
+            deadline_margin_s=self.settings.provider_batch_deadline_margin_s,
         )
         if not checks:
             raise RunStoppedError(f"run {self.run_id} is no longer running")
@@ -221,7 +222,9 @@ class StepCalls:
             [
                 f.estimated_tokens
                 for f, c in zip(first, checks, strict=True)
-                if c.memo is None and c.call_id is not None and not c.provider_batch
+                if c.memo is None
+                and c.call_id is not None
+                and (not c.provider_batch or c.deadline_near)
             ],
         )
         # Each call runs in a copy of this context, so its trace span nests in the step's.
@@ -304,13 +307,15 @@ class StepCalls:
         """Whether the call goes to a provider batch: its provider has a batch interface, and
         a call whose last provider batch failed may try another (a permanent error, or the
         attempts used up, and it goes in real time, where it is classified as today; so does
-        a call whose run's deadline came close while it waited)."""
+        a call whose run's deadline is close, or came close while it waited)."""
         return routed.model.provider.batch is not None and self._lane_open(check)
 
     def _lane_open(self, check: CallCheck) -> bool:
         """Whether the call of a provider-batch run may wait for a provider batch: always
         at first, and after a failed one as :meth:`_batch_may_take` says."""
-        if not check.provider_batch:
+        if not check.provider_batch or check.deadline_near:
+            # Near its run's deadline, a call goes in real time at once: it would wait only
+            # for the collector's next pass to switch it (switch_waits_near_deadline).
             return False
         if check.batch_state is None:
             return True
