@@ -328,23 +328,37 @@ REFUSALS = {
 }
 
 
-def test_every_error_status_is_one_line_with_the_apis_detail_and_its_exit_code(
-    stand_in_api: str,
-) -> None:
-    # All at once: a 429 and a 503 are waited out MAX_RETRIES times first (seconds each).
+# Statuses the command tries again: MAX_RETRIES waits of full jitter over a doubling ceiling
+# (0.5 s to 8 s) on top of Retry-After: 0, about 8 s and up to 15.5 s in all.
+TRIED_AGAIN = (429, 503)
+
+
+def _refusals_are_one_line(api: str, statuses: list[int]) -> None:
+    """Each status asked for at once, each by a command of its own."""
     running = {
         status: subprocess.Popen(
-            command("status", str(status), "--api", stand_in_api),
+            command("status", str(status), "--api", api),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for status in REFUSALS
+        for status in statuses
     }
     for status, proc in running.items():
         stdout, stderr = proc.communicate(timeout=120)
         done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         assert (done.returncode, one_line_error(done)) == REFUSALS[status], status
+
+
+def test_every_error_status_is_one_line_with_the_apis_detail_and_its_exit_code(
+    stand_in_api: str,
+) -> None:
+    _refusals_are_one_line(stand_in_api, [s for s in REFUSALS if s not in TRIED_AGAIN])
+
+
+@pytest.mark.slow  # waits out the command's backoff: about 8 s, up to 15.5 s
+def test_a_status_tried_again_is_one_line_once_the_tries_are_spent(stand_in_api: str) -> None:
+    _refusals_are_one_line(stand_in_api, list(TRIED_AGAIN))
 
 
 def test_the_real_apis_refusals_are_one_line_with_its_detail(

@@ -1,7 +1,9 @@
 """Budgets in the provider-batch lane (issue 38), with real workers, beat, PostgreSQL, Redis
 and the fake provider: a call waiting for a provider batch reserves its estimated cost at
 the batch price, which budget checks count beside what was spent, so a batch budget lets
-through as many calls as the discount pays for, and still stops the work past it."""
+through as many calls as the discount pays for, and still stops the work past it; a call
+that goes in real time because its run's deadline is near is checked at the real-time
+price."""
 
 from __future__ import annotations
 
@@ -10,13 +12,23 @@ from decimal import Decimal
 
 from fastapi.testclient import TestClient
 
+from docpipe.state.call_log import CallCheck, CallKey, check_and_start_calls
 from docpipe.state.db import Database
-from tests.support.factories import scalar
+from tests.support.factories import TENANT, new_run, scalar
 from tests.support.fakellm import FakeLLM
 from tests.support.processes import wait_until
 from tests.support.provider_batches import column, ended, providers, submit
 
 DOCUMENTS = 6
+# A call's request as its row records it (PlannedCall.log_params).
+REQUEST = {
+    "provider": "default",
+    "route_reason": None,
+    "output_mode": "json_schema",
+    "max_tokens": 100,
+    "temperature": 0,
+    "seed": None,
+}
 
 
 def open_reservations(db: Database) -> Decimal:
@@ -95,3 +107,38 @@ def test_a_batch_budget_still_stops_the_work_past_it(
     assert bill["processed_twice"] == []
     wait_until(lambda: open_reservations(db) == 0, timeout_s=60)
     assert scalar(db, "SELECT reserved_usd FROM batch WHERE id = %s", batch_id) == 0
+
+
+def test_a_call_of_a_run_near_its_deadline_is_checked_at_the_real_time_price(
+    db: Database,
+) -> None:
+    # A lane run with a budget of 0.008 whose deadline is 10 minutes away, and a call
+    # estimated at 0.01 in real time, 0.005 at the batch price. With a 15-minute margin the
+    # call would go in real time: the budget refuses it. With a 1-minute margin it may wait
+    # for a provider batch, checked at the batch price: it fits.
+    run = new_run(db, key="near-deadline")
+    with db.session() as s:
+        s.conn.execute(
+            b"UPDATE pipeline_run SET provider_batch = true, budget_usd = 0.008,"
+            b" deadline_at = now() + interval '10 minutes' WHERE id = %s",
+            (run.run_id,),
+        )
+
+    def check(call_key: str, margin_s: float) -> CallCheck:
+        key = CallKey(run.run_id, "extract_fields", 0, call_key, 1, TENANT, "m", "v1")
+        [checked] = check_and_start_calls(
+            db,
+            [key],
+            owner=None,
+            requests=[REQUEST],
+            estimated_costs_usd=[Decimal("0.01")],
+            step_budget_usd=None,
+            batch_costs_usd=[Decimal("0.005")],
+            deadline_margin_s=margin_s,
+        )
+        return checked
+
+    near = check("section:1", 900)
+    assert near.deadline_near and near.call_id is None
+    far = check("section:2", 60)
+    assert not far.deadline_near and far.call_id is not None

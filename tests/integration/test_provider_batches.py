@@ -4,7 +4,8 @@ parked, go out packed into provider batches, come back answered at half price, a
 done; a provider batch that fails or ends without some answers sends its calls again
 without paying twice; a batch the provider created while docpipe did not hear it is found
 again, not created twice; a run whose deadline comes close sends its waiting calls in real
-time, paid once; one pass wakes at most DOCPIPE_PROVIDER_BATCH_WAKE_LIMIT parked steps."""
+time, paid once, and one already near it never waits; one pass wakes at most
+DOCPIPE_PROVIDER_BATCH_WAKE_LIMIT parked steps."""
 
 from __future__ import annotations
 
@@ -164,6 +165,7 @@ def test_cancelling_a_batch_cancels_its_provider_batch_and_pays_each_answer_once
     # the provider answered before it stopped is recorded once, at the batch price.
     client = make_api_client()
     batch_id = submit(client, 4)
+    fake_llm.configure(batch_completion_s=20)
     lane_stack(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="4")
     cancel_once_answered(client, db, fake_llm, batch_id)
     assert column(db, "SELECT state FROM provider_batch") == ["cancelled"]
@@ -219,8 +221,8 @@ def test_calls_of_a_run_whose_deadline_comes_close_go_in_real_time_and_are_paid_
     # it gave anyway is recorded with its cost, never used: each call has one answer.
     client = make_api_client()
     batch_id = submit(client, 3, deadline_s=3600)
-    lane_stack(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="3", DOCPIPE_PROVIDER_BATCH_DEADLINE_MARGIN_S="300")
     fake_llm.configure(batch_completion_s=30)
+    lane_stack(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="3", DOCPIPE_PROVIDER_BATCH_DEADLINE_MARGIN_S="300")
     first_answered(fake_llm)
     with db.session() as s:
         s.conn.execute(b"UPDATE pipeline_run SET deadline_at = now() + interval '120 seconds'")
@@ -260,6 +262,34 @@ def test_calls_of_a_run_whose_deadline_comes_close_go_in_real_time_and_are_paid_
     assert Decimal(str(client.get(f"/batches/{batch_id}").json()["cost_so_far_usd"])) == (
         pytest.approx(scalar(db, "SELECT sum(cost_usd) FROM llm_call_log"))
     )
+
+
+def test_calls_of_a_run_already_near_its_deadline_go_in_real_time_without_waiting(
+    make_api_client: Callable[..., TestClient],
+    db: Database,
+    fake_llm: FakeLLM,
+    lane_stack: Callable[..., None],
+) -> None:
+    # The runs must end within 10 minutes, nearer than the 15-minute margin from the start:
+    # each call is sent in real time when its step first asks, never recorded as waiting for
+    # a provider batch (so no pass of the collector has to switch it first).
+    client = make_api_client()
+    batch_id = submit(client, 2, deadline_s=600)
+    lane_stack(DOCPIPE_PROVIDER_BATCH_DEADLINE_MARGIN_S="900")
+    status = ended(client, batch_id)
+    assert status["status"] == "done", status
+    assert status["runs_by_status"] == {"done": 2}
+    assert scalar(db, "SELECT count(*) FROM provider_batch_call") == 0
+    assert scalar(db, "SELECT count(*) FROM provider_batch") == 0
+    assert column(db, "SELECT DISTINCT status FROM llm_call_log") == ["ok"]
+    answered = scalar(db, "SELECT count(*) FROM llm_call_log")
+    assert answered == fake_llm.stats()["requests_total"] > 2
+    assert fake_llm.control("GET", "/control/batches")["requests_received"] == 0
+    # Paid at the real-time price, nothing saved.
+    assert Decimal(str(status["cost_so_far_usd"])) == pytest.approx(
+        scalar(db, "SELECT sum(cost_usd) FROM llm_call_log")
+    )
+    assert status["realtime_cost_usd"] == pytest.approx(status["cost_so_far_usd"])
 
 
 def test_a_pass_wakes_at_most_the_wake_limit_of_parked_steps(

@@ -140,6 +140,7 @@ def test_cancelling_a_batch_cancels_its_message_batch_and_pays_each_answer_once(
     # before it stopped is recorded once, at the batch price.
     client = make_api_client()
     batch_id = submit(client, 4)
+    fake_llm.configure(batch_completion_s=20)
     anthropic_lane(DOCPIPE_PROVIDER_BATCH_MIN_CALLS="4")
     cancel_once_answered(client, db, fake_llm, batch_id)
     assert column(db, "SELECT state FROM provider_batch") == ["cancelled"]

@@ -4,11 +4,14 @@ default), a review waits however long it takes."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from prometheus_client import REGISTRY
 
 from docpipe.observability import metrics
 from docpipe.settings import Settings
-from docpipe.state.db import Database
+from docpipe.state.db import Database, Row, Session
 from docpipe.state.retention import expire_reviews
 from tests.support.factories import new_run, scalar
 
@@ -66,3 +69,27 @@ def test_a_review_past_its_age_expires_with_its_webhook_and_its_count(
     assert payload["error"].startswith("the review of extract_fields")
     # Nothing is left to expire.
     assert expire_reviews(db, settings.model_copy(update={"review_expire_after_s": 3_600.0})) == {}
+
+
+def test_reviews_expire_a_small_batch_at_a_time_whatever_the_statistics_say(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement ends at most retention_batch_size runs, also when the statistics say
+    the table is nearly empty (retention.sql's header says what went wrong then)."""
+    paused(db, "r0", waited_s=7_200)
+    with db.session() as s:
+        s.conn.execute(b"ANALYZE pipeline_run")  # one run: a nearly empty table
+    for i in range(1, 5):
+        paused(db, f"r{i}", waited_s=7_200)
+    batches: list[int] = []
+    run_query = Session.all
+
+    def spy(self: Session, query: str, **params: Any) -> list[Row]:
+        rows = run_query(self, query, **params)
+        batches.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(Session, "all", spy)
+    expiring = {"review_expire_after_s": 3_600.0, "retention_batch_size": 2}
+    assert expire_reviews(db, settings.model_copy(update=expiring)) == {PIPELINE: 5}
+    assert batches == [2, 2, 1]

@@ -132,7 +132,7 @@ def test_one_process_holds_many_steps_on_a_small_shared_pool_of_connections(
     holds a connection while it waits), and the process never opens more than its pool and
     its lease session."""
     fake_llm.control("POST", "/control/config", json={"latency_ms": [1000, 1000]})
-    start_worker(
+    worker = start_worker(
         concurrency=40,
         DOCPIPE_DATABASE_POOL_SIZE="2",
         DOCPIPE_PROVIDER_MAX_CONCURRENCY="400",
@@ -153,6 +153,7 @@ def test_one_process_holds_many_steps_on_a_small_shared_pool_of_connections(
     assert 1 <= most <= 2, f"{most} pooled connections at once"
     assert connections(db, "docpipe-lease-session") <= 1
     assert answered_twice(db) == 0
+    assert "HTTP Request" not in worker.log_text(), "a log line per provider call"
 
 
 def test_a_killed_process_takes_its_leases_and_its_steps_run_again_elsewhere(

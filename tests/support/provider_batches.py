@@ -40,9 +40,11 @@ def lane_stack(
     start_worker: Callable[..., ManagedProcess],
     start_beat: Callable[..., ManagedProcess],
 ) -> Callable[..., None]:
-    """Starts a batch worker and beat for the lane: ``providers`` is DOCPIPE_PROVIDERS (the
-    fake provider's OpenAI interface unless given), ``env`` any DOCPIPE_* setting over the
-    lane's quick passes. The fake provider completes a provider batch in a second."""
+    """Starts a batch worker and beat for the lane: ``providers_json`` is DOCPIPE_PROVIDERS
+    (the fake provider's OpenAI interface unless given), ``env`` any DOCPIPE_* setting over
+    the lane's quick passes. The fake provider completes a provider batch in a second unless
+    the test configures it otherwise before the stack starts: the first pass may pack, and
+    the provider validate (when it schedules the answers), within a second of beat's start."""
 
     def start(providers_json: str | None = None, **env: str) -> None:
         settings = {
@@ -92,9 +94,9 @@ def first_answered(fake: FakeLLM) -> None:
 
 
 def cancel_once_answered(client: TestClient, db: Database, fake: FakeLLM, batch_id: str) -> None:
-    """The provider answers a provider batch's requests over 20 s; once it answered the
-    first, the docpipe batch is cancelled, until no provider batch is left submitted."""
-    fake.configure(batch_completion_s=20)
+    """Once the provider answered the first request of a provider batch (the test has it
+    answer slowly), the docpipe batch is cancelled, until no provider batch is left
+    submitted."""
     first_answered(fake)
     assert client.post(f"/batches/{batch_id}/cancel").status_code == 200
     wait_until(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from docpipe import interruptions
 from docpipe.interruptions import StepAbandoned
+from docpipe.providers.calls import _wait_for_round
 from docpipe.worker import thread_pool
 from docpipe.worker.thread_pool import ThreadSlotPool
 
@@ -88,6 +90,52 @@ def test_an_interruption_waits_for_the_end_of_a_shielded_section() -> None:
     leave.set()
     thread.join(5)
     assert order == ["section done", "interrupted"]
+
+
+def test_a_thread_waiting_on_its_event_wakes_for_an_interruption() -> None:
+    """Inside ``waking``, an interruption sets the event the thread waits on: the thread
+    needs no wake-ups of its own to see it (an exception set for a thread lands only at its
+    next bytecode, and a wait is one)."""
+    order: list[str] = []
+    waiting = threading.Event()
+    event = threading.Event()
+
+    def work() -> None:
+        try:
+            with interruptions.waking(event):
+                waiting.set()
+                event.wait(60)
+                order.append("woken")  # never: the interruption is raised first
+        except SoftTimeLimitExceeded:
+            order.append("interrupted")
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    waiting.wait(5)
+    assert thread.ident is not None
+    interruptions.interrupt(thread.ident, SoftTimeLimitExceeded)
+    thread.join(10)
+    assert order == ["interrupted"]
+
+
+def test_a_step_waiting_for_its_round_is_interrupted_before_the_round_ends(
+    pool: ThreadSlotPool,
+) -> None:
+    recorder = Recorder()
+    answer: Future[str] = Future()  # a call on the wire that answers only later
+
+    def step() -> str:
+        try:
+            _wait_for_round([answer])
+        except SoftTimeLimitExceeded:
+            return "handed back while the round was on the wire" if not answer.done() else ""
+        return "round ended"
+
+    apply(pool, step, recorder)
+    assert recorder.done.wait(10)
+    answer.set_result("answer")
+    assert recorder.kinds() == ["accepted", "soft", "result"]
+    assert recorder.events[-1] == ("result", "handed back while the round was on the wire")
 
 
 def test_a_task_past_its_soft_limit_is_interrupted_where_it_waits(pool: ThreadSlotPool) -> None:

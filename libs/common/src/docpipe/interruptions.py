@@ -14,6 +14,10 @@ paid for, and the step's next attempt would pay again. An interruption that arri
 a shielded section is raised when the section ends. :func:`interrupt` with
 ``shield=False`` ignores shields (the thread is given up: whatever it does next is not
 recorded anyway).
+
+A thread that waits for something other threads finish (a step's round of calls) can wait
+without waking to look for interruptions: inside :func:`waking`, an interruption of it also
+sets the event it waits on, so the exception is raised as soon as the wait returns.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["StepAbandoned", "clear", "interrupt", "shielded"]
+__all__ = ["StepAbandoned", "clear", "interrupt", "shielded", "waking"]
 
 
 class StepAbandoned(BaseException):
@@ -41,6 +45,7 @@ class _Shield:
 
 _lock = threading.Lock()
 _shields: dict[int, _Shield] = {}
+_wakers: dict[int, threading.Event] = {}
 
 
 @contextmanager
@@ -63,6 +68,21 @@ def shielded() -> Iterator[None]:
             raise pending()
 
 
+@contextmanager
+def waking(event: threading.Event) -> Iterator[None]:
+    """While the block runs, an interruption of this thread also sets ``event``: a wait on
+    it returns, and the interruption is raised at once (an exception set for a thread lands
+    at its next bytecode, never inside a wait)."""
+    ident = threading.get_ident()
+    with _lock:
+        _wakers[ident] = event
+    try:
+        yield
+    finally:
+        with _lock:
+            del _wakers[ident]
+
+
 def interrupt(ident: int, exc: type[BaseException], *, shield: bool = True) -> None:
     """Raise ``exc`` in thread ``ident`` at its next bytecode, or when its shielded section
     ends (``shield``). The caller makes sure the thread still runs what it means to
@@ -72,7 +92,10 @@ def interrupt(ident: int, exc: type[BaseException], *, shield: bool = True) -> N
         if shield and held is not None and held.depth > 0:
             held.pending = exc
             return
+        waker = _wakers.get(ident)
     _set_async_exc(ident, exc)
+    if waker is not None:
+        waker.set()
 
 
 def clear(ident: int) -> None:

@@ -77,6 +77,8 @@ class CallCheck:
     # The provider-batch lane (docpipe.state.provider_batches): the run's choice, and the
     # call's last wait for a provider batch (None: never waited).
     provider_batch: bool = False
+    # The run's deadline is nearer than the lane's margin: its new calls go in real time.
+    deadline_near: bool = False
     batch_state: str | None = None
     batch_call_id: int | None = None  # that wait's llm_call_log row
     batch_model: str | None = None
@@ -112,13 +114,16 @@ def check_and_start_calls(
     estimated_costs_usd: Sequence[Decimal],
     step_budget_usd: Decimal | None,
     batch_costs_usd: Sequence[Decimal] | None = None,
+    deadline_margin_s: float = 0.0,
 ) -> list[CallCheck]:
     """The checks before a round of one step's calls and, for each call they let through
     (its estimated cost within the budgets of the run, its batch and the step), its row
     recording its request (see PlannedCall.log_params): one round trip for the round. One
     check per call, in order; none when the run does not exist. A run of the
     provider-batch lane is checked with ``batch_costs_usd`` (the estimates at the batch
-    price; default: ``estimated_costs_usd``), beside what its waiting calls reserved."""
+    price; default: ``estimated_costs_usd``), beside what its waiting calls reserved; unless
+    its deadline is nearer than ``deadline_margin_s`` (DOCPIPE_PROVIDER_BATCH_DEADLINE_MARGIN_S):
+    then its calls go in real time, and are checked at the real-time price."""
     first = calls[0]
     rows = db.all(
         "check_and_start_calls",
@@ -130,6 +135,7 @@ def check_and_start_calls(
         prompt_version=first.prompt_version,
         owner=owner,
         step_budget_usd=step_budget_usd,
+        deadline_margin_s=deadline_margin_s,
         # One JSON parameter for the round (Decimals as strings: JSON has no decimal type).
         calls=Jsonb(
             [

@@ -11,12 +11,17 @@
 -- still before any request is sent. One row per call, in the order given. A run of the
 -- provider-batch lane also reads each call's last wait for a provider batch
 -- (provider_batch_call): a call still waiting, or answered and not yet validated, gets no
--- new row (its wait's row is the call's).
+-- new row (its wait's row is the call's). Such a run whose deadline is nearer than
+-- %(deadline_margin_s)s sends its calls in real time (deadline_near): they are checked at
+-- the real-time price.
 WITH checked AS (
     SELECT (SELECT lease_owner FROM pipeline_step_result
             WHERE run_id = r.id AND step = %(step)s) AS lease_owner,
            r.id AS run_id, r.status, r.priority, r.cost_usd, r.budget_usd, r.reuse_answers,
            r.provider_batch, b.cost_usd AS batch_cost_usd, b.budget_usd AS batch_budget_usd,
+           coalesce(r.provider_batch AND r.deadline_at
+                    <= now() + make_interval(secs => %(deadline_margin_s)s::float8),
+                    false) AS deadline_near,
            coalesce(b.reserved_usd, 0) AS batch_reserved_usd,
            -- What the run's calls waiting for provider batches hold (the lane's runs only).
            CASE WHEN r.provider_batch THEN
@@ -44,8 +49,10 @@ WITH checked AS (
     -- row written before compression, as it is (response).
     SELECT w.*, m.response AS memo, m.response_z AS memo_z,
            m.response IS NOT NULL OR m.response_z IS NOT NULL AS memoised,
-           -- What the budgets are checked against: a lane run's call at the batch price.
-           CASE WHEN (SELECT provider_batch FROM checked) THEN w.batch_cost_usd
+           -- What the budgets are checked against: a lane run's call at the batch price
+           -- (unless it goes in real time: deadline_near).
+           CASE WHEN (SELECT provider_batch AND NOT deadline_near FROM checked)
+                THEN w.batch_cost_usd
                 ELSE w.estimated_cost_usd END AS lane_cost_usd
     FROM ROWS FROM (jsonb_to_recordset(%(calls)s::jsonb)
                     AS (call_key text, model text, provider text, route_reason text,
@@ -105,8 +112,9 @@ WITH checked AS (
 SELECT w.memo, w.memo_z, k.lease_owner, k.status, k.priority, k.cost_usd, k.budget_usd,
        k.batch_cost_usd, k.batch_budget_usd, k.step_cost_usd, s.id AS call_id, k.reuse_answers,
        k.reserved_usd, k.batch_reserved_usd,
-       k.provider_batch, a.batch_state, a.batch_call_id, a.batch_model, a.batch_answer_z,
-       a.batch_error_kind, a.batch_error, coalesce(a.batch_attempts, 0) AS batch_attempts
+       k.provider_batch, k.deadline_near, a.batch_state, a.batch_call_id, a.batch_model,
+       a.batch_answer_z, a.batch_error_kind, a.batch_error,
+       coalesce(a.batch_attempts, 0) AS batch_attempts
 FROM wanted w
 CROSS JOIN checked k
 LEFT JOIN started s ON s.call_key = w.call_key

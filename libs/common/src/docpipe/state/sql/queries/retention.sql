@@ -1,6 +1,13 @@
 -- Named queries of docpipe.state.retention: each block starts with "-- name: <name>" and a
 -- line saying what it does. Each returns one row per row it deleted, naming its table
 -- (`kind`).
+--
+-- A batch's rows are picked once, in a MATERIALIZED CTE (`picked`), then deleted by key.
+-- Written `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`, the pick may be the
+-- inner side of a nested loop, run again for each row of the table: the plan PostgreSQL
+-- chooses when the statistics say the table is nearly empty (as autovacuum leaves a quiet
+-- one). Each rerun skips the rows the statement has already deleted (locking them again
+-- finds them gone) and locks n more, so one statement deleted every row due, not n.
 
 -- name: add_call_log_partitions
 -- Weekly partitions of the call log up to `weeks` weeks ahead, those not there yet.
@@ -17,8 +24,7 @@ SELECT dropped, kept FROM llm_call_log_drop_partition(now() - make_interval(days
 -- partition of their own, and the calls kept when their week's partition went) older than
 -- the retention whose run has ended; a run paused for a person has not (a retry it is given
 -- re-sends only unfinished calls).
-DELETE FROM llm_call_log_default
-WHERE id IN (
+WITH picked AS MATERIALIZED (
     SELECT c.id
     FROM llm_call_log_default c JOIN pipeline_run r ON r.id = c.run_id
     WHERE c.created_at < now() - make_interval(days => %(days)s)
@@ -27,17 +33,18 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE OF c SKIP LOCKED
 )
+DELETE FROM llm_call_log_default c USING picked p WHERE c.id = p.id
 RETURNING 'llm_call_log' AS kind;
 
 -- name: prune_outbox
 -- Delete up to `limit` outbox rows published longer ago than the retention.
-DELETE FROM outbox
-WHERE id IN (
+WITH picked AS MATERIALIZED (
     SELECT id FROM outbox
     WHERE published_at < now() - make_interval(days => %(days)s)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM outbox o USING picked p WHERE o.id = p.id
 RETURNING 'outbox' AS kind;
 
 -- name: prune_runs
@@ -48,24 +55,23 @@ RETURNING 'outbox' AS kind;
 -- own webhook. A document goes with the last run that used it, once it is older than its
 -- own retention (`document_days`; 0 keeps documents) and no evaluation set holds it: found
 -- from the runs that go, so retention never looks at the documents that stay.
-WITH gone AS (
-    DELETE FROM pipeline_run
-    WHERE id IN (
-        SELECT r.id
-        FROM pipeline_run r LEFT JOIN batch b ON b.id = r.batch_id
-        WHERE r.status NOT IN ('queued', 'running', 'needs_review')
-          AND r.finished_at < now() - make_interval(days => %(days)s)
-          AND (r.callback_url IS NULL OR r.notified_at IS NOT NULL)
-          AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
-                          WHERE w.run_id = r.id AND w.status = 'pending')
-          AND (r.batch_id IS NULL
-               OR (b.status <> 'running'
-                   AND b.finished_at < now() - make_interval(days => %(days)s)
-                   AND (b.callback_url IS NULL OR b.notified_at IS NOT NULL)))
-        LIMIT %(limit)s
-        FOR UPDATE OF r SKIP LOCKED
-    )
-    RETURNING id, tenant_id, document_id, created_at, finished_at
+WITH picked AS MATERIALIZED (
+    SELECT r.id
+    FROM pipeline_run r LEFT JOIN batch b ON b.id = r.batch_id
+    WHERE r.status NOT IN ('queued', 'running', 'needs_review')
+      AND r.finished_at < now() - make_interval(days => %(days)s)
+      AND (r.callback_url IS NULL OR r.notified_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM webhook_delivery w
+                      WHERE w.run_id = r.id AND w.status = 'pending')
+      AND (r.batch_id IS NULL
+           OR (b.status <> 'running'
+               AND b.finished_at < now() - make_interval(days => %(days)s)
+               AND (b.callback_url IS NULL OR b.notified_at IS NOT NULL)))
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+), gone AS (
+    DELETE FROM pipeline_run r USING picked p WHERE r.id = p.id
+    RETURNING r.id, r.tenant_id, r.document_id, r.created_at, r.finished_at
 ), last_use AS (
     -- Documents no run but those going uses (a run started on one meanwhile makes the
     -- foreign key refuse the delete: the statement fails and the next pass sees that run).
@@ -107,8 +113,7 @@ SELECT 'document' FROM documents;
 
 -- name: prune_batches
 -- Delete up to `limit` ended batches older than the retention whose runs are all gone.
-DELETE FROM batch
-WHERE id IN (
+WITH picked AS MATERIALIZED (
     SELECT b.id
     FROM batch b
     WHERE b.status <> 'running'
@@ -120,6 +125,7 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM batch b USING picked p WHERE b.id = p.id
 RETURNING 'batch' AS kind;
 
 -- name: prune_documents
@@ -129,8 +135,7 @@ RETURNING 'batch' AS kind;
 -- evaluation set holds. Oldest first,
 -- each looked up in pipeline_run_document_idx, so a pass reads about what it deletes plus
 -- the old documents that runs still use.
-DELETE FROM document
-WHERE (tenant_id, id) IN (
+WITH picked AS MATERIALIZED (
     SELECT d.tenant_id, d.id
     FROM document d
     WHERE d.created_at < now() - make_interval(days => %(days)s)
@@ -143,6 +148,7 @@ WHERE (tenant_id, id) IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM document d USING picked p WHERE d.tenant_id = p.tenant_id AND d.id = p.id
 RETURNING 'document' AS kind;
 
 -- name: expire_reviews
@@ -150,45 +156,49 @@ RETURNING 'document' AS kind;
 -- a passed deadline ends a run (a person may still retry one), oldest first from
 -- pipeline_run_review_since_idx; the webhook of a run that has one says so next (run.ended:
 -- notified_at cleared). Every change to a review raises its revision, so a decision made on
--- the page meanwhile is refused as stale.
+-- the page meanwhile is refused as stale. Picked once, as the deletions above are.
+WITH picked AS MATERIALIZED (
+    SELECT id FROM pipeline_run
+    WHERE status = 'needs_review'
+      AND review_since < now() - make_interval(secs => %(after_s)s)
+    ORDER BY review_since
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE pipeline_run r
 SET status = 'expired', finished_at = now(), updated_at = now(), notified_at = NULL,
     error = 'the review of ' || r.review_step || ' was not answered within '
             || justify_interval(make_interval(secs => %(after_s)s)),
     review_step = NULL, review_reason = NULL, review_reasons = NULL, review_since = NULL,
     review_revision = r.review_revision + 1
-WHERE r.id IN (SELECT id FROM pipeline_run
-               WHERE status = 'needs_review'
-                 AND review_since < now() - make_interval(secs => %(after_s)s)
-               ORDER BY review_since
-               LIMIT %(limit)s
-               FOR UPDATE SKIP LOCKED)
-  AND r.status = 'needs_review'
+FROM picked p
+WHERE r.id = p.id AND r.status = 'needs_review'
 RETURNING r.id::text AS run_id, r.pipeline;
 
 -- name: prune_web_sessions
 -- Delete up to `limit` web sessions that expired longer ago than `days`, oldest first (from
 -- web_session_expires_idx).
-DELETE FROM web_session
-WHERE id_sha256 IN (
+WITH picked AS MATERIALIZED (
     SELECT id_sha256 FROM web_session
     WHERE expires_at < now() - make_interval(days => %(days)s)
     ORDER BY expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM web_session s USING picked p WHERE s.id_sha256 = p.id_sha256
 RETURNING 'web_session' AS kind;
 
 -- name: prune_answered_requests
 -- Delete up to `limit` entries of the answer reuse cache (runs that reuse answers) older
 -- than the call log's retention, oldest first (answered_request_created_idx): the call each
 -- names is gone, or goes with its week, and is not reused any more.
-DELETE FROM answered_request
-WHERE (tenant_id, request_sha256) IN (
+WITH picked AS MATERIALIZED (
     SELECT tenant_id, request_sha256 FROM answered_request
     WHERE created_at < now() - make_interval(days => %(days)s)
     ORDER BY created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM answered_request a USING picked p
+WHERE a.tenant_id = p.tenant_id AND a.request_sha256 = p.request_sha256
 RETURNING 'answered_request' AS kind;
