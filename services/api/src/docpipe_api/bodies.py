@@ -5,8 +5,9 @@ for a body of another type, 422 for one that does not parse."""
 
 from __future__ import annotations
 
+import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from functools import partial
 from typing import IO, Annotated, TypeVar
@@ -24,13 +25,17 @@ from docpipe.extraction.zipguard import ZipBounds
 from docpipe.settings import Settings
 from docpipe_api.deps import ResourcesDep
 from docpipe_api.errors import describe_validation_errors
+from docpipe_api.resources import Resources
 from docpipe_api.schemas import DocumentTextIn, ExtractIn
 
 __all__ = [
     "MAX_OPTIONS_BYTES",
     "DocumentUploadDep",
     "ExtractRequestDep",
+    "Refusal",
     "Upload",
+    "capped_stream",
+    "judged_file",
     "parsed_json",
     "read_capped",
     "require_json",
@@ -92,6 +97,12 @@ async def read_capped(request: Request, limit: int) -> bytearray:
 async def spool_capped(request: Request, into: IO[bytes], limit: int) -> None:
     """The body written to ``into`` as it arrives (a spooled file: on disk past its first
     MiB), refused with 413 as ``read_capped`` refuses it."""
+    async for chunk in capped_stream(request, limit):
+        into.write(chunk)
+
+
+async def capped_stream(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
+    """The body's chunks as they arrive, refused with 413 as ``read_capped`` refuses it."""
     too_large = HTTPException(413, f"the body is larger than the limit of {limit} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -101,7 +112,7 @@ async def spool_capped(request: Request, into: IO[bytes], limit: int) -> None:
         size += len(chunk)
         if size > limit:
             raise too_large
-        into.write(chunk)
+        yield chunk
 
 
 @dataclass(frozen=True)
@@ -175,12 +186,47 @@ async def _document_upload(request: Request, resources: ResourcesDep) -> AsyncIt
         return
     with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as file:
         await _spool(head, chunks, file, limit)
-        judged = partial(_judged_file, request, file, candidate, settings)
+        judged = partial(_judged_file, _media_type(request)[0], file, candidate, settings)
         yield Upload(await resources.heavy.run("checking an uploaded file", judged), file=file)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a file sent as a part of a multipart body is not taken (status and message)."""
+
+    status: int
+    detail: str
+
+    def error(self, where: str) -> HTTPException:
+        return HTTPException(self.status, f"{where}: {self.detail}")
+
+
+async def judged_file(
+    file: IO[bytes], resources: Resources, media_type: str | None
+) -> Upload | Refusal:
+    """A file already spooled (a part of a multipart body) held to what a document's body
+    is held to: a file format its bytes show (no text: 415), its format's size limit (413),
+    then the checks of ``_judged_file``; its refusal otherwise (Busy goes on up: 503)."""
+    settings = resources.settings
+    candidate = format_of_head(file.read(_HEAD_BYTES))
+    size = file.seek(0, os.SEEK_END)
+    file.seek(0)
+    try:
+        if candidate is None:
+            raise _unsupported(media_type)
+        limit = _size_limit(candidate, settings)
+        if size > limit.bytes:
+            raise limit.refusal()
+        judged = partial(_judged_file, media_type, file, candidate, settings)
+        return Upload(await resources.heavy.run("checking an uploaded file", judged), file=file)
+    except HTTPException as exc:
+        return Refusal(exc.status_code, str(exc.detail))
+    except InvalidRequestError as exc:
+        return Refusal(422, str(exc))
+
+
 def _judged_file(
-    request: Request, file: IO[bytes], candidate: DocumentFormat, settings: Settings
+    media_type: str | None, file: IO[bytes], candidate: DocumentFormat, settings: Settings
 ) -> DocumentFormat:
     """The file's format, once what is cheap to see at upload is checked (a zip's end
     record, then its directory; an image's header): 415 for a zip that is no Word file, 422
@@ -188,7 +234,7 @@ def _judged_file(
     try:
         fmt = sniff_format(file)
         if fmt is None:  # a zip, but no Word file
-            raise _unsupported(request)
+            raise _unsupported(media_type)
         check_upload(file, fmt, _zip_bounds(settings), PixelBounds.of(settings))
     except UnreadableDocumentError as exc:
         raise InvalidRequestError(f"the {candidate.upper()} cannot be read: {exc}") from None
@@ -213,8 +259,7 @@ async def _spool(
     file.seek(0)
 
 
-def _unsupported(request: Request) -> HTTPException:
-    media_type, _ = _media_type(request)
+def _unsupported(media_type: str | None) -> HTTPException:
     return HTTPException(
         415,
         f"send {ACCEPTED_FORMATS}: a file as it is, text as text/plain (UTF-8) or as "
@@ -226,7 +271,7 @@ def _unsupported(request: Request) -> HTTPException:
 def _text_upload(request: Request, body: bytes) -> Upload:
     media_type, params = _media_type(request)
     if media_type not in ("text/plain", "application/json"):
-        raise _unsupported(request)
+        raise _unsupported(media_type)
     charset = params.get("charset", "utf-8")
     if media_type == "text/plain" and charset not in ("utf-8", "utf8", "us-ascii"):
         raise HTTPException(415, f"documents must be UTF-8 text, not charset={charset}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
@@ -26,11 +26,12 @@ from docpipe.evaluation.comparators import Leaf, Node, ObjectNode
 from docpipe.pipelines.model import Step
 from docpipe.state.batches import BatchDocument, store_documents
 from docpipe.state.db import Database, Session
-from docpipe.state.documents import DOCUMENT_ID
+from docpipe.state.documents import DOCUMENT_ID, put_file
 
 __all__ = [
     "EvaluationSet",
     "ExpectedItem",
+    "SentFiles",
     "SetItem",
     "add_items",
     "create_set",
@@ -70,6 +71,8 @@ class ExpectedItem:
     decided_by: str | None = None
     run_id: str | None = None
     text: str | None = None  # a new text document sent with the item
+    file: IO[bytes] | None = None  # a file sent with the item, already held to the bounds
+    file_format: str = ""  # of a document (PDF, DOCX, image)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -237,6 +240,9 @@ def _add_items(
             chunk = list({i.document_id: (p, i) for p, i in chunk}.values())
             sent = [BatchDocument(i.document_id, i.text) for _, i in chunk if i.text is not None]
             store_documents(session, tenant_id, sent)
+            for _, item in chunk:
+                if item.file is not None:  # the way PUT /documents/{id} stores it
+                    put_file(session, tenant_id, item.document_id, item.file, item.file_format)
             ids = sorted({item.document_id for _, item in chunk})
             if missing := session.all("missing_set_documents", tenant_id=tenant_id, ids=ids):
                 raise NotFoundError(
@@ -347,13 +353,24 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
+# A file part's name, and the line naming it ("line 3") -> its file and its format; raises
+# naming the line when there is no such part or its file is refused.
+SentFiles = Callable[[str, str], tuple[IO[bytes], str]]
+
+
 def parse_item_lines(
-    file: IO[bytes], *, source: str, max_line_bytes: int, max_text_bytes: int
+    file: IO[bytes],
+    *,
+    source: str,
+    max_line_bytes: int,
+    max_text_bytes: int,
+    sent_files: SentFiles,
 ) -> Iterator[ExpectedItem]:
     """The items of a JSON-lines upload, one a line: ``{"document": "<id>", "expected":
     {...}}``, or ``{"document": {"id": "<id>", "text": "..."}, "expected": {...}}`` for a new
-    text document. Read a line at a time, never more than a line may hold;
-    InvalidRequestError naming the line of the first item that is not right."""
+    text document, or ``{"document": {"id": "<id>", "file": "<part>"}, ...}`` for a file
+    sent beside the lines (``sent_files``). Read a line at a time, never more than a line
+    may hold; InvalidRequestError naming the line of the first item that is not right."""
     longest = max_line_bytes + max_text_bytes + 1024
     number = 0
     while line := file.readline(longest + 1):
@@ -366,11 +383,16 @@ def parse_item_lines(
             data = json.loads(line)
         except (ValueError, RecursionError):  # (nested past what the parser follows)
             raise InvalidRequestError(f"line {number}: not JSON") from None
-        yield _item(data, number, source, max_line_bytes, max_text_bytes)
+        yield _item(data, number, source, max_line_bytes, max_text_bytes, sent_files)
 
 
 def _item(
-    data: Any, number: int, source: str, max_expected_bytes: int, max_text_bytes: int
+    data: Any,
+    number: int,
+    source: str,
+    max_expected_bytes: int,
+    max_text_bytes: int,
+    sent_files: SentFiles,
 ) -> ExpectedItem:
     where = f"line {number}"
     if not isinstance(data, dict) or set(data) - {"document", "expected"}:
@@ -385,7 +407,14 @@ def _item(
             "(DOCPIPE_MAX_EXPECTED_OUTPUT_BYTES)"
         )
     text: Any = None
-    if isinstance(document, dict):
+    file: IO[bytes] | None = None
+    file_format = ""
+    if isinstance(document, dict) and "file" in document:
+        document, part = document.get("id"), document.get("file")
+        if not isinstance(part, str) or "text" in data["document"]:
+            raise InvalidRequestError(f"{where}: document.file must be a file part's name")
+        file, file_format = sent_files(where, part)
+    elif isinstance(document, dict):
         document, text = document.get("id"), document.get("text")
         if not isinstance(text, str):
             raise InvalidRequestError(f"{where}: document.text must be a string")
@@ -395,4 +424,4 @@ def _item(
             )
     if not isinstance(document, str) or not DOCUMENT_ID.match(document):
         raise InvalidRequestError(f"{where}: document must be a valid document id")
-    return ExpectedItem(document, expected, source, text=text)
+    return ExpectedItem(document, expected, source, text=text, file=file, file_format=file_format)

@@ -6,15 +6,17 @@ Blocking: an async caller runs these in a thread."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from typing import IO
 
 from docpipe import statuses
-from docpipe.errors import ConflictError
+from docpipe.errors import ConflictError, InvalidRequestError
 from docpipe.pipelines.model import Step
 from docpipe.state import batches, evaluations
 from docpipe.state import evaluation_sets as sets
 from docpipe.state.after_commit import AfterCommit, CreatedRuns, dispatch_after_commit
 from docpipe.statuses import Lane
+from docpipe_api.bodies import Refusal, Upload
 from docpipe_api.evaluation_schemas import (
     CompareOut,
     EvaluationDocumentOut,
@@ -99,18 +101,46 @@ def evaluation_set_items(
 
 
 def add_evaluation_set_items(
-    *, resources: Resources, caller: Caller, set_ref: str, lines: IO[bytes], source: str
+    *,
+    resources: Resources,
+    caller: Caller,
+    set_ref: str,
+    lines: IO[bytes],
+    source: str,
+    files: Mapping[str, Upload | Refusal] | None = None,
 ) -> EvaluationSetOut:
     """The JSON lines of ``lines`` as the set's next version, read a line at a time and
-    stored in chunks in one transaction (see docpipe.state.evaluation_sets.add_items)."""
+    stored in chunks in one transaction (see docpipe.state.evaluation_sets.add_items).
+    ``files``: the file parts sent beside them, by name, each stored as a document by the
+    line naming it in that transaction; a line naming no part, a refused part, or a part
+    no line names, and nothing changes."""
     settings, db = resources.settings, resources.database
     found = sets.find_set(db, tenant_id=caller.tenant, ref=set_ref)
+    named: set[str] = set()
+
+    def sent_file(where: str, part: str) -> tuple[IO[bytes], str]:
+        if files is None:
+            raise InvalidRequestError(
+                f"{where}: document.file names a part of a multipart upload; this is none"
+            )
+        sent = files.get(part)
+        if sent is None:
+            raise InvalidRequestError(f"{where}: no file part is named {part[:100]!r}")
+        if isinstance(sent, Refusal):
+            raise sent.error(f"{where}: file part {part!r}")
+        assert sent.file is not None  # judged_file makes no text uploads
+        named.add(part)
+        return sent.file, sent.format
+
     items = sets.parse_item_lines(
         lines,
         source=source,
         max_line_bytes=settings.max_expected_output_bytes,
         max_text_bytes=settings.max_document_bytes,
+        sent_files=sent_file,
     )
+    if files is not None:
+        items = _every_part_named(items, files, named)
     updated = sets.add_items(
         db,
         tenant_id=caller.tenant,
@@ -120,6 +150,18 @@ def add_evaluation_set_items(
         max_items=settings.max_evaluation_items,
     )
     return EvaluationSetOut.model_validate(updated)
+
+
+def _every_part_named(
+    items: Iterable[sets.ExpectedItem], files: Mapping[str, object], named: set[str]
+) -> Iterator[sets.ExpectedItem]:
+    """``items``, then InvalidRequestError (within the transaction that stores them) when a
+    file part was named by no line: a file sent for nothing is a mistake in the upload."""
+    yield from items
+    if unnamed := sorted(files.keys() - named):
+        raise InvalidRequestError(
+            "file parts named by no line: " + ", ".join(repr(p[:100]) for p in unnamed[:20])
+        )
 
 
 def promote_reviews(

@@ -10,9 +10,21 @@ from typing import Annotated, Literal, TypeVar
 from anyio.to_thread import run_sync
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
 
+from docpipe.errors import InvalidRequestError
 from docpipe_api import actions
-from docpipe_api.bodies import parsed_json, read_capped, require_json, spool_capped
+from docpipe_api.bodies import (
+    Refusal,
+    Upload,
+    capped_stream,
+    judged_file,
+    parsed_json,
+    read_capped,
+    require_json,
+    spool_capped,
+)
 from docpipe_api.deps import CallerDep, ResourcesDep
 from docpipe_api.errors import error_responses
 from docpipe_api.evaluation_schemas import (
@@ -22,6 +34,7 @@ from docpipe_api.evaluation_schemas import (
     PromoteIn,
     SetItemsOut,
 )
+from docpipe_api.resources import Caller, Resources
 from docpipe_api.schemas import request_body_schema
 
 __all__ = ["router"]
@@ -31,6 +44,8 @@ router = APIRouter(tags=["evaluations"])
 _SMALL_BODY = 64 * 1024
 _SPOOL_BYTES = 1024 * 1024  # an upload past this goes to a temporary file
 JSON_LINES = ("application/jsonl", "application/x-ndjson", "application/json-lines")
+MULTIPART = "multipart/form-data"
+ITEMS_PART = "items"
 _Body = TypeVar("_Body", bound=BaseModel)
 SetRef = Annotated[str, Path(min_length=1, max_length=100, description="a set's name or id")]
 
@@ -121,13 +136,30 @@ def read_evaluation_set_items(
         "temporary file as it arrives and stored in chunks in one transaction: every item "
         "fits the step's output schema and names a document the tenant has, or nothing "
         "changes (422 with each error's line and JSON path; 404 naming the documents). A "
-        "document named on several lines: the last one counts."
+        "document named on several lines: the last one counts. With files (PDF, DOCX, "
+        "images): multipart/form-data, the lines as the file part `items` and each file as "
+        'a file part of its own, named by a line\'s {"document": {"id", "file": "<part>"}}; '
+        "each is held to what PUT /documents/{id} holds a file to (its format's size limit, "
+        "format from its bytes, zip and image checks) and stored as it stores it, in the "
+        "same transaction. A line naming no part or a refused file (413, 415, 422 naming the "
+        "line), or a part no line names (422): nothing is stored. The whole body counts "
+        "against DOCPIPE_MAX_EVALUATION_UPLOAD_BYTES."
     ),
     responses=error_responses(404, 409, 413, 415, 422),
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/jsonl": {"schema": {"type": "string"}}},
+            "content": {
+                "application/jsonl": {"schema": {"type": "string"}},
+                MULTIPART: {
+                    "schema": {
+                        "type": "object",
+                        "required": [ITEMS_PART],
+                        "properties": {ITEMS_PART: {"type": "string", "format": "binary"}},
+                        "additionalProperties": {"type": "string", "format": "binary"},
+                    }
+                },
+            },
         }
     },
 )
@@ -141,8 +173,10 @@ async def upload_evaluation_set_items(
     ] = "upload",
 ) -> EvaluationSetOut:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == MULTIPART:
+        return await _upload_with_files(request, resources, caller, set_ref, source)
     if kind not in JSON_LINES:
-        raise HTTPException(415, f"send JSON lines ({', '.join(JSON_LINES)})")
+        raise HTTPException(415, f"send JSON lines ({', '.join(JSON_LINES)}) or {MULTIPART}")
     with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as spooled:
         await spool_capped(request, spooled, resources.settings.max_evaluation_upload_bytes)
         spooled.seek(0)
@@ -156,6 +190,55 @@ async def upload_evaluation_set_items(
                 source=source,
             )
         )
+
+
+class _PartsOnDisk(MultiPartParser):
+    # Every part to disk from its first byte: a set of many small files must not add up in
+    # the API's memory.
+    spool_max_size = 1
+
+
+async def _upload_with_files(
+    request: Request, resources: Resources, caller: Caller, set_ref: str, source: str
+) -> EvaluationSetOut:
+    """The lines (part ``items``) and the files they name (the other parts), spooled to
+    disk as they arrive, each file judged as a document's body is, then stored together."""
+    settings = resources.settings
+    parser = _PartsOnDisk(
+        request.headers,
+        capped_stream(request, settings.max_evaluation_upload_bytes),
+        max_files=settings.max_evaluation_items + 1,
+        max_fields=0,  # every part a file part: a field would be held in memory
+    )
+    try:
+        form = await parser.parse()
+    except MultiPartException as exc:
+        raise InvalidRequestError(
+            f"the multipart body cannot be read ({exc.message}): send every part as a file"
+        ) from None
+    try:
+        parts = {name: part for name, part in form.multi_items() if isinstance(part, UploadFile)}
+        if len(parts) != len(form.multi_items()):
+            raise InvalidRequestError("each part needs a name of its own")
+        lines = parts.pop(ITEMS_PART, None)
+        if lines is None:
+            raise InvalidRequestError(f"send the JSON lines as the file part {ITEMS_PART!r}")
+        files: dict[str, Upload | Refusal] = {}
+        for name, part in parts.items():
+            files[name] = await judged_file(part.file, resources, part.content_type)
+        return await run_sync(
+            partial(
+                actions.add_evaluation_set_items,
+                resources=resources,
+                caller=caller,
+                set_ref=set_ref,
+                lines=lines.file,
+                source=source,
+                files=files,
+            )
+        )
+    finally:
+        await form.close()
 
 
 @router.post(
