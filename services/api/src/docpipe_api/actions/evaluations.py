@@ -127,7 +127,7 @@ def add_evaluation_set_items(
         if sent is None:
             raise InvalidRequestError(f"{where}: no file part is named {part[:100]!r}")
         if isinstance(sent, Refusal):
-            raise sent.error(f"{where}: file part {part!r}")
+            raise sent.error(f"{where}: file part {part[:100]!r}")
         assert sent.file is not None  # judged_file makes no text uploads
         named.add(part)
         return sent.file, sent.format
