@@ -65,7 +65,7 @@ def test_a_set_uploaded_with_a_pdf_stores_it_as_put_documents_does(
 def test_a_bad_part_or_line_is_a_4xx_naming_it_and_stores_nothing(
     make_api_client: Callable[..., TestClient], db: Database
 ) -> None:
-    client = make_api_client(max_pdf_bytes=len(PDF) + 1_000)
+    client = make_api_client(max_pdf_bytes=len(PDF) + 1_000, max_evaluation_items=2)
     assert client.post("/evaluation-sets", json=NEW_SET).status_code == 201
     documents = scalar(db, "SELECT count(*) FROM document")
     good = with_file("c-pdf", "contract")
@@ -102,6 +102,9 @@ def test_a_bad_part_or_line_is_a_4xx_naming_it_and_stores_nothing(
     )
     big = PDF + b"%" * 2_000 + b"\n"
     refused(413, "DOCPIPE_MAX_PDF_BYTES", lines(with_file("c-big", "big")), big=big)
+    # More files than a set may hold items.
+    three = lines(good, with_file("c-2", "b"), with_file("c-3", "c"))
+    refused(422, "at most 2 files", three, contract=PDF, b=PDF, c=PDF)
     # No part called items, and a line naming a file in a body that sends none.
     no_items = client.post("/evaluation-sets/contracts/items", files={"contract": PDF})
     assert no_items.status_code == 422, no_items.text

@@ -3,6 +3,7 @@ promoted), read its items by version. Thin: each route calls one action."""
 
 from __future__ import annotations
 
+import resource
 import tempfile
 from functools import partial
 from typing import Annotated, Literal, TypeVar
@@ -143,7 +144,8 @@ def read_evaluation_set_items(
         "format from its bytes, zip and image checks) and stored as it stores it, in the "
         "same transaction. A line naming no part or a refused file (413, 415, 422 naming the "
         "line), or a part no line names (422): nothing is stored. The whole body counts "
-        "against DOCPIPE_MAX_EVALUATION_UPLOAD_BYTES."
+        "against DOCPIPE_MAX_EVALUATION_UPLOAD_BYTES; at most DOCPIPE_MAX_EVALUATION_ITEMS "
+        "files, and a quarter of the API process' open-file limit (more: 422)."
     ),
     responses=error_responses(404, 409, 413, 415, 422),
     openapi_extra={
@@ -198,23 +200,33 @@ class _PartsOnDisk(MultiPartParser):
     spool_max_size = 1
 
 
+def _most_files(max_items: int) -> int:
+    """The files one upload may send: a part holds an open temporary file until the upload
+    is stored, so at most a quarter of the process' descriptors (an upload past them would
+    fail half-read) and no more than a set may hold."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max_items if soft == resource.RLIM_INFINITY else min(max_items, soft // 4)
+
+
 async def _upload_with_files(
     request: Request, resources: Resources, caller: Caller, set_ref: str, source: str
 ) -> EvaluationSetOut:
     """The lines (part ``items``) and the files they name (the other parts), spooled to
     disk as they arrive, each file judged as a document's body is, then stored together."""
     settings = resources.settings
+    most = _most_files(settings.max_evaluation_items)
     parser = _PartsOnDisk(
         request.headers,
         capped_stream(request, settings.max_evaluation_upload_bytes),
-        max_files=settings.max_evaluation_items + 1,
+        max_files=most + 1,  # and the lines
         max_fields=0,  # every part a file part: a field would be held in memory
     )
     try:
         form = await parser.parse()
     except MultiPartException as exc:
         raise InvalidRequestError(
-            f"the multipart body cannot be read ({exc.message}): send every part as a file"
+            f"the multipart body is refused: {exc.message} (every part a file part, the "
+            f"lines and at most {most} files)"
         ) from None
     try:
         parts = {name: part for name, part in form.multi_items() if isinstance(part, UploadFile)}
