@@ -5,6 +5,8 @@ Tesseract)."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import time
 
 import docx
@@ -15,6 +17,7 @@ from docpipe.extraction import DocumentFormat, check_upload, sniff_format
 from docpipe.extraction.docx_reader import DocxReader
 from docpipe.extraction.images import PixelBounds
 from docpipe.extraction.pages import PageLimits, join_pages
+from docpipe.extraction.pdf_process import PdfProcess
 from docpipe.extraction.pixels import fit_within
 from docpipe.extraction.zipguard import ZipBounds, check_actual_sizes
 from docpipe.settings import Settings
@@ -148,3 +151,35 @@ def test_a_pdf_ends_by_its_callers_deadline_before_its_pages_own_limit(left_s: f
         read()
     assert refused.value.kind == "too_slow"
     assert "within the time its step had left" in str(refused.value), refused.value
+
+
+class SlowToStart(PdfProcess):
+    """A reader whose interpreter takes 1.5 s to come up, as on a busy machine."""
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        boot = (
+            "import runpy, sys, time; time.sleep(1.5); sys.argv[0] = 'pdf_server'; "
+            "runpy.run_module('docpipe.extraction.pdf_server', run_name='__main__')"
+        )
+        fd, max_bytes = str(self._fd), str(self._max_bytes)
+        child = subprocess.Popen(
+            [sys.executable, "-c", boot, fd, max_bytes],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            pass_fds=(self._fd,),
+        )
+        self._child = child
+        return child
+
+
+def test_a_reader_slow_to_start_does_not_spend_the_pages_time_limit() -> None:
+    """Starting the reader is the machine's cost: a page's 1 s limit (remembered as the
+    document's too_slow) counts from when the reader is ready, not from its start."""
+    pdf = SlowToStart(
+        files.contract_as("pdf", "1. TERM\n\nTwelve months."), timeout_s=1, max_bytes=0
+    )
+    try:
+        assert pdf.page_count == 1
+        assert "TERM" in pdf.text_layer(0, max_chars=10_000).text
+    finally:
+        pdf.close()

@@ -38,6 +38,10 @@ __all__ = ["LayerRead", "PdfProcess", "RenderedImage"]
 
 _LENGTH = struct.Struct(">I")
 _CHUNK = 1 << 20
+# Starting the reader (an interpreter, PDFium's bindings) is the machine's cost, not the
+# document's: on a busy machine it can take seconds, and a page's time limit spent on it would
+# be remembered as the document's too_slow. It has a bound of its own, far above a start's.
+_START_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -197,19 +201,37 @@ class PdfProcess:
     ) -> tuple[dict[str, Any], bytes]:
         """The process' answer to ``request`` within the time limit and ``until`` (a
         process killed before is started again and opens the file first)."""
-        now = time.monotonic()
-        deadline, callers = now + self._timeout_s, False
+        if until is not None and until <= time.monotonic():
+            raise _out_of_time(what)
+        child, fresh = self._child, self._child is None
+        if child is None:
+            child = self._started(until)
+        deadline, callers = time.monotonic() + self._timeout_s, False
         if until is not None and until < deadline:
-            if until <= now:
-                raise _out_of_time(what)
             deadline, callers = until, True
-        if self._child is None:
-            child = self._start()
-            if request["op"] != "open":
-                self._exchange(child, {"op": "open"}, what, deadline, callers)
-        else:
-            child = self._child
+        if fresh and request["op"] != "open":
+            self._exchange(child, {"op": "open"}, what, deadline, callers)
         return self._exchange(child, request, what, deadline, callers)
+
+    def _started(self, until: float | None) -> subprocess.Popen[bytes]:
+        """A new process, once it says it is ready (within _START_S and ``until``)."""
+        child = self._start()
+        assert child.stdout is not None
+        bound = time.monotonic() + _START_S
+        reader = _Reader(child.stdout.fileno(), bound if until is None else min(until, bound))
+        try:
+            (length,) = _LENGTH.unpack(reader.read(_LENGTH.size))
+            reader.read(length)
+        except TimeoutError:
+            self._stop()
+            if until is not None and until < bound:
+                raise _out_of_time("start the PDF reader") from None
+            raise RuntimeError(f"the PDF reader did not start within {_START_S:g} s") from None
+        except EOFError:
+            self._stop()
+            code = child.returncode
+            raise RuntimeError(f"the PDF reader exited as it started (exit {code})") from None
+        return child
 
     def _exchange(
         self,

@@ -1,5 +1,5 @@
 """The process that reads a PDF with PDFium for :mod:`docpipe.extraction.pdf_process`: it
-opens the file its parent names, then answers requests on stdin one at a time (the page
+says it is ready once its interpreter is up, then answers requests on stdin one at a time (the page
 count, a page's text layer, a page rendered) until stdin closes.
 
 Run as ``python -m docpipe.extraction.pdf_server FD MAX_BYTES``: ``FD`` is the PDF's file
@@ -173,6 +173,7 @@ def main(argv: list[str]) -> None:
     _limit_memory(max_bytes)
     server = _Server(fd)
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    write_message(answers, {"ready": True})  # the interpreter is up: the requests' time starts
     while (request := read_message(requests)) is not None:
         try:
             answer, payload = server.answer(request)
