@@ -162,7 +162,10 @@ def test_a_partitioned_worker_loses_its_step_after_its_lease_expires_and_is_refu
     ns.heal()
 
     refused = rf"lease of {run_id}/{STEP2} lost|result of {run_id}/{STEP2} refused"
-    wait_until(lambda: re.search(refused, partitioned.log_text()), timeout_s=60)
+    try:
+        wait_until(lambda: re.search(refused, partitioned.log_text()), timeout_s=60)
+    except TimeoutError:
+        pytest.fail(f"the partitioned worker refused nothing:\n{partitioned.log_text()[-4000:]}")
     assert wait_for_end(db, run_id) == "done"
     assert scalar(db, "SELECT attempt FROM pipeline_step_result WHERE step = %s", STEP2) == 2
     late = scalar(
