@@ -325,6 +325,27 @@ The machine's load average (1, 5, 15 min): {_load(load_at_start)} at the start,
 """
     print(report)
     write_report("provider-batches", report, figures)
+    if broken := _broken_promises(figures):
+        raise SystemExit("the lane broke its promises: " + "; ".join(broken))
+
+
+def _broken_promises(figures: dict[str, Any]) -> list[str]:
+    """What issue 38 promises of the 200 documents, checked on every run (the report is
+    written first, so that a broken run can be read)."""
+    lane, broken = figures["provider_batch"], []
+    for name, equal in (("lane", figures["same_values"]), ("third", figures["same_values_parked"])):
+        if equal["documents_equal"] != equal["documents"]:
+            broken.append(f"{name} batch: {equal['documents_equal']} of {equal['documents']} equal")
+    if abs(figures["cost_ratio"] - 0.5) > 0.001:
+        broken.append(f"cost {figures['cost_ratio']:.4f}x real time, not half")
+    if lane["realtime_requests"] or lane["billed_batch_requests"] != lane["answered_calls"]:
+        broken.append(
+            f"{lane['answered_calls']} answers, {lane['billed_batch_requests']} billed in"
+            f" batches and {lane['realtime_requests']} in real time: not each once"
+        )
+    if lane["mean_requests_per_provider_batch"] < 50:
+        broken.append(f"{lane['mean_requests_per_provider_batch']:.1f} calls a provider batch")
+    return broken
 
 
 if __name__ == "__main__":
