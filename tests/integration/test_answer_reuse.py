@@ -64,10 +64,16 @@ def test_a_run_that_opts_in_reuses_the_tenants_answers_and_one_that_does_not_pay
     )
     assert calls == paid and reused == paid, "each reuse names the call it came from"
     assert scalar(db, "SELECT sum(cost_usd) FROM llm_call_log WHERE run_id = %s", second) == 0
-    assert (
-        client.get(f"/runs/{second}").json()["result"]
-        == client.get(f"/runs/{first}").json()["result"]
+    shown, source = client.get(f"/runs/{second}").json(), client.get(f"/runs/{first}").json()
+    assert shown["result"] == source["result"]
+    # The run shows it too: each step's calls, each with the call and run it reused.
+    reuses = [call for step in shown["steps"] for call in step["reused_calls"]]
+    assert len(reuses) == paid and {c["reused_from_run"] for c in reuses} == {first}
+    first_calls = scalar(
+        db, "SELECT array_agg(id ORDER BY id) FROM llm_call_log WHERE run_id = %s", first
     )
+    assert sorted(c["reused_from"] for c in reuses) == first_calls
+    assert all(step["reused_calls"] == [] for step in source["steps"]), "the first one paid"
 
     extracted(client)  # not opted in: it sends its calls as always
     assert sent(fake_llm) == paid

@@ -260,6 +260,26 @@ def test_re_evaluating_a_change_to_summarize_sends_only_summarize_calls(
     )
     assert reused == report["calls_reused"], "every reuse names the call it came from"
 
+    # A document's run shows which of its calls were reused: all but summarize's, paid.
+    def runs(evaluation: dict[str, Any]) -> set[str]:
+        url = f"/evaluations/{evaluation['id']}/documents?limit=100"
+        return {d["run_id"] for d in stack.get(url).json()["documents"]}
+
+    run = stack.get(f"/runs/{min(runs(changed))}").json()
+    shown = {step["step"]: step["reused_calls"] for step in run["steps"]}
+    calls = scalar(
+        db,
+        "SELECT jsonb_object_agg(step, n) FROM"
+        " (SELECT step, count(*) AS n FROM llm_call_log WHERE run_id = %s GROUP BY step) c",
+        run["run_id"],
+    )
+    assert calls["summarize"] > 0 and calls["extract_sections"] > 0, calls
+    assert {step: len(reused) for step, reused in shown.items()} == {
+        step: 0 if step == "summarize" else calls.get(step, 0) for step in shown
+    }, shown
+    sources = {c["reused_from_run"] for reused in shown.values() for c in reused}
+    assert len(sources) == 1 and sources <= runs(first), "the same document's first run"
+
 
 def test_reviews_promoted_become_the_expected_outputs(
     stack: TestClient, fake_llm: FakeLLM, start_api: Callable[..., str]

@@ -59,6 +59,7 @@ STEP_FIELDS = {
     "attempt",
     "model",
     "model_choices",
+    "reused_calls",
     "prompt_version",
     "input_tokens",
     "output_tokens",

@@ -53,6 +53,7 @@ __all__ = [
     "QuoteBoxOut",
     "ReadinessOut",
     "ResultLineOut",
+    "ReusedCallOut",
     "RotatedPageOut",
     "RunStatusListOut",
     "RunStatusOut",
@@ -301,6 +302,18 @@ class ModelChoiceOut(BaseModel):
     calls: int
 
 
+class ReusedCallOut(BaseModel):
+    """A call of a step answered from the tenant's reuse cache instead of sent."""
+
+    model_config = ANSWER_MODEL
+
+    call_id: int
+    reused_from: int = Field(description="the earlier call whose answer it took")
+    reused_from_run: str | None = Field(
+        description="that call's run; null once its week of the call log is gone"
+    )
+
+
 class StepStatusOut(BaseModel):
     model_config = ANSWER_MODEL
 
@@ -310,6 +323,12 @@ class StepStatusOut(BaseModel):
     model: str | None
     model_choices: list[ModelChoiceOut] = Field(
         default_factory=list, description="where the step's calls went, and why"
+    )
+    reused_calls: list[ReusedCallOut] = Field(
+        default_factory=list,
+        description="the calls of this step answered from an earlier identical request "
+        "(reuse_answers, evaluations) for free, each with the call it reused (reused_from); "
+        "the step's other calls were sent",
     )
     prompt_version: str | None
     input_tokens: int | None

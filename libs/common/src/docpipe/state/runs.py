@@ -489,6 +489,7 @@ class StepRow:
     generation: int
     model: str | None
     model_choices: list[dict[str, Any]]  # [{model, reason, calls}] of this generation
+    reused_calls: list[dict[str, Any]]  # [{call_id, reused_from, reused_from_run}]
     prompt_version: str | None
     input_tokens: int | None
     output_tokens: int | None

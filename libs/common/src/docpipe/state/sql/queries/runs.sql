@@ -396,9 +396,10 @@ FROM pipeline_run r
 WHERE r.id = ANY(%(run_ids)s::uuid[]) AND r.tenant_id = %(tenant_id)s;
 
 -- name: run_steps
--- Every step of these runs in pipeline order, with what it cost and where its calls went
--- (model and routing reason, counted over the step's current generation); the outputs
--- when asked for, or of the runs whose status is one of `output_statuses`.
+-- Every step of these runs in pipeline order, with what it cost, where its calls went
+-- (model and routing reason, counted over the step's current generation) and which of them
+-- reused an earlier answer; the outputs when asked for, or of the runs whose status is one
+-- of `output_statuses`.
 SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.prompt_version,
        s.input_tokens, s.output_tokens, s.cost_usd, s.error, s.started_at, s.finished_at,
        CASE WHEN s.review_reused THEN 'reused'
@@ -414,7 +415,20 @@ SELECT s.run_id::text, s.step, s.status, s.attempt, s.generation, s.model, s.pro
                        WHERE run_id = s.run_id AND step = s.step
                          AND generation = s.generation AND route_reason IS NOT NULL
                          AND created_at >= r.created_at
-                       GROUP BY model, route_reason) c), '[]'::jsonb) AS model_choices
+                       GROUP BY model, route_reason) c), '[]'::jsonb) AS model_choices,
+       -- The calls of the step's current generation answered from the tenant's reuse cache,
+       -- each with the call (and its run) whose answer it took: found through the run's
+       -- index on reused_answer, the source call by its id (null once its week is gone).
+       coalesce((SELECT jsonb_agg(jsonb_build_object('call_id', u.call_id,
+                                                     'reused_from', u.reused_from,
+                                                     'reused_from_run', p.run_id)
+                                  ORDER BY u.call_id)
+                 FROM reused_answer u
+                 JOIN llm_call_log c ON c.id = u.call_id AND c.run_id = s.run_id
+                                    AND c.step = s.step AND c.generation = s.generation
+                                    AND c.created_at >= r.created_at
+                 LEFT JOIN llm_call_log p ON p.id = u.reused_from
+                 WHERE u.run_id = s.run_id), '[]'::jsonb) AS reused_calls
 FROM pipeline_step_result s JOIN pipeline_run r ON r.id = s.run_id
 -- Both sides by id: the runs are found by their primary key, never by the tenant's index
 -- (a hash of every run of the tenant, per poll, when the statistics lag a large batch).
