@@ -18,9 +18,10 @@ import json
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import httpx
@@ -316,6 +317,24 @@ class DocpipeClient:
                 headers={"Content-Type": "application/jsonl"},
             )
         )
+
+    def upload_set_files(
+        self, name: str, lines: IO[bytes], files: Mapping[str, Path], source: str
+    ) -> dict[str, Any]:
+        """Send JSON lines and the files they name (by part name) as one multipart body, each
+        file read as it goes out."""
+        with ExitStack() as opened:
+            parts: dict[str, tuple[str, IO[bytes], str]] = {
+                "items": ("items.jsonl", lines, "application/jsonl")
+            }
+            for part, path in files.items():
+                body = opened.enter_context(path.open("rb"))
+                parts[part] = (path.name, body, "application/octet-stream")
+            return dict(
+                self._call(
+                    "POST", f"/evaluation-sets/{name}/items", params={"source": source}, files=parts
+                )
+            )
 
     def promote_reviews(self, name: str, **which: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/evaluation-sets/{name}/promote", json=which))

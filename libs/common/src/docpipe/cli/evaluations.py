@@ -5,6 +5,7 @@ gated for a team's CI (exit code 1 when the candidate is worse beyond noise)."""
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from rich.table import Table
 from docpipe.cli.client import DocpipeClient
 from docpipe.cli.common import add_api_flags, api_client, console, show
 from docpipe.cli.failures import ExitCode
+from docpipe.cli.set_files import lines_with_files
 
 __all__ = ["register"]
 
@@ -54,8 +56,10 @@ def _set_commands(
     upload = set_sub.add_parser(
         "upload",
         help="add expected outputs from a JSON-lines file: the set's next version",
-        description='One item a line: {"document": "<id>", "expected": {...}}, or '
-        '{"document": {"id", "text"}, "expected": {...}}. Every item must fit the step\'s '
+        description='One item a line: {"document": "<id>", "expected": {...}}, '
+        '{"document": {"id", "text"}, "expected": {...}}, or {"document": {"id", "path"}, '
+        '"expected": {...}} for a PDF, Word file or image of this machine (a relative path '
+        "from FILE's folder), sent with the lines. Every item must fit the step's "
         "output schema, or nothing changes (each error named with its line and JSON path). "
         "docpipe samples DIR --expected FILE writes such a file of sample contracts.",
     )
@@ -147,8 +151,13 @@ def cmd_set_create(args: argparse.Namespace) -> int:
 
 
 def cmd_set_upload(args: argparse.Namespace) -> int:
-    with api_client(args, timeout_s=600) as client, Path(args.file).open("rb") as lines:
-        updated = client.upload_set_items(args.name, lines, args.source)
+    with tempfile.TemporaryFile() as lines:
+        files = lines_with_files(Path(args.file), lines)
+        with api_client(args, timeout_s=600) as client:
+            if files:
+                updated = client.upload_set_files(args.name, lines, files, args.source)
+            else:
+                updated = client.upload_set_items(args.name, lines, args.source)
     console.print(_set_line(updated), highlight=False)
     return ExitCode.OK
 
