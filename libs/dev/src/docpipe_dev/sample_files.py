@@ -10,6 +10,7 @@ import io
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from statistics import NormalDist
 
 import docx
 import pypdfium2 as pdfium
@@ -194,9 +195,31 @@ def _scanned(page: Image.Image, rng: random.Random) -> Image.Image:
     )
     # Sparse dark specks, a soft edge, then black and white as a fax-grade scanner stores it
     # (about 35 kB a page).
-    noise = Image.effect_noise(rotated.size, 28).point(lambda v: 0 if v < 22 else 255)
-    speckled = Image.composite(rotated, noise, noise).filter(ImageFilter.GaussianBlur(0.4))
+    specks = _specks(rotated.size, rng)
+    speckled = Image.composite(rotated, specks, specks).filter(ImageFilter.GaussianBlur(0.4))
     return speckled.point(lambda v: 255 if v > 150 else 0).convert("1")
+
+
+# The generators' noise comes from their seeded rng, never from Image.effect_noise: that draws
+# from the C library's rand(), whose state is whatever ran before in the process, so the same
+# call made a different file each time (and OCR read it a little differently).
+
+
+def _specks(size: tuple[int, int], rng: random.Random) -> Image.Image:
+    """White with sparse black specks, one pixel in about 14,000 (where Gaussian noise of
+    sigma 28 around mid-grey falls below 22)."""
+    width, height = size
+    specks = Image.new("L", size, 255)
+    for _ in range(width * height // 14_000):
+        specks.putpixel((rng.randrange(width), rng.randrange(height)), 0)
+    return specks
+
+
+def _noise(size: tuple[int, int], sigma: float, rng: random.Random) -> Image.Image:
+    """Gaussian noise of ``sigma`` around mid-grey, each pixel drawn from ``rng``."""
+    grey = NormalDist(128, sigma)
+    table = [min(255, max(0, round(grey.inv_cdf((v + 0.5) / 256)))) for v in range(256)]
+    return Image.frombytes("L", size, rng.randbytes(size[0] * size[1])).point(table)
 
 
 def contract_photo(text: str, seed: int = 0) -> bytes:
@@ -213,7 +236,7 @@ def contract_photo(text: str, seed: int = 0) -> bytes:
     )
     # Light falling off from one side, noise, a soft focus.
     light = Image.linear_gradient("L").resize(turned.size).point(lambda v: 255 - v // 8)
-    noisy = Image.blend(turned, Image.effect_noise(turned.size, 40), 0.08)
+    noisy = Image.blend(turned, _noise(turned.size, 40, rng), 0.08)
     grey = ImageChops.multiply(noisy, light).filter(ImageFilter.GaussianBlur(0.7))
     # Paper under warm light: the red channel a little brighter than the blue.
     photo = Image.merge(
