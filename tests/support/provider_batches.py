@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -103,3 +104,22 @@ def cancel_once_answered(client: TestClient, db: Database, fake: FakeLLM, batch_
         lambda: scalar(db, "SELECT count(*) FROM provider_batch WHERE state = 'submitted'") == 0,
         timeout_s=120,
     )
+
+
+def paid_once_after_cancel(db: Database, fake: FakeLLM) -> Decimal:
+    """What cancel_once_answered leaves of a batch of 4 requests in one provider batch: the
+    provider batch cancelled, what the provider answered before it stopped recorded once at
+    the batch price (returned), the rest ended batch_cancelled."""
+    assert column(db, "SELECT state FROM provider_batch") == ["cancelled"]
+    bill = fake.control("GET", "/control/batches")
+    assert bill["by_status"] == {"cancelled": 1}
+    assert bill["processed_twice"] == []
+    assert scalar(db, "SELECT count(*) FROM llm_call_log WHERE status = 'sent'") == 0
+    answered = scalar(db, "SELECT count(*) FROM llm_call_log WHERE status = 'ok'")
+    assert answered == bill["billing"]["batch"]["requests"] >= 1
+    assert 4 - answered == scalar(
+        db, "SELECT count(*) FROM llm_call_log WHERE error_kind = 'batch_cancelled'"
+    )
+    paid = scalar(db, "SELECT sum(cost_usd) FROM llm_call_log")
+    assert paid == pytest.approx(Decimal(bill["billing"]["batch"]["usd"]), abs=Decimal("0.00001"))
+    return paid
