@@ -146,7 +146,9 @@ def test_batch_submit_watch_and_cancel(
     batch_id = submitted.stdout.split()[1].rstrip(":")
     cancelled = docpipe("batch", "cancel", batch_id, "--api", api)
     assert cancelled.returncode == 0, cancelled.stderr
-    assert "cancelled" in cancelled.stdout
+    # A sentence, as watch ends with: not the API's counts as a Python dict.
+    assert cancelled.stdout.startswith(f"Batch {batch_id} is cancelled: "), cancelled.stdout
+    assert cancelled.stdout.rstrip().endswith(".") and "{" not in cancelled.stdout
     assert scalar(db, "SELECT status FROM batch WHERE id = %s", batch_id) == "cancelled"
     again = docpipe("batch", "cancel", batch_id, "--api", api)
     assert again.returncode == 4
