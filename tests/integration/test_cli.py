@@ -406,7 +406,9 @@ def _mixed_files(folder: Path) -> dict[str, str]:
         "(DOCPIPE_MAX_PDF_BYTES)",
         "photo.docx": "HTTP 415: send PDF, Word (DOCX), PNG, JPEG or TIFF files",
         "bomb.docx": "HTTP 422: the DOCX cannot be read: decompression_bomb",
-        "latin1.txt": "not UTF-8 text",
+        # A file of no format docpipe knows is told which ones it takes.
+        "latin1.txt": "not UTF-8 text (byte 8: invalid start byte); docpipe takes PDF, Word "
+        "(DOCX), PNG, JPEG or TIFF files, or UTF-8 text",
     }
 
 
