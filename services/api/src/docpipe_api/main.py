@@ -33,6 +33,7 @@ from docpipe_api.readiness import PostgresProbe
 from docpipe_api.resources import Resources
 from docpipe_api.routes import (
     batches,
+    dashboard,
     documents,
     evaluation_sets,
     evaluations,
@@ -113,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runs.router,
         reviews.router,
         batches.router,
+        dashboard.router,
         results.router,
         pipelines.router,
         webhook_secrets.router,
