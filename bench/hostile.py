@@ -346,11 +346,12 @@ def api(idle_s: float) -> dict[str, Any]:
             with _Probes(probe_url) as probes, _Probes(url) as own:
                 began = time.monotonic()
                 _hostile_requests(url, headers, only=what)
-                alone[what] = {
-                    "seconds": round(time.monotonic() - began, 1),
-                    **probes.figures(),
-                    "api_port": own.figures(),
-                }
+                seconds_alone = round(time.monotonic() - began, 1)
+            alone[what] = {
+                "seconds": seconds_alone,
+                **probes.figures(),
+                "api_port": own.figures(),
+            }
     statuses: dict[str, Counter[int]] = {}
     for what, status in answers:
         statuses.setdefault(what, Counter())[status] += 1
