@@ -196,6 +196,7 @@ class _Probes:
     def __init__(self, url: str) -> None:
         self.latencies: dict[str, list[float]] = {"/healthz": [], "/readyz": []}
         self.failures = 0
+        self._load_1m = 0.0
         self._url = url
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -207,6 +208,7 @@ class _Probes:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._load_1m = os.getloadavg()[0]  # when they ended, not when figures are asked
 
     def _run(self) -> None:
         with httpx.Client(base_url=self._url, timeout=10) as client:
@@ -229,7 +231,7 @@ class _Probes:
             "failures": self.failures,
             **_latencies(every),
             "by_path": {path: _latencies(seconds) for path, seconds in self.latencies.items()},
-            "load_1m": round(os.getloadavg()[0], 1),
+            "load_1m": round(self._load_1m, 1),
         }
 
 
