@@ -9,6 +9,7 @@ of the fill's machinery stays in the schema.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 import zlib
 from collections.abc import Sequence
@@ -462,6 +463,48 @@ FROM batch b WHERE b.callback_url IS NOT NULL AND b.status <> 'running'
         b"VACUUM ANALYZE batch, document, pipeline_run, pipeline_step_result, llm_call_log,"
         b" outbox, webhook_delivery, review_decision"
     )
+    _all_visible(conn)
+
+
+# The tables whose pages a fill leaves all-visible (their index-only scans read no heap).
+_VISIBLE = (
+    "batch",
+    "document",
+    "pipeline_run",
+    "pipeline_step_result",
+    "outbox",
+    "webhook_delivery",
+    "review_decision",
+)
+
+
+def _all_visible(conn: Conn, tries: int = 3) -> None:
+    """VACUUM again until every page of the fill is all-visible. A VACUUM marks a page only
+    if its rows are older than every snapshot: an autovacuum worker's ANALYZE running
+    meanwhile (the fill's tables are new and large) leaves the newest pages, those of the
+    runs in flight, unmarked, and an index-only scan then reads the heap for each of their
+    rows (run_counts on a 100,000-run fill: 117 buffers and 1,059 heap fetches; 52 and none
+    on a 1,000,000-run fill whose pages were all marked)."""
+    for _ in range(tries):
+        short = [
+            r[0]
+            for r in conn.execute(
+                b"SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r'"
+                b" AND relallvisible < relpages",
+                (list(_VISIBLE),),
+            )
+        ]
+        if not short:
+            return
+        # Wait for the snapshots of the database's other sessions (autovacuum's) to end, then
+        # mark again (a snapshot in another database holds no horizon back here).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and conn.execute(
+            b"SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            b" AND datname = current_database() AND backend_xmin IS NOT NULL)"
+        ).fetchone() == (True,):
+            time.sleep(0.5)
+        conn.execute(f"VACUUM {', '.join(short)}".encode())
 
 
 def row_counts(conn: Conn) -> dict[str, int]:

@@ -10,11 +10,12 @@ process, and hostile requests against the API while its probes are timed.
 2. The API under hostile requests: two batch bodies of 2.9 M tiny documents (32 MB each),
    four zips listing 700,000 members, eight review decisions of about 1 MB and 40 parallel
    requests for a page that takes minutes to render, all at once, while /healthz and
-   /readyz are asked every 20 ms. The probes' latency (p50, p99, max; both, then each) at
-   rest and under the load, with the machine's load average; each probe's cost in the
-   app itself, at rest (bench.asgi_probes: through the ASGI app, no HTTP); the probes
-   while each kind of hostile request runs alone (which of them they wait behind); what
-   each hostile request was answered, and the API's peak RSS.
+   /readyz are asked every 20 ms at the probes' port (DOCPIPE_PROBE_PORT: what the chart's
+   kubelet asks) and, beside them, at the API's own port. The probes' latency (p50, p99,
+   max; both, then each) at rest and under the load, with the machine's load average;
+   each probe's cost in the app itself, at rest (bench.asgi_probes: through the ASGI app,
+   no HTTP); the probes while each kind of hostile request runs alone (which of them they
+   wait behind); what each hostile request was answered, and the API's peak RSS.
 
     python -m bench.hostile [--bound-mib 300] [--only corpus|api] [--pool prefork|threads]
 """
@@ -54,6 +55,7 @@ from docpipe_dev.hostile.requests import (
     many_tiny_documents,
     many_tiny_documents_length,
 )
+from docpipe_dev.localstack import free_port
 
 MIB = 1024 * 1024
 _SAMPLE_S = 0.1
@@ -194,6 +196,7 @@ class _Probes:
     def __init__(self, url: str) -> None:
         self.latencies: dict[str, list[float]] = {"/healthz": [], "/readyz": []}
         self.failures = 0
+        self._load_1m = 0.0
         self._url = url
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -205,6 +208,7 @@ class _Probes:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._load_1m = os.getloadavg()[0]  # when they ended, not when figures are asked
 
     def _run(self) -> None:
         with httpx.Client(base_url=self._url, timeout=10) as client:
@@ -227,8 +231,16 @@ class _Probes:
             "failures": self.failures,
             **_latencies(every),
             "by_path": {path: _latencies(seconds) for path, seconds in self.latencies.items()},
-            "load_1m": round(os.getloadavg()[0], 1),
+            "load_1m": round(self._load_1m, 1),
         }
+
+
+def _answered(url: str) -> bool:
+    """200 from ``url`` (False while nothing listens there yet)."""
+    try:
+        return httpx.get(url, timeout=10).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def _latencies(seconds: list[float]) -> dict[str, float]:
@@ -296,27 +308,34 @@ def _hostile_requests(
 
 
 def api(idle_s: float) -> dict[str, Any]:
-    with bench_stack(interactive_concurrency=1, batch_concurrency=1, latency_ms="0:0") as bench:
+    probe_port = free_port()
+    probe_env = {"DOCPIPE_PROBE_PORT": str(probe_port), "DOCPIPE_PROBE_HOST": "127.0.0.1"}
+    with bench_stack(
+        env=probe_env, interactive_concurrency=1, batch_concurrency=1, latency_ms="0:0"
+    ) as bench:
         headers = {"Authorization": f"Bearer {bench.stack.api_key}"}
         url = bench.stack.api_url
+        probe_url = f"http://127.0.0.1:{probe_port}"
         with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
             assert client.put("/documents/slow", content=pdf.slow_to_render()).status_code == 201
             run_id = client.post("/documents/slow/extract").json()["run_id"]
         wait_for(lambda: bench.client.run(run_id)["steps"][0]["status"] == "done", timeout_s=300)
         bench.client.cancel(run_id)
         server = bench.stack.process("api").pid
-        with _Probes(url) as at_rest:
+        wait_for(lambda: _answered(f"{probe_url}/readyz"), timeout_s=30)
+        with _Probes(probe_url) as at_rest, _Probes(url) as own_at_rest:
             time.sleep(idle_s)
         in_process = probes_in_process(
             Settings(
                 database_url=bench.database_url,
                 redis_url=bench.stack.env["DOCPIPE_REDIS_URL"],
                 metrics_port=0,
+                probe_port=0,  # the stack's API has the probes' port
             )
         )
         reset_peak_rss(server)
         rest_mib = rss_bytes(server) / MIB
-        with _Probes(url) as loaded:
+        with _Probes(probe_url) as loaded, _Probes(url) as own_loaded:
             started = time.monotonic()
             answers = _hostile_requests(url, headers)
             seconds = time.monotonic() - started
@@ -324,10 +343,14 @@ def api(idle_s: float) -> dict[str, Any]:
         # Then each kind alone: which of them the probes wait behind.
         alone = {}
         for what in (_BATCH, _ZIP, _DECISION, _PAGE):
-            with _Probes(url) as probes:
+            with _Probes(probe_url) as probes, _Probes(url) as own:
                 began = time.monotonic()
                 _hostile_requests(url, headers, only=what)
-                alone[what] = {"seconds": round(time.monotonic() - began, 1), **probes.figures()}
+                alone[what] = {
+                    "seconds": round(time.monotonic() - began, 1),
+                    **probes.figures(),
+                    "api_port": own.figures(),
+                }
     statuses: dict[str, Counter[int]] = {}
     for what, status in answers:
         statuses.setdefault(what, Counter())[status] += 1
@@ -335,6 +358,8 @@ def api(idle_s: float) -> dict[str, Any]:
         "at_rest": at_rest.figures(),
         "in_process": in_process,
         "under_load": loaded.figures(),
+        "api_port_at_rest": own_at_rest.figures(),
+        "api_port_under_load": own_loaded.figures(),
         "load_seconds": round(seconds, 1),
         "alone": alone,
         "answers": {what: dict(counts) for what, counts in statuses.items()},
@@ -364,10 +389,16 @@ def _api_table(result: dict[str, Any]) -> str:
         "| probes (/healthz, /readyz) | answered | failed | p50 | p99 | max | load (1 min) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, probes in (
-        ("at rest", rest),
-        (f"under the hostile requests ({result['load_seconds']} s)", load),
-    ):
+    rows = [
+        ("at rest, probes' port", rest),
+        (f"under the hostile requests ({result['load_seconds']} s), probes' port", load),
+    ]
+    if "api_port_at_rest" in result:
+        rows += [
+            ("at rest, API's port", result["api_port_at_rest"]),
+            ("under the hostile requests, API's port", result["api_port_under_load"]),
+        ]
+    for name, probes in rows:
         lines.append(
             f"| {name} | {probes['probes']} | {probes['failures']} | {probes['p50_ms']} ms | "
             f"{probes['p99_ms']} ms | {probes['max_ms']} ms | {probes.get('load_1m', '')} |"
@@ -397,15 +428,18 @@ def _api_table(result: dict[str, Any]) -> str:
             "Each kind of hostile request alone, the probes asked meanwhile: which of them the "
             "probes wait behind.",
             "",
-            "| alone | seconds | probes | p50 | p99 (/healthz, /readyz) | max | load (1 min) |",
-            "|---|---|---|---|---|---|---|",
+            "| alone | seconds | probes | p50 | p99 (/healthz, /readyz) | max | API's port: "
+            "p99 (max) | load (1 min) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for what, each in alone.items():
             paths = each["by_path"]
+            own = each.get("api_port", {})
             lines.append(
                 f"| {what} | {each['seconds']} | {each['probes']} | {each['p50_ms']} ms | "
                 f"{each['p99_ms']} ms ({paths['/healthz']['p99_ms']}, "
-                f"{paths['/readyz']['p99_ms']}) | {each['max_ms']} ms | {each['load_1m']} |"
+                f"{paths['/readyz']['p99_ms']}) | {each['max_ms']} ms | "
+                f"{own.get('p99_ms', '')} ms ({own.get('max_ms', '')} ms) | {each['load_1m']} |"
             )
     lines += [
         "",
@@ -449,7 +483,9 @@ def _api_section(result: dict[str, Any]) -> list[str]:
         "## The API under hostile requests",
         "",
         "`python -m bench.hostile --only api`: every hostile request at once while the "
-        "probes are asked every 20 ms (one connection of their own). API RSS: "
+        "probes are asked every 20 ms, at the probes' port (DOCPIPE_PROBE_PORT: a process of "
+        "their own, fed by the API's event loop's heartbeat; what the chart's kubelet asks) "
+        "and beside them at the API's own port (one connection each). API RSS: "
         f"{result['api_rss_at_rest_mib']} MiB before, peak {result['api_peak_rss_mib']} "
         "MiB under the load (the chart's limit: 512Mi).",
         "",

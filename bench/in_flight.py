@@ -9,12 +9,15 @@ split between the processes sharing them, /proc/PID/smaps_rollup) and the client
 connections of the system's PostgreSQL database. Reported per configuration:
 
 - documents/s against the ideal for its slots: slots / (latency x the mean provider round
-  trips of a document, docs/benchmarks/throughput.md);
+  trips of a document, docs/benchmarks/throughput.md), and against the best this batch
+  allows them (``batch_bound``: the ideal less what starting and ending one batch costs);
 - worker PSS per step in flight, at the sample with the most steps in flight: the worker's
   whole PSS divided by them, and its growth over the idle worker divided by them;
 - the worker's CPU per step (every process of the worker: the batch pool's for docpipe,
   beat, the API and the interactive pool not counted; DBOS' one process);
-- PostgreSQL connections, the most seen at once (docpipe: every process of the stack).
+- PostgreSQL connections, the most seen at once (docpipe: every process of the stack);
+- the CPU of the processes measured and that of the whole machine, other work included:
+  the first alone says nothing about whether the CPU binds on a shared machine.
 
     python -m bench.in_flight [--docs 1000] [--prefork-docs 120] [--latency-s 2]
         [--long-latency-s 10] [--long-docs 400] [--only NAME,...]
@@ -23,6 +26,7 @@ connections of the system's PostgreSQL database. Reported per configuration:
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import statistics
@@ -36,7 +40,7 @@ from typing import Any
 import psycopg
 
 from bench.harness import REPORTS, bench_stack, write_report
-from bench.procstat import cpu_seconds, memory, tree_pids
+from bench.procstat import cpu_seconds, machine_busy_seconds, memory, tree_pids
 from bench.systems import Servers, System, dbos_system, docpipe_system, documents, measure, rounds
 
 MB = 1024 * 1024
@@ -62,6 +66,21 @@ class Config:
     @property
     def slots(self) -> int:
         return self.processes * self.slots_per_process
+
+
+def batch_bound(rounds_per_doc: Sequence[int], slots: int, latency_s: float) -> float:
+    """The most documents/s ``slots`` can reach on this one batch at no cost of their own:
+    each document holds a slot for its rounds one after the other, the documents start in
+    order as slots free up, and the batch ends with its last document. Below the ideal
+    (slots / (mean rounds x latency)) by the batch's last wave, where slots run out of
+    documents: the fewer waves (documents / slots), the larger that share."""
+    free_at = [0.0] * slots
+    end = 0.0
+    for rounds_of_doc in rounds_per_doc:
+        ends = heapq.heappop(free_at) + rounds_of_doc * latency_s
+        end = max(end, ends)
+        heapq.heappush(free_at, ends)
+    return len(rounds_per_doc) / end if end else 0.0
 
 
 CONFIGS = (
@@ -101,6 +120,9 @@ class Outcome:
     most_connections: int
     load_average: float
     calls: int
+    # Reports written before these were measured load with the defaults (unknown).
+    batch_bound_docs_per_s: float = 0.0
+    machine_busy_share: float = -1.0  # CPU of the whole machine / (wall time x cores)
     measured: str = field(
         default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     )
@@ -177,11 +199,15 @@ def run_one(
     connections: Callable[[], int],
 ) -> Outcome:
     sampler = Sampler(in_flight, worker_pids, connections)
+    rounds_per_doc = [rounds(text, 4) for _, text in docs]
     idle_pss = sampler.pss_bytes()
     cpu_before = cpu_seconds(worker_pids())
+    busy_before, wall_before = machine_busy_seconds(), time.monotonic()
     with sampler.running():
         result = measure(servers, system, docs, concurrency=config.slots, latency_s=latency_s)
     worker_cpu = cpu_seconds(worker_pids()) - cpu_before
+    machine_busy = machine_busy_seconds() - busy_before
+    wall = time.monotonic() - wall_before
     most = max(sampler.samples, key=lambda s: (s.in_flight, s.pss_bytes))
     ideal = config.slots / (latency_s * mean_rounds)
     steps = 3 * len(docs)
@@ -206,15 +232,20 @@ def run_one(
         most_connections=max(s.connections for s in sampler.samples),
         load_average=os.getloadavg()[1],
         calls=result.calls,
+        batch_bound_docs_per_s=batch_bound(rounds_per_doc, config.slots, latency_s),
+        machine_busy_share=machine_busy / (wall * (os.cpu_count() or 1)),
         samples=sampler.samples,
     )
     print(
         f"{config.label} at {latency_s:g} s: {outcome.docs_per_s:.2f} documents/s "
-        f"({outcome.share_of_ideal:.0%} of {ideal:.2f}), {outcome.most_in_flight} in flight, "
+        f"({outcome.share_of_ideal:.0%} of {ideal:.2f}; the batch allows "
+        f"{outcome.batch_bound_docs_per_s:.2f}), {outcome.most_in_flight} in flight, "
         f"{outcome.pss_mb_per_step_in_flight:.2f} MB PSS per step in flight "
         f"(growth {outcome.pss_growth_mb_per_step_in_flight:.2f}), "
         f"{outcome.worker_cpu_ms_per_step:.1f} ms CPU per step, "
-        f"{outcome.most_connections} connections",
+        f"{outcome.most_connections} connections; CPU: its processes "
+        f"{outcome.machine_cpu_share:.0%}, the machine {outcome.machine_busy_share:.0%} "
+        f"(load {os.getloadavg()[0]:.1f})",
         flush=True,
     )
     return outcome
@@ -347,6 +378,8 @@ def _figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             "docs_per_s": o.docs_per_s,
             "share_of_ideal": o.share_of_ideal,
             "ideal_docs_per_s": o.ideal_docs_per_s,
+            "batch_bound_docs_per_s": o.batch_bound_docs_per_s,
+            "machine_busy_share": o.machine_busy_share,
             "pss_mb_per_step": o.pss_mb_per_step_in_flight,
             "pss_growth_mb_per_step": o.pss_growth_mb_per_step_in_flight,
             "cpu_ms_per_step": o.worker_cpu_ms_per_step,
@@ -357,16 +390,26 @@ def _figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     return figures
 
 
+def _bound(o: Outcome) -> str:
+    if not o.batch_bound_docs_per_s:
+        return "-"  # a row kept from a report that did not compute it
+    return f"{o.batch_bound_docs_per_s:.2f} ({o.batch_bound_docs_per_s / o.ideal_docs_per_s:.0%})"
+
+
+def _busy(o: Outcome) -> str:
+    return f"{o.machine_busy_share:.0%}" if o.machine_busy_share >= 0 else "-"
+
+
 def report(outcomes: Sequence[Outcome], args: argparse.Namespace, mean_rounds: float) -> None:
     (REPORTS / "in-flight.json").write_text(
         json.dumps({"runs": [o.as_dict() for o in outcomes]}, indent=1) + "\n"
     )
     rows = "\n".join(
         f"| {o.label} | {o.latency_s:g} s | {o.docs} | {o.docs_per_s:.2f} | "
-        f"{o.ideal_docs_per_s:.2f} | {o.share_of_ideal:.0%} | {o.most_in_flight} | "
+        f"{o.ideal_docs_per_s:.2f} | {o.share_of_ideal:.0%} | {_bound(o)} | {o.most_in_flight} | "
         f"{o.pss_mb_at_most:.0f} | {o.pss_mb_per_step_in_flight:.2f} | "
         f"{o.pss_growth_mb_per_step_in_flight:.2f} | {o.worker_cpu_ms_per_step:.1f} | "
-        f"{o.machine_cpu_share:.0%} | {o.most_connections} | {o.measured} |"
+        f"{o.machine_cpu_share:.0%} | {_busy(o)} | {o.most_connections} | {o.measured} |"
         for o in outcomes
     )
     command = (
@@ -382,8 +425,8 @@ named, an interactive pool of one process, beat, the API), DBOS on the same Post
 database of its own. A document needs {mean_rounds:.2f} provider round trips one after the
 other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s.
 
-| system | per call | documents | documents/s | ideal | share of ideal | most steps in flight | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | CPU of the machine | most PostgreSQL connections | measured |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| system | per call | documents | documents/s | ideal | share of ideal | the batch allows | most steps in flight | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | CPU of its processes | CPU of the machine | most PostgreSQL connections | measured |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
 
 - **PSS per step in flight** is the worker's whole PSS (main process and pool processes,
@@ -392,10 +435,16 @@ other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s
   one more step in flight costs.
 - **worker CPU per step**: CPU of the worker's processes over the run / (3 x documents);
   for docpipe the batch worker(s) only (beat, the API and the interactive pool apart).
-- **CPU of the machine**: CPU of every process measured (workers, PostgreSQL, Redis, the
+- **the batch allows**: the most documents/s the slots could reach on this one batch at no
+  cost of their own (documents started in order as slots free up, each holding its slot
+  for its rounds; the batch ends with its last document), and its share of the ideal.
+  With few waves (documents / slots) the last one leaves many slots empty.
+- **CPU of its processes**: CPU of every process measured (workers, PostgreSQL, Redis, the
   fake provider, the submitting client) over the run's time and this machine's
-  {os.cpu_count()} cores; near 100 % the CPU binds, not the slots. This machine is shared
-  with other work (load average over 5 minutes beside each run in the JSON).
+  {os.cpu_count()} cores. **CPU of the machine**: what every process of the machine used
+  over the same time (/proc/stat), other work included: near 100 % the CPU binds, not the
+  slots, however low the first figure. This machine is shared with other work (load
+  average over 5 minutes beside each run in the JSON).
 - **measured**: `--keep` reruns some configurations and keeps the others' rows; each row
   says when it was measured.
 - **PostgreSQL connections**: the most client connections to the system's database seen

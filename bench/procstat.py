@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Memory", "cpu_seconds", "group_pids", "memory", "tree_pids"]
+__all__ = ["Memory", "cpu_seconds", "group_pids", "machine_busy_seconds", "memory", "tree_pids"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -64,6 +64,14 @@ def cpu_seconds(pids: Iterable[int]) -> float:
             # utime(11) stime(12) cutime(13) cstime(14), counted after ')'.
             total += sum(int(x) for x in f[11:15])
     return total / _TICKS
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every process of the machine has used since boot, all cores together
+    (/proc/stat: all time but idle and iowait), other work on a shared machine included."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICKS
 
 
 @dataclass(frozen=True)

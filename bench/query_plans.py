@@ -52,6 +52,19 @@ def scans(plan: Mapping[str, Any]) -> Iterator[Scan]:
         yield from scans(child)
 
 
+def written(plan: Mapping[str, Any]) -> set[str]:
+    """The tables an EXPLAIN ANALYZE plan changed rows of (its INSERT, UPDATE and DELETE
+    nodes, in CTEs too, that were given a row)."""
+    found: set[str] = set()
+    if plan.get("Node Type") == "ModifyTable" and any(
+        child.get("Actual Rows", 0) for child in plan.get("Plans", ())
+    ):
+        found.add(str(plan["Relation Name"]))
+    for child in plan.get("Plans", ()):
+        found |= written(child)
+    return found
+
+
 def _is_guarded(relation: str | None) -> bool:
     # llm_call_log's partitions are named after it.
     return relation is not None and any(

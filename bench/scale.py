@@ -16,7 +16,11 @@ retention, as beat's retention keeps them (the weeks before are dropped whole). 
   rows (and partitions) removed per second by beat's passes.
 
 The report (docs/benchmarks/scale.md) gives each query's median at each size, the ratio of
-the largest size's to the smallest's, and the plan at the largest size.
+the largest size's to the smallest's, the plan at the largest size and, for each query above
+2x, its plan note (PLAN_NOTES): why it grew, found with EXPLAIN (ANALYZE, BUFFERS).
+
+Each statement's runs are rolled back, and the tables it changed are then VACUUMed, so that
+its rolled-back row versions are not read by the statements timed after it.
 
     python -m bench.scale [--sizes 100000,1000000] [--repeat 5]
     python -m bench.scale --from-raw   # the report again from docs/benchmarks/scale-raw.json
@@ -48,7 +52,7 @@ import psycopg
 from bench.busy import Filled, Shape, busy_database_server, fill
 from bench.harness import REPORTS, write_report
 from bench.live_migration import migrations_up_to
-from bench.query_plans import MODES, QueryLab, median, plan_note
+from bench.query_plans import MODES, QueryLab, median, plan_note, written
 from docpipe.settings import Settings
 from docpipe.settings.retention import RetentionSettings
 from docpipe.state.db import Database, Timeouts, load_queries
@@ -75,6 +79,50 @@ TARGET_ADMISSION_MS = 20.0
 TARGET_SCRAPE_MS = 50.0
 EXAMPLE_PER_DAY = 300_000  # docs/capacity.md's deployment, documents (runs) a day
 SHAPE_DOCUMENT_BYTES = Shape(runs=0).document_bytes
+# Why a query's time or work grew from the smallest size to the largest, found with EXPLAIN
+# (ANALYZE, BUFFERS) on fills of 100,000 and 1,000,000 runs (2026-12-05), and what was done:
+# the report prints the note of each query above 2x. Buffers are those of the 1,000,000-run
+# fill, before and after the change.
+PLAN_NOTES = {
+    "cancel_pending_steps": "history, fixed: the planner ANDed a bitmap of every pending step"
+    " (pipeline_step_result_pending_idx, a failed run's later steps among them: 70,000 entries"
+    " at 1,000,000 runs) with the primary key's 80 rows, 18.7 ms and 150 buffers. No query read"
+    " that index by its key; migration 0089 drops it: the primary key alone, 0.27 ms, 86.",
+    "redrive_lost_steps": "history, fixed: the same bitmap of every pending step ANDed with"
+    " the primary key's rows of the runs in flight, 33 ms of its 41 at 1,000,000 runs (CPU on"
+    " 70,000 entries, hence the time without the buffers). Migration 0089 drops the index:"
+    " 1.6 ms, 679 buffers before, 597 after.",
+    "renew_leases": "query shape, fixed: once the statistics' sample held no running step the"
+    " planner took 'running' for one row and read every running step of every worker (the"
+    " 94 in flight, 92 buffers) to find the held ones (4 buffers at 100,000 runs). The held"
+    " runs are now an index condition too: 20 buffers, one probe per held key, at both sizes.",
+    "run_counts": "fill artefact, fixed: the fill's VACUUM ran while an autovacuum ANALYZE held"
+    " a snapshot, so the newest pages of pipeline_run (the runs in flight) were not marked"
+    " all-visible and the index-only scan read the heap for each of their rows: 117 buffers"
+    " and 1,059 heap fetches on a 100,000-run fill, 52 and none on a 1,000,000-run fill"
+    " (which size it hits is chance). The fill now VACUUMs until every page is all-visible.",
+    "queue_run_webhooks": "bench artefact, fixed: the statements timed before it were rolled"
+    " back, but their row versions stayed in the indexes until a VACUUM (expire_reviews'"
+    " updates of the reviews past their age, more of them in a longer history, left entries"
+    " in pipeline_run_unnotified_idx): 3 buffers on a fresh 1,000,000-run fill, 8 to 13 after"
+    " expire_reviews, 3 after VACUUM (INDEX_CLEANUP ON). The bench now VACUUMs the tables"
+    " each timed statement changed.",
+    "queue_batch_webhooks": "history, fixed: the planner took the owed webhook's three"
+    " conditions for independent, expected a fifth of the batches, and the UPDATE read the"
+    " batch table whole (one row per batch: 1 page at 100,000 runs, 10 at 1,000,000). The"
+    " batches owed a webhook are now picked from batch_webhook_owed_idx and changed by their"
+    " keys: 1 buffer at both sizes.",
+    "batch_status": "not history: one batch by its primary key; 1 buffer at 100,000 runs (a"
+    " one-page table read whole), 3 at 1,000,000 (the index and the row): the depth of a"
+    " B-tree, which grows with the logarithm of the batches.",
+    "abandon_orphaned_steps": "not history: it reads every running step (94, the work in"
+    " flight, the same at both sizes): at 100,000 runs as a bitmap, each of their 51 heap"
+    " pages once; at 1,000,000, where the statistics' sample holds no running step, in the"
+    " partial index's key order, a heap page per step (92). It grows with the steps in"
+    " flight only.",
+    "reap_lost_leases": "not history: like abandon_orphaned_steps, every running step (94),"
+    " read as a bitmap at 100,000 runs (51 heap pages) and in key order at 1,000,000 (92).",
+}
 
 
 def scale_shape(runs: int) -> Shape:
@@ -147,7 +195,21 @@ def time_queries(url: str, repeat: int) -> list[QueryTiming]:
                 timings.append(
                     QueryTiming(name, mode, min(ms), median(ms), buffers, plan_note(plan))
                 )
+                _vacuum_written(conn, plan)
     return timings
+
+
+def _vacuum_written(conn: psycopg.Connection[Any], plan: Mapping[str, Any]) -> None:
+    """VACUUM the tables a timed statement changed. Each run of it was rolled back, but its
+    row versions and index entries stay until a VACUUM: the statements timed after it would
+    read them (expire_reviews' rolled-back updates of the reviews past their age left their
+    versions in pipeline_run_unnotified_idx, and queue_run_webhooks, timed next, read 9
+    buffers instead of 3 at 1,000,000 runs; more after mark_evaluation_runs' 10,000 rows).
+    A deployment commits what it changes, and autovacuum clears what it leaves. INDEX_CLEANUP
+    ON: with dead rows on a few pages only, a VACUUM leaves their index entries otherwise."""
+    tables = written(plan)
+    if tables:
+        conn.execute(f"VACUUM (INDEX_CLEANUP ON) {', '.join(sorted(tables))}".encode())
 
 
 def time_scrape(url: str, repeat: int) -> tuple[float, float]:
@@ -519,6 +581,20 @@ def report(results: list[SizeResult], before: Mapping[str, int], args: argparse.
             if v > TARGET_RATIO and _path(k[0]) != "keyed"
         }
     )
+    grown = sorted({k[0] for k, v in (*by_time.items(), *by_work.items()) if v > TARGET_RATIO})
+    notes = "\n".join(
+        [
+            "| query | path | time ratio (custom, generic) | work ratio (custom, generic) | plan note |",
+            "|---|---|---|---|---|",
+        ]
+        + [
+            f"| `{name}` | {_path(name)} |"
+            f" {', '.join(_ratio(by_time.get((name, m))) for m in MODES)} |"
+            f" {', '.join(_ratio(by_work.get((name, m))) for m in MODES)} |"
+            f" {PLAN_NOTES.get(name, 'no note: not explained yet')} |"
+            for name in grown
+        ]
+    )
     over_rows = "\n".join(
         [
             "| query | mode | time ratio | work ratio | call log partitions in the plan, smallest"
@@ -619,6 +695,12 @@ than the retention holds the same number whatever its length (and two empty week
 the default partition).
 Tables that stay a few pages (`batch`) are read whole by the planner's choice at any size
 here.
+
+## Plan notes
+
+Why each query above 2x (periodic, list or keyed; time or work) grew, and what was done.
+
+{notes}
 
 ## Bytes per run
 

@@ -2,7 +2,8 @@
 its counts, sorted by pipeline or reason; "approve and next" through the queue in its
 order; the keyboard shortcuts listed on the page; a confirmation before a list item leaves
 the form (removed, or left empty); a passage selected on the page attached as a value's new
-quote. axe-core checks the new controls: the counts and sorting, the shortcut list, the
+quote; a header that leaves the window to the work, and inputs that show their values
+whole. axe-core checks the new controls: the counts and sorting, the shortcut list, the
 confirmation dialog and the quote picker."""
 
 from __future__ import annotations
@@ -38,6 +39,30 @@ SELECT_TEXT = """(needle) => {
 
 def status_of(stack: UiStack, run_id: str) -> str:
     return str(stack.api("GET", f"/runs/{run_id}").json()["status"])
+
+
+# Each one-line input whose value it cannot show whole (the value scrolls inside it).
+CUT_INPUTS = """() => [...document.querySelectorAll(
+    "form input[type=text], form input[type=number]")]
+  .filter((input) => input.value && input.scrollWidth > input.clientWidth)
+  .map((input) => `${input.name}: ${input.value}`)"""
+
+
+def test_the_header_is_compact_and_each_value_is_shown_whole(
+    page: Page, ui_stack: UiStack, fake_llm_server: FakeLLM
+) -> None:
+    """The window the issue measured (1000 pixels high): the review's header took its top
+    45 %, and inputs 200 pixels wide cut their values off."""
+    run_id = run_in_review(ui_stack, fake_llm_server)
+    page.set_viewport_size({"width": 1440, "height": 1000})
+    page.goto(f"{ui_stack.url}/ui/reviews/{run_id}")
+    head = page.locator(".review-head").bounding_box()
+    values = page.get_by_role("heading", name="Values").bounding_box()
+    assert head is not None and values is not None
+    assert head["height"] <= 150, head  # title, one line of facts, the shortcuts' summary
+    assert values["y"] <= 300, values  # the form starts in the window's top third
+    assert page.locator("form input[type=text]").count() > 3
+    assert page.evaluate(CUT_INPUTS) == []
 
 
 def test_approve_and_next_goes_through_the_queue_in_its_order(

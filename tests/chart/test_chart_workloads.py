@@ -159,6 +159,23 @@ def test_worker_and_beat_probes_read_the_heartbeat_file_without_python(rendered:
             assert "$DOCPIPE_LIVENESS_FILE" in command[2]
 
 
+def test_api_probes_ask_the_probes_process_the_api_starts(rendered: list[Obj]) -> None:
+    """The kubelet asks the port that DOCPIPE_PROBE_PORT gives the API's probes' process
+    (docpipe_api.probe_server), never the API's own port, where tenants' requests are."""
+    for deployment in of_kind(rendered, "Deployment"):
+        if deployment["metadata"]["labels"]["app.kubernetes.io/component"] != "api":
+            continue
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert int(env_of(container)["DOCPIPE_PROBE_PORT"]) == ports["probes"] != ports["http"]
+        for probe, path in (
+            ("startupProbe", "/healthz"),
+            ("livenessProbe", "/healthz"),
+            ("readinessProbe", "/readyz"),
+        ):
+            assert container[probe]["httpGet"] == {"path": path, "port": "probes"}
+
+
 def test_pods_wait_for_the_schema_and_roll_when_config_changes(rendered: list[Obj]) -> None:
     for deployment in docpipe_workloads(rendered):
         if deployment["kind"] != "Deployment":

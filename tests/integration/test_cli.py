@@ -146,7 +146,9 @@ def test_batch_submit_watch_and_cancel(
     batch_id = submitted.stdout.split()[1].rstrip(":")
     cancelled = docpipe("batch", "cancel", batch_id, "--api", api)
     assert cancelled.returncode == 0, cancelled.stderr
-    assert "cancelled" in cancelled.stdout
+    # A sentence, as watch ends with: not the API's counts as a Python dict.
+    assert cancelled.stdout.startswith(f"Batch {batch_id} is cancelled: "), cancelled.stdout
+    assert cancelled.stdout.rstrip().endswith(".") and "{" not in cancelled.stdout
     assert scalar(db, "SELECT status FROM batch WHERE id = %s", batch_id) == "cancelled"
     again = docpipe("batch", "cancel", batch_id, "--api", api)
     assert again.returncode == 4
@@ -404,7 +406,9 @@ def _mixed_files(folder: Path) -> dict[str, str]:
         "(DOCPIPE_MAX_PDF_BYTES)",
         "photo.docx": "HTTP 415: send PDF, Word (DOCX), PNG, JPEG or TIFF files",
         "bomb.docx": "HTTP 422: the DOCX cannot be read: decompression_bomb",
-        "latin1.txt": "not UTF-8 text",
+        # A file of no format docpipe knows is told which ones it takes.
+        "latin1.txt": "not UTF-8 text (byte 8: invalid start byte); docpipe takes PDF, Word "
+        "(DOCX), PNG, JPEG or TIFF files, or UTF-8 text",
     }
 
 

@@ -1,5 +1,6 @@
-"""``docpipe runs list`` and ``docpipe batch list`` as subprocesses against a real API:
-past work found by document name, status or batch, a page at a time."""
+"""``docpipe runs list``, ``docpipe batch list`` and ``docpipe dashboard`` as subprocesses
+against a real API: past work found by document name, status or batch, a page at a time,
+and the tenant's work at a glance."""
 
 from __future__ import annotations
 
@@ -54,3 +55,18 @@ def test_runs_and_batches_are_found_from_the_command_line(
     assert "running" in row and "0/1" in row and "$0.0000" in row
     bad = docpipe("runs", "list", "--since", "yesterday", "--api", api)
     assert bad.returncode == 2 and "neither a time" in bad.stderr
+
+    # At a glance: the figures in lines, then the newest batches and runs.
+    glance = docpipe("dashboard", "--api", api)
+    assert glance.returncode == 0, glance.stderr
+    lines = glance.stdout.splitlines()
+    assert lines[:2] == ["going on: 4 queued, 0 running", "waiting for a person: 0 runs"]
+    assert lines[2].startswith("ended since ") and lines[2].endswith(
+        " UTC: 0 done, 0 failed, 0 cancelled, 0 expired, 0 budget exceeded"
+    )
+    [batch_row] = [line for line in lines if line.startswith(batch_id)]
+    assert "running" in batch_row and "0/1" in batch_row
+    assert sum(name in glance.stdout for name in names) == 3
+    everything = json.loads(docpipe("dashboard", "--json", "--api", api).stdout)
+    assert everything["runs_by_status"]["queued"] == 4
+    assert [b["batch_id"] for b in everything["batches"]] == [batch_id]

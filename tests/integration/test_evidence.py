@@ -1,5 +1,6 @@
-"""Evidence through the API with real workers: every value's offsets point at its quote, and
-an invented quote is flagged and sends the run to review by document_extract's rule."""
+"""Evidence through the API with real workers: every value's offsets point at its quote, an
+invented quote is flagged and sends the run to review by document_extract's rule, and so
+does a wrong value under a quote that is in the document ("quote found, value not in it")."""
 
 from __future__ import annotations
 
@@ -90,3 +91,36 @@ def test_an_invented_quote_is_flagged_and_the_run_pauses_for_review_after_its_st
         assert v["supported"] is False
         assert (v["start"], v["end"], v["page"], v["section"]) == (None, None, None, None)
         assert "Schedule Z" in v["quote"]
+
+
+def test_a_wrong_value_under_a_quote_found_in_the_document_is_not_supported(
+    db: Database,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_api: Callable[..., str],
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    """The issue's party "7." quoted as "7.": the quote is in the document, and that alone
+    made the value "supported". The fake provider, told to be wrong about every value of
+    extract_fields, keeps each quote and changes the value (or leaves it out)."""
+    fake_llm.control(
+        "POST", "/control/mistakes", json={"error_rates": {"extract_fields@v2": 1.0}, "seed": 5}
+    )
+    api = start_api()
+    start_worker()
+    run = extract(api)
+    assert run["status"] == "needs_review"
+    assert run["review"]["step"] == "extract_fields"
+    wrong = [
+        v for v in run["values"] if v["value"] != CONTRACT.expected.get(v["field"], v["value"])
+    ]
+    # Not counting a boolean: its quote supports it whatever it says (the documented rule).
+    readable = [v for v in wrong if not isinstance(v["value"], bool)]
+    assert readable, run["values"]
+    for v in readable:
+        assert (v["support"], v["supported"]) == ("value_not_in_quote", False), v
+        quoted = CONTRACT.text[v["start"] : v["end"]]  # the quote was found, offsets and all
+        assert normalised(quoted) == normalised(v["quote"]), v
+    assert run["error"].startswith("unsupported_evidence: ")
+    for v in readable:
+        assert f"{v['field']} (quote found, value not in it)" in run["error"], run["error"]

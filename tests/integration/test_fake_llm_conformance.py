@@ -91,6 +91,35 @@ def test_a_schema_strict_mode_refuses_is_a_400_the_client_raises(client: openai.
     assert caught.value.status_code == 400
 
 
+def test_strict_mode_judges_each_schema_sent_however_often_it_was_seen(
+    client: openai.OpenAI,
+) -> None:
+    # The fake provider remembers what it found in a schema (clients send the same few with
+    # every call); an accepted schema must not make a refused one pass, nor the reverse.
+    loose = {**INVOICE, "additionalProperties": True}
+    for schema, refused in ((INVOICE, False), (loose, True), (loose, True), (INVOICE, False)):
+        response_format = {
+            "type": "json_schema",
+            "json_schema": {"name": "invoice", "strict": True, "schema": schema},
+        }
+        if refused:
+            with pytest.raises(openai.BadRequestError, match="additionalProperties"):
+                client.chat.completions.create(
+                    model="gpt-4o-mini",
+                    messages=[SYSTEM, USER],  # type: ignore[list-item]
+                    response_format=response_format,
+                )
+        else:
+            answer = client.chat.completions.create(
+                model="gpt-4o-mini",
+                messages=[SYSTEM, USER],  # type: ignore[list-item]
+                response_format=response_format,
+            )
+            assert set(json.loads(answer.choices[0].message.content or "{}")) == set(
+                INVOICE["properties"]
+            )
+
+
 def test_errors_map_to_the_clients_exceptions(client: openai.OpenAI, fake_server: FakeLLM) -> None:
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(

@@ -5,6 +5,7 @@ the worker before it takes any message. Real PostgreSQL, Redis, uvicorn and cele
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -212,6 +213,48 @@ def test_the_api_lists_its_pipelines_and_refuses_unknown_ones(
     assert "known: document_extract:v1, invoice_check:v1, nda_review:v1" in refused.json()["detail"]
     batch = client.post("/batches", json={"pipeline": "nope:v2", "documents": [{"id": "d1"}]})  # type: ignore[attr-defined]
     assert batch.status_code == 422
+
+
+def test_pipelines_validate_checks_models_against_the_providers_configured_here(
+    tmp_path: Path,
+) -> None:
+    """Without a local stack, the models a file asks are checked against DOCPIPE_PROVIDERS,
+    as a worker would check them at start-up; settings that do not load check nothing and
+    say so."""
+    good = pipelines_dir(tmp_path, PIPELINE_V1) / "invoice.yaml"
+    rest = {k: v for k, v in os.environ.items() if not k.startswith("DOCPIPE_")}
+    env = {**rest, "DOCPIPE_STACK_DIR": str(tmp_path / "no-stack")}
+    validate = [sys.executable, "-m", "docpipe.cli", "pipelines", "validate", str(good)]
+
+    def providers(*models: str) -> str:
+        priced = {"input_per_mtok": 1, "output_per_mtok": 2}
+        return json.dumps(
+            [
+                {
+                    "name": "main",
+                    "base_url": "http://main.test/v1",
+                    "models": dict.fromkeys(models, priced),
+                }
+            ]
+        )
+
+    def run(**more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            validate, env=env | more, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    lacking = run(DOCPIPE_PROVIDERS=providers("m1"))
+    assert lacking.returncode == 1, lacking.stdout + lacking.stderr
+    out = " ".join(lacking.stdout.split())
+    assert "asks model 'gpt-4o-mini', which is on no provider" in out, out
+    assert "(models: checked against DOCPIPE_PROVIDERS / DOCPIPE_MODEL_PRICES here)" in out
+    having = run(DOCPIPE_PROVIDERS=providers("m1", "gpt-4o-mini"))
+    assert having.returncode == 0 and "ok, invoice_check:v1 (total)" in having.stdout
+    unloadable = run(DOCPIPE_PROVIDERS="[not json")
+    assert unloadable.returncode == 0, unloadable.stdout + unloadable.stderr
+    assert "(models: not checked: the provider settings here do not load" in " ".join(
+        unloadable.stdout.split()
+    )
 
 
 def test_pipelines_validate_says_what_is_wrong_and_exits_1(tmp_path: Path) -> None:

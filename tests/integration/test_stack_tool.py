@@ -68,8 +68,10 @@ def state() -> Iterator[Path]:
             docpipe(path, "stack", "down")
 
 
-def up(state: Path, port: int, database_url: str) -> str:
-    """``stack up --detach``; the API key it printed."""
+def up(state: Path, port: int, database_url: str | None = None) -> str:
+    """``stack up --detach`` (with its own PostgreSQL unless ``database_url`` names one);
+    the API key it printed."""
+    given = {"DOCPIPE_DATABASE_URL": database_url} if database_url else {}
     started = docpipe(
         state,
         "stack",
@@ -80,7 +82,7 @@ def up(state: Path, port: int, database_url: str) -> str:
         "--latency-ms=0:0",
         "--interactive-concurrency=1",
         "--batch-concurrency=1",
-        DOCPIPE_DATABASE_URL=database_url,  # the stack's, not the commands' below
+        **given,  # the stack's, not the commands' below
     )
     assert started.returncode == 0, started.stderr + started.stdout
     found = KEY_LINE.search(started.stdout)
@@ -97,11 +99,12 @@ def can_list_pipelines(port: int, key: str) -> bool:
 
 
 def test_a_stack_in_the_background_is_found_stopped_and_keeps_its_key_on_restart(
-    state: Path, postgres_admin_url: str
+    state: Path,
 ) -> None:
-    database_url = create_database(postgres_admin_url, "docpipe_stack_tool")
+    # The stack's own PostgreSQL, on a port of its choosing that nothing else names: the
+    # commands below must find it from the stack's record alone.
     port = free_port()
-    key = up(state, port, database_url)
+    key = up(state, port)
     assert can_list_pipelines(port, key)
     key_file = state / "api-key"
     assert key_file.read_text(encoding="utf-8").strip() == key
@@ -111,10 +114,20 @@ def test_a_stack_in_the_background_is_found_stopped_and_keeps_its_key_on_restart
     status = docpipe(state, "stack", "status")
     assert status.returncode == 0, status.stderr
     assert f"API         http://127.0.0.1:{port} (ready)" in status.stdout
-    assert f"database    {database_url}" in status.stdout
     described = json.loads(docpipe(state, "stack", "status", "--json").stdout)
+    database = re.search(r"database    (postgresql://\S+)", status.stdout)
+    assert database and database[1] == described["database_url"], status.stdout
+    assert described["database_url"].endswith("/docpipe"), described["database_url"]
     names = [p["name"] for p in described["processes"]]
-    assert names == ["redis", "fake-llm", "worker-interactive", "worker-batch", "beat", "api"]
+    assert names == [
+        "postgres",
+        "redis",
+        "fake-llm",
+        "worker-interactive",
+        "worker-batch",
+        "beat",
+        "api",
+    ]
     assert all(described["alive"].values()) and described["api_ready"]
     pids = [p["pid"] for p in described["processes"]]
     for name, pid in zip(names, pids, strict=True):
@@ -125,7 +138,7 @@ def test_a_stack_in_the_background_is_found_stopped_and_keeps_its_key_on_restart
     assert again.returncode == 2
     assert "a stack is running from" in again.stderr and "docpipe stack down" in again.stderr
 
-    # api-key create finds the stack's database without DOCPIPE_DATABASE_URL.
+    # api-key create finds the stack's own database without DOCPIPE_DATABASE_URL.
     created = docpipe(state, "api-key", "create", "acme", "--name", "tutorial")
     assert created.returncode == 0, created.stderr
     assert "the database of the local stack running from" in created.stderr
@@ -153,7 +166,7 @@ def test_a_stack_in_the_background_is_found_stopped_and_keeps_its_key_on_restart
 
     # A restart keeps the key: the commands of a tutorial go on working.
     port = free_port()
-    assert up(state, port, database_url) == key
+    assert up(state, port) == key
     assert can_list_pipelines(port, key) and can_list_pipelines(port, acme_key)
     assert docpipe(state, "stack", "down").returncode == 0
 

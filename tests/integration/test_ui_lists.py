@@ -1,14 +1,16 @@
 """The web pages' home, runs and batches in-process against real PostgreSQL and Redis: the
 home page is a dashboard of the signed-in tenant's work (batches with their progress and
 cost, recent runs, runs by status, the review backlog and its oldest age, a search by
-document name), and /ui/runs and /ui/batches list them with filters, a page at a time.
-(tests/browser clicks the same pages in Chromium.)"""
+document name), GET /dashboard answers its figures, and /ui/runs and /ui/batches list them
+with filters, a page at a time. (tests/browser clicks the same pages in Chromium;
+tests/integration/test_cli_lists.py runs docpipe dashboard.)"""
 
 from __future__ import annotations
 
 import html
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.fernet import Fernet
@@ -90,6 +92,46 @@ def test_the_home_page_is_the_tenants_dashboard(ui: TestClient, db: Database) ->
     assert names[3:7] == ["invoice-e.txt", "nda-d.txt", "lease-c.txt", "contract-b.pdf"]
     assert "theirs.txt" not in page
     assert 'role="search"' in page and 'name="document"' in page
+
+
+def test_the_api_answers_the_dashboards_figures(ui: TestClient, db: Database) -> None:
+    for name in ("contract-a.txt", "contract-b.pdf"):
+        run_of(db, name)
+    cancelled = run_of(db, "nda-c.txt")
+    assert runs.cancel_run(db, TENANT, cancelled)
+    waiting = run_of(db, "invoice-d.txt")
+    to_review(db, waiting)
+    run_of(db, "theirs.txt", tenant="other")  # another tenant's: never counted, never shown
+    documents = [{"id": f"b-{i}.txt", "text": f"B{i}\n1. ONE\nText.\n"} for i in range(2)]
+    batch = ui.post("/batches", json={"documents": documents, "budget_usd": 5})
+    assert batch.status_code == 202, batch.text
+
+    answer = ui.get("/dashboard")
+    assert answer.status_code == 200, answer.text
+    home = answer.json()
+    by_status = home["runs_by_status"]
+    assert (by_status["queued"], by_status["running"], by_status["needs_review"]) == (4, 0, 1)
+    assert (by_status["cancelled"], by_status["done"], by_status["failed"]) == (1, 0, 0)
+    assert home["review_waiting"] == 1 and home["cap"] == 10_000
+    now = datetime.now(UTC)
+    oldest = datetime.fromisoformat(home["review_oldest_since"])
+    assert now - timedelta(minutes=5) < oldest <= now
+    assert now - timedelta(hours=24, minutes=5) < datetime.fromisoformat(home["ended_since"])
+    [listed] = home["batches"]
+    assert listed["batch_id"] == batch.json()["batch_id"]
+    assert (listed["runs_total"], listed["runs_ended"], listed["budget_usd"]) == (2, 0, 5.0)
+    names = [r["document_id"] for r in home["runs"]]
+    assert set(names[:2]) == {"b-0.txt", "b-1.txt"}  # one batch: one instant
+    assert names[2:] == ["invoice-d.txt", "nda-c.txt", "contract-b.pdf", "contract-a.txt"]
+    # The page shows the same figures.
+    page = ui.get("/ui/").text
+    assert figure(page, "queued") == "4" and figure(page, "review") == "1"
+    # Another tenant sees its own work only; without a key, nothing.
+    other = create_api_key(db, "other", "Bo").plaintext
+    theirs = ui.get("/dashboard", headers={"Authorization": f"Bearer {other}"}).json()
+    assert [r["document_id"] for r in theirs["runs"]] == ["theirs.txt"]
+    assert theirs["batches"] == [] and theirs["review_waiting"] == 0
+    assert ui.get("/dashboard", headers={"Authorization": ""}).status_code == 401
 
 
 def test_runs_are_found_by_document_name_status_and_batch(ui: TestClient, db: Database) -> None:

@@ -1,11 +1,13 @@
 """What the ``docpipe`` command prints where no terminal reads it, and its sentences: tables
-as tab-separated lines with nothing cut, a batch's end, a run's summary, a wrong --set."""
+as tab-separated lines with nothing cut, a batch's end, a run's summary, the dashboard's
+figures, a wrong --set."""
 
 from __future__ import annotations
 
 import io
 import subprocess
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from rich.console import Console
 
 from docpipe.cli import common
 from docpipe.cli.batches import batch_sentence
+from docpipe.cli.lists import dashboard_lines
 from docpipe.cli.results import results_table
 from docpipe.cli.runs import run_summary, steps_table
 
@@ -114,7 +117,7 @@ def test_a_batch_ends_with_a_sentence() -> None:
     }
     assert batch_sentence(status) == (
         "Batch 1f0c is done: 17 of 20 runs done, 2 failed, 1 needs review, in 2m 5s, for "
-        "$0.050995. 'docpipe review list --batch ID' shows the runs waiting for a person."
+        "$0.050995. 'docpipe review list --batch 1f0c' shows the runs waiting for a person."
     )
     status |= {"runs_by_status": {"done": 20}, "finished_at": "2026-12-01T10:00:09.5Z"}
     assert batch_sentence(status) == "Batch 1f0c is done: all 20 runs done, in 9.5s, for $0.050995."
@@ -138,6 +141,25 @@ def test_a_runs_summary_says_how_it_stands_and_what_to_do_next() -> None:
         "88e3aa20-85e7-4237-8320-912eb835f7b6')",
     ]
     assert f"  error: {REASON}" in run_summary(run())
+
+
+def test_the_dashboards_figures_are_three_lines_and_a_count_at_its_cap_says_at_least() -> None:
+    home = {
+        "runs_by_status": {"queued": 10_000, "running": 3, "needs_review": 2, "done": 41},
+        "ended_since": "2026-12-04T10:00:00+01:00",
+        "review_waiting": 2,
+        "review_oldest_since": "2026-12-05T08:30:00Z",
+        "cap": 10_000,
+    }
+    now = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+    assert dashboard_lines(home, now) == [
+        "going on: 10,000+ queued, 3 running",
+        "waiting for a person: 2 runs, the oldest for 30m ('docpipe review list')",
+        "ended since 2026-12-04 09:00 UTC: 41 done, 0 failed, 0 cancelled, 0 expired, "
+        "0 budget exceeded",
+    ]
+    idle = home | {"review_waiting": 0, "review_oldest_since": None}
+    assert dashboard_lines(idle, now)[1] == "waiting for a person: 0 runs"
 
 
 def test_a_set_value_that_is_not_json_is_one_line_with_exit_2_and_the_quoting() -> None:

@@ -48,6 +48,7 @@ def test_the_openapi_document_lists_every_route_and_its_errors(client: TestClien
         ("get", "/batches/{batch_id}/runs"): {"200", "404", "422"},
         ("get", "/batches/{batch_id}/results"): {"200", "404", "409", "422", "503"},
         ("post", "/batches/{batch_id}/cancel"): {"200", "404", "409"},
+        ("get", "/dashboard"): {"200"},
         ("get", "/pipelines"): {"200"},
         ("get", "/pipelines/{key}"): {"200", "404"},
         ("post", "/webhook-secret"): {"201", "409", "422"},

@@ -1,5 +1,6 @@
 """What GET /runs and GET /batches answer when they list: a page of summaries, newest
-first, and the cursor of the next page (docpipe.state.lists)."""
+first, and the cursor of the next page; and GET /dashboard, the web pages' home as data
+(docpipe.state.lists)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
-__all__ = ["BatchPage", "BatchSummary", "IsoTime", "RunPage", "RunSummary"]
+__all__ = ["BatchPage", "BatchSummary", "Dashboard", "IsoTime", "RunPage", "RunSummary"]
 
 _ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T")
 
@@ -79,3 +80,23 @@ class BatchSummary(BaseModel):
 class BatchPage(BaseModel):
     batches: list[BatchSummary] = Field(description="newest first")
     next_cursor: str | None = Field(description=_NEXT)
+
+
+class Dashboard(BaseModel):
+    """A tenant's work at a glance, as its web pages' home shows it: runs by status, the
+    review backlog, the newest batches and runs. Every count stops at ``cap``."""
+
+    model_config = _ANSWER
+
+    runs_by_status: dict[str, int] = Field(
+        description="runs queued, running or awaiting a person, whenever they were created; "
+        "runs of the ended statuses created since ended_since"
+    )
+    ended_since: datetime = Field(description="the ended runs counted were created since")
+    review_waiting: int = Field(description="runs awaiting a person")
+    review_oldest_since: datetime | None = Field(
+        description="since when the run that has waited longest for a person waits"
+    )
+    cap: int = Field(description="a count this high means at least this many")
+    batches: list[BatchSummary] = Field(description="the newest batches, newest first")
+    runs: list[RunSummary] = Field(description="the newest runs, newest first")

@@ -29,10 +29,12 @@ from docpipe_api.errors import error_responses, install_error_handlers
 from docpipe_api.heavy import Flights, HeavyWork
 from docpipe_api.observability import install_observability, serving_metrics
 from docpipe_api.openapi import describe_pipelines, serve_with_live_bounds
-from docpipe_api.readiness import PostgresProbe
+from docpipe_api.probes import serving_probes
+from docpipe_api.readiness import PROBE_TIMEOUTS, PostgresProbe
 from docpipe_api.resources import Resources
 from docpipe_api.routes import (
     batches,
+    dashboard,
     documents,
     evaluation_sets,
     evaluations,
@@ -67,9 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         database = Database.from_settings(resolved)
         _check_definitions(database, catalog)
         broker_redis = redis_client(resolved)
-        readiness = PostgresProbe(
-            resolved.database_url, health.PROBE_TIMEOUTS, kept=health.PROBE_THREADS
-        )
+        readiness = PostgresProbe(resolved.database_url, PROBE_TIMEOUTS, kept=health.PROBE_THREADS)
         app.state.docpipe = Resources(
             settings=resolved,
             database=database,
@@ -87,7 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ui.state.docpipe = app.state.docpipe
         try:
             with serving_metrics(resolved):
-                yield
+                async with serving_probes(resolved):
+                    yield
         finally:
             readiness.close()
             broker_redis.close()
@@ -113,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runs.router,
         reviews.router,
         batches.router,
+        dashboard.router,
         results.router,
         pipelines.router,
         webhook_secrets.router,

@@ -16,10 +16,20 @@ import psycopg
 
 from docpipe.state.db import Timeouts
 
-__all__ = ["APPLICATION_NAME", "PostgresProbe"]
+__all__ = ["APPLICATION_NAME", "PROBE_TIMEOUTS", "PostgresProbe"]
 
 # What pg_stat_activity shows for them.
 APPLICATION_NAME = "docpipe-readiness"
+_CHECK_TIMEOUT_S = 2
+# Connections of the probes' own (bounded even when the pool is exhausted), every wait
+# shorter than the kubelet's probe timeout.
+PROBE_TIMEOUTS = Timeouts(
+    connect_s=_CHECK_TIMEOUT_S,
+    socket_s=_CHECK_TIMEOUT_S,
+    statement_s=_CHECK_TIMEOUT_S,
+    lock_s=_CHECK_TIMEOUT_S,
+    pool_s=_CHECK_TIMEOUT_S,
+)
 
 
 class PostgresProbe:

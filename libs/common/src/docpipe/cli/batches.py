@@ -185,7 +185,7 @@ def cmd_batch_watch(args: argparse.Namespace) -> int:
 def cmd_batch_cancel(args: argparse.Namespace) -> int:
     with api_client(args) as client:
         status = client.cancel_batch(args.batch_id)
-    console.print(f"batch {args.batch_id}: {status['status']} {status['runs_by_status']}")
+    console.print(batch_sentence(status), highlight=False, soft_wrap=True)
     return 0
 
 
@@ -260,7 +260,7 @@ def _watch_batch(client: DocpipeClient, batch_id: str) -> int:
 def batch_sentence(status: dict[str, Any]) -> str:
     """How a batch stands, as a sentence: "Batch 1f0c... is done: all 20 runs done, in
     2m 5s, for $0.050995." or "... is cancelled: 12 of 20 runs done, 3 failed, 5 cancelled
-    ...". What the next command is, when runs need a person."""
+    ...". What the next command is, when runs need a person: the batch's own, to copy."""
     by_status = {k: v for k, v in status["runs_by_status"].items() if v}
     total, done = status["runs_total"], by_status.pop("done", 0)
     runs = f"all {total} runs done" if done == total else f"{done} of {total} runs done"
@@ -276,7 +276,10 @@ def batch_sentence(status: dict[str, Any]) -> str:
         + f"{took}, for ${status['cost_so_far_usd']:.6f}."
     )
     if by_status.get("needs_review"):
-        sentence += " 'docpipe review list --batch ID' shows the runs waiting for a person."
+        sentence += (
+            f" 'docpipe review list --batch {status['batch_id']}' shows the runs waiting for a "
+            "person."
+        )
     return sentence
 
 

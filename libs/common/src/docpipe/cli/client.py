@@ -202,6 +202,10 @@ class DocpipeClient:
         params = {k: v for k, v in filters.items() if v is not None}
         return dict(self._call("GET", "/batches", params=params))
 
+    def dashboard(self) -> dict[str, Any]:
+        """The tenant's runs by status, review backlog, newest batches and runs."""
+        return dict(self._call("GET", "/dashboard"))
+
     def cancel(self, run_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/runs/{run_id}/cancel"))
 

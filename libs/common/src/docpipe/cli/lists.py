@@ -1,5 +1,6 @@
 """``docpipe runs list`` and ``docpipe batch list``: past work, newest first, a page at a
-time, found by status, pipeline, batch, document name, time or review."""
+time, found by status, pipeline, batch, document name, time or review; and ``docpipe
+dashboard``, the tenant's work at a glance as the web pages' home shows it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from typing import Any
 from rich.table import Table
 
 from docpipe.cli.common import add_api_flags, age, api_client, console, show
-from docpipe.statuses import BatchStatus, RunStatus
+from docpipe.statuses import ACTIVE_RUN_STATUSES, ENDED_RUN_STATUSES, BatchStatus, RunStatus
 
-__all__ = ["add_batch_list", "register"]
+__all__ = ["add_batch_list", "dashboard_lines", "register"]
 
 _RELATIVE = re.compile(r"^(\d{1,6})([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -46,6 +47,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_common(listing, default_limit=20, most=200)
     listing.set_defaults(handler=cmd_runs_list)
     add_api_flags(listing)
+
+    dashboard = sub.add_parser(
+        "dashboard",
+        help="the tenant's work at a glance: runs by status, reviews waiting, newest work",
+        description="What the web pages' home shows: runs going on, waiting for a person "
+        "(and the oldest's wait), ended in the last day by status; the newest batches with "
+        "their progress and cost, and the newest runs.",
+    )
+    dashboard.add_argument("--json", action="store_true", help="everything, as the API answers")
+    dashboard.set_defaults(handler=cmd_dashboard)
+    add_api_flags(dashboard)
 
 
 def add_batch_list(batch_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -114,10 +126,15 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
     if args.json:
         console.print_json(json.dumps(page))
         return 0
+    show(_runs_table(page["runs"], datetime.now(UTC)))
+    _next_page(args, page, "runs", "docpipe runs list")
+    return 0
+
+
+def _runs_table(runs: list[dict[str, Any]], now: datetime) -> Table:
     table = Table("run", "document", "pipeline", "status", "steps", "cost", "age")
     table.columns[0].no_wrap = True  # an id is copied whole into the next command
-    now = datetime.now(UTC)
-    for r in page["runs"]:
+    for r in runs:
         table.add_row(
             r["run_id"],
             r["document_id"],
@@ -127,9 +144,7 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
             f"${r['cost_so_far_usd']:.4f}",
             _age(r["created_at"], now),
         )
-    show(table)
-    _next_page(args, page, "runs", "docpipe runs list")
-    return 0
+    return table
 
 
 def cmd_batch_list(args: argparse.Namespace) -> int:
@@ -146,10 +161,15 @@ def cmd_batch_list(args: argparse.Namespace) -> int:
     if args.json:
         console.print_json(json.dumps(page))
         return 0
+    show(_batches_table(page["batches"], datetime.now(UTC)))
+    _next_page(args, page, "batches", "docpipe batch list")
+    return 0
+
+
+def _batches_table(batches: list[dict[str, Any]], now: datetime) -> Table:
     table = Table("batch", "pipeline", "status", "runs ended", "in review", "cost", "age")
     table.columns[0].no_wrap = True
-    now = datetime.now(UTC)
-    for b in page["batches"]:
+    for b in batches:
         table.add_row(
             b["batch_id"],
             b["pipeline"],
@@ -159,9 +179,50 @@ def cmd_batch_list(args: argparse.Namespace) -> int:
             f"${b['cost_so_far_usd']:.4f}",
             _age(b["created_at"], now),
         )
-    show(table)
-    _next_page(args, page, "batches", "docpipe batch list")
+    return table
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    with api_client(args) as client:
+        home = client.dashboard()
+    if args.json:
+        console.print_json(json.dumps(home))
+        return 0
+    now = datetime.now(UTC)
+    for line in dashboard_lines(home, now):
+        console.print(line, highlight=False, soft_wrap=True)
+    if home["batches"]:
+        console.print("newest batches ('docpipe batch list' for more)", highlight=False)
+        show(_batches_table(home["batches"], now))
+    if home["runs"]:
+        console.print("newest runs ('docpipe runs list' for more)", highlight=False)
+        show(_runs_table(home["runs"], now))
     return 0
+
+
+def dashboard_lines(home: dict[str, Any], now: datetime) -> list[str]:
+    """The figures of GET /dashboard in three lines: what goes on, what waits for a
+    person (and for how long), what ended lately."""
+    cap, by_status = home["cap"], home["runs_by_status"]
+
+    def counted(n: int) -> str:
+        return f"{n:,}+" if n >= cap else f"{n:,}"
+
+    def counts(statuses: list[str]) -> str:
+        return ", ".join(f"{counted(by_status.get(s, 0))} {s.replace('_', ' ')}" for s in statuses)
+
+    waiting = home["review_waiting"]
+    review = f"waiting for a person: {counted(waiting)} run{'' if waiting == 1 else 's'}"
+    if home["review_oldest_since"]:
+        oldest = _age(home["review_oldest_since"], now)
+        review += f", the oldest for {oldest} ('docpipe review list')"
+    ended = [str(s) for s in ENDED_RUN_STATUSES if s != RunStatus.NEEDS_REVIEW]
+    since = datetime.fromisoformat(home["ended_since"]).astimezone(UTC)
+    return [
+        f"going on: {counts([str(s) for s in ACTIVE_RUN_STATUSES])}",
+        review,
+        f"ended since {since:%Y-%m-%d %H:%M} UTC: {counts(ended)}",
+    ]
 
 
 def _status(run: dict[str, Any]) -> str:

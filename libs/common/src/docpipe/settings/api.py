@@ -87,6 +87,19 @@ class ApiSettings(BaseModel):
             "its own kind, never the probes' or the reads' (more: 503 with `Retry-After`)"
         ),
     )
+    # The kubelet's probes from a process of their own, so that no tenant's request can
+    # make one wait (docpipe_api.probe_server); 0: only the API's own /healthz and /readyz.
+    probe_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description=(
+            "a process beside the API's answers `/healthz` and `/readyz` at `:<port>` (0: off), "
+            "from the API's event loop's heartbeat and its own PostgreSQL connection, whatever "
+            "tenants' requests the API works on"
+        ),
+    )
+    probe_host: str = Field(default="0.0.0.0", description="address that probes' server binds")  # noqa: S104  (the kubelet asks from outside the pod)
     max_decision_bytes: int = Field(
         default=1_000_000,
         ge=10_000,

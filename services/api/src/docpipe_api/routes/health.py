@@ -1,10 +1,13 @@
 """Probes: /healthz says the process serves requests, /readyz that it can take writes.
 
-Neither waits behind tenants' work: /healthz does no I/O, and /readyz asks PostgreSQL on
-connections and in threads of its own (never the default thread pool that tenants' requests
-share, nor the heavy requests' threads), so a flood of heavy requests leaves the probes
-answering. Its connections stay open between probes (docpipe_api.readiness): opening one
-for each probe was most of a probe's time.
+These are the API's own, answered on its event loop, so behind whatever tenants' requests
+hold it; the kubelet asks a process of their own at DOCPIPE_PROBE_PORT instead
+(docpipe_api.probe_server), which answers from this loop's heartbeat.
+
+Within the loop, neither waits for tenants' threads: /healthz does no I/O, and /readyz asks
+PostgreSQL on connections and in threads of its own (never the default thread pool that
+tenants' requests share, nor the heavy requests' threads). Its connections stay open
+between probes (docpipe_api.readiness): opening one for each probe was most of its time.
 
 Readiness asks PostgreSQL only. Every write lands there (the outbox keeps the messages), and
 beat's sweep publishes them once Redis is back; failing readiness on a Redis blip would
@@ -22,28 +25,17 @@ import anyio.to_thread
 import psycopg
 from fastapi import APIRouter, Response
 
-from docpipe.state.db import Timeouts
 from docpipe_api.deps import ResourcesDep
 from docpipe_api.schemas import HealthOut, ReadinessOut
 
-__all__ = ["PROBE_THREADS", "PROBE_TIMEOUTS", "router"]
+__all__ = ["PROBE_THREADS", "router"]
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["health"])
 
-_CHECK_TIMEOUT_S = 2
 # Probes at once: the kubelet's and a person's. More wait for these, not for tenants' work.
 PROBE_THREADS = 2
-# Connections of the probes' own (bounded even when the pool is exhausted), every wait
-# shorter than the kubelet's probe timeout.
-PROBE_TIMEOUTS = Timeouts(
-    connect_s=_CHECK_TIMEOUT_S,
-    socket_s=_CHECK_TIMEOUT_S,
-    statement_s=_CHECK_TIMEOUT_S,
-    lock_s=_CHECK_TIMEOUT_S,
-    pool_s=_CHECK_TIMEOUT_S,
-)
 
 
 @router.get("/healthz", response_model=HealthOut, summary="Liveness: no I/O")

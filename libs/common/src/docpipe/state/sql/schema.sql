@@ -259,8 +259,8 @@ CREATE TABLE pipeline_step_result (
 -- dozen rows; a keyed statement that picks it still finds its row by (run_id, step).
 CREATE INDEX pipeline_step_result_running_idx ON pipeline_step_result (run_id, step)
     WHERE status = 'running';
-CREATE INDEX pipeline_step_result_pending_idx ON pipeline_step_result (enqueued_at)
-    WHERE status = 'pending';
+-- No index of the pending steps (migration 0089): every statement finds them by their run's
+-- key, and those of ended runs are history.
 
 -- Leases tied to the worker's PostgreSQL session (docpipe.state.leases): each worker process
 -- holds a session advisory lock (class 1685021552, key from lease_session_key) on a

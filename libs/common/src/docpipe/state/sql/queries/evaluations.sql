@@ -13,10 +13,11 @@ WITH runs AS (
     WHERE batch_id = %(batch_id)s
     RETURNING id
 )
+-- The steps by their runs' keys (an array, not a join): a join's generic plan takes a batch
+-- for any size and hashes every step of the table.
 UPDATE pipeline_step_result s
 SET model_override = coalesce(%(models)s::jsonb ->> s.step, %(models)s::jsonb ->> '*')
-FROM runs
-WHERE s.run_id = runs.id AND s.status = 'pending'
+WHERE s.run_id = ANY (ARRAY(SELECT id FROM runs)) AND s.status = 'pending'
   AND s.step = ANY(%(steps)s::text[])
   AND (%(models)s::jsonb ? s.step OR %(models)s::jsonb ? '*');
 
