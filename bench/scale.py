@@ -16,7 +16,11 @@ retention, as beat's retention keeps them (the weeks before are dropped whole). 
   rows (and partitions) removed per second by beat's passes.
 
 The report (docs/benchmarks/scale.md) gives each query's median at each size, the ratio of
-the largest size's to the smallest's, and the plan at the largest size.
+the largest size's to the smallest's, the plan at the largest size and, for each query above
+2x, its plan note (PLAN_NOTES): why it grew, found with EXPLAIN (ANALYZE, BUFFERS).
+
+Each statement's runs are rolled back, and the tables it changed are then VACUUMed, so that
+its rolled-back row versions are not read by the statements timed after it.
 
     python -m bench.scale [--sizes 100000,1000000] [--repeat 5]
     python -m bench.scale --from-raw   # the report again from docs/benchmarks/scale-raw.json
@@ -103,10 +107,11 @@ PLAN_NOTES = {
     " in pipeline_run_unnotified_idx): 3 buffers on a fresh 1,000,000-run fill, 8 to 13 after"
     " expire_reviews, 3 after VACUUM (INDEX_CLEANUP ON). The bench now VACUUMs the tables"
     " each timed statement changed.",
-    "queue_batch_webhooks": "history, by the planner's choice: a sequential read of the batch"
-    " table (one row per batch: 1 page at 100,000 runs, 10 at 1,000,000), cheaper at that size"
-    " than batch_webhook_owed_idx (migration 0081), which holds only the batches owed a"
-    " webhook and is there for when the table is larger.",
+    "queue_batch_webhooks": "history, fixed: the planner took the owed webhook's three"
+    " conditions for independent, expected a fifth of the batches, and the UPDATE read the"
+    " batch table whole (one row per batch: 1 page at 100,000 runs, 10 at 1,000,000). The"
+    " batches owed a webhook are now picked from batch_webhook_owed_idx and changed by their"
+    " keys: 1 buffer at both sizes.",
     "batch_status": "not history: one batch by its primary key; 1 buffer at 100,000 runs (a"
     " one-page table read whole), 3 at 1,000,000 (the index and the row): the depth of a"
     " B-tree, which grows with the logarithm of the batches.",

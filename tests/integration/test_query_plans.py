@@ -88,13 +88,15 @@ def test_the_guard_sees_a_query_that_counts_every_run(lab: QueryLab) -> None:
             assert canary.history_scans(canary.plan(name, mode)), (name, mode)
 
 
-# Statements on one step of a run that is running: keyed by (run_id, step).
+# Statements on one step of a run that is running: keyed by (run_id, step); and the lease
+# renewal, keyed by the (run_id, step) a worker holds (the sample's runs hold none).
 ON_A_RUNNING_STEP = (
     "abandon_step",
     "fail_run",
     "give_up_lease",
     "record_step_result",
     "release_step",
+    "renew_leases",
 )
 
 
