@@ -42,7 +42,9 @@ def test_every_library_setting_is_exposed_by_the_chart() -> None:
     # the metrics server listens on every interface by default, as a pod's must; the OCR
     # page time limit is rendered when set (unset: half the soft time limit), and so is the
     # PDF page time limit (unset: a third of it); the worker pool's kind is set per
-    # worker Deployment (workers.<lane>.pool).
+    # worker Deployment (workers.<lane>.pool); the probes' port is set on the API's
+    # container (api.probePort), and their server listens on every interface, as the
+    # metrics server does.
     exposed = {field_of(env) for env in data} | {
         "database_url",
         "lease_database_url",
@@ -59,6 +61,8 @@ def test_every_library_setting_is_exposed_by_the_chart() -> None:
         "ocr_page_timeout_s",
         "pdf_page_timeout_s",
         "worker_pool",
+        "probe_port",
+        "probe_host",
     }
     missing = set(Settings.model_fields) - exposed
     assert missing == set(), f"add to the chart's config (values, schema, helpers): {missing}"
