@@ -176,6 +176,38 @@ def test_api_probes_ask_the_probes_process_the_api_starts(rendered: list[Obj]) -
             assert container[probe]["httpGet"] == {"path": path, "port": "probes"}
 
 
+def test_the_api_network_policy_lets_the_kubelet_reach_the_probes(rendered: list[Obj]) -> None:
+    """Every port the API's probes ask is one its NetworkPolicy admits; the kubelet asks
+    from its node's address, which no selector names: any peer unless narrowed."""
+    policies = [
+        p
+        for p in of_kind(rendered, "NetworkPolicy")
+        if p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "api"
+    ]
+    if not policies:
+        return  # networkPolicy.enabled is off in this value set
+    admitted = {
+        port["port"]: rule.get("from")
+        for rule in policies[0]["spec"]["ingress"]
+        for port in rule["ports"]
+    }
+    api = named(rendered, "Deployment", "docpipe-api")
+    container = api["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        port = container[probe]["httpGet"]["port"]
+        assert port in admitted, f"the NetworkPolicy refuses the kubelet's {probe} ({port})"
+        assert admitted[port] is None, "any peer: the kubelet asks from its node's address"
+
+
+def test_the_probes_port_can_be_narrowed_to_the_nodes() -> None:
+    nodes = [{"ipBlock": {"cidr": "10.0.0.0/16"}}]
+    policy = named(
+        render({"networkPolicy": {"probeIngressFrom": nodes}}), "NetworkPolicy", "docpipe-api"
+    )
+    rules = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "probes"]
+    assert rules == [{"ports": [{"port": "probes", "protocol": "TCP"}], "from": nodes}]
+
+
 def test_pods_wait_for_the_schema_and_roll_when_config_changes(rendered: list[Obj]) -> None:
     for deployment in docpipe_workloads(rendered):
         if deployment["kind"] != "Deployment":
