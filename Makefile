@@ -25,8 +25,13 @@ test: deps venv ## the whole suite: unit, integration (real PostgreSQL, Redis, w
 # test-fast runs on two pytest-xdist workers: each worker's session fixtures start their own
 # PostgreSQL and Redis on free ports, so the workers share no state. `make test` stays in one
 # process: its processes and chaos tests kill servers and time recoveries.
+# Bytecode, pytest's rewritten test modules included, is kept under .local/pycache between
+# runs even where the environment sets PYTHONDONTWRITEBYTECODE: without it every run (and
+# every `docpipe` subprocess a test starts) compiles the repository's modules again.
+# Python and pytest check each cached file against its source's mtime and size.
+TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.local/pycache
 test-fast: deps venv ## the inner loop: unit and in-process integration tests on two workers (PYTEST_ARGS=-n0 for one); leaves out `processes` (workers, beat, API servers, browser, chaos stack: tests/conftest.py marks them) and `slow` (the Helm chart's renders, OCR of whole scans, filled databases, outages waited out, the docs site build)
-	$(BIN)/python -m pytest -m "not processes and not slow" -n 2 $(PYTEST_ARGS)
+	$(TEST_BYTECODE) $(BIN)/python -m pytest -m "not processes and not slow" -n 2 $(PYTEST_ARGS)
 
 schemathesis: deps venv ## schemathesis over the whole OpenAPI: every check and phase, stateful included, unbounded, random seed
 	DOCPIPE_SCHEMATHESIS_MAX_EXAMPLES=0 DOCPIPE_SCHEMATHESIS_SEED= $(BIN)/python -m pytest -s \

@@ -18,7 +18,6 @@ from docpipe.cli.common import add_api_flags, api_client, console, errors
 from docpipe.cli.failures import ExitCode
 from docpipe.cli.lists import add_batch_list
 from docpipe.cli.uploads import FILE_SUFFIXES, print_summary, upload_files
-from docpipe.pipelines.columns import MAX_CELL_CHARS
 
 __all__ = ["batch_sentence", "register"]
 
@@ -212,6 +211,8 @@ def cmd_batch_results(args: argparse.Namespace) -> int:
     if saved.omitted:
         print(f"no column for: {saved.omitted}", file=sys.stderr)
     if saved.cut_cells:
+        from docpipe.pipelines.columns import MAX_CELL_CHARS
+
         print(
             f"{saved.cut_cells} cells longer than {MAX_CELL_CHARS:,} characters cut (a "
             "spreadsheet holds no more; the JSON lines hold them whole)",

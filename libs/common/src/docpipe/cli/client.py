@@ -27,7 +27,6 @@ from typing import IO, Any
 import httpx
 
 from docpipe.backoff import retry_delay
-from docpipe.pipelines.columns import CUT_MARK_END
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -392,6 +391,8 @@ def _export_params(status: str | None, evidence: bool) -> dict[str, str]:
 def _workbook_counts(book: IO[bytes]) -> tuple[int, int]:
     """(rows of documents, cells cut) of a results workbook: its values sheet's rows below
     the two header rows, and the cut marks in its sheets; read a block at a time."""
+    from docpipe.pipelines.columns import CUT_MARK_END
+
     book.seek(0)
     rows = cut = 0
     with zipfile.ZipFile(book) as archive:

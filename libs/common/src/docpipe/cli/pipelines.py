@@ -12,8 +12,6 @@ from rich.table import Table
 
 from docpipe.cli.common import add_api_flags, api_client, console, show
 from docpipe.cli.local_stack import live_record, state_dir
-from docpipe.pipelines.files import load_pipeline_file
-from docpipe.pipelines.model import PipelineError
 
 __all__ = ["register"]
 
@@ -72,6 +70,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Each file loaded and checked as the workers would: its models against the providers
     this command can see (:func:`_known_models`)."""
     from docpipe.pipelines.catalog import check_answer_schemas, check_models
+    from docpipe.pipelines.files import load_pipeline_file
+    from docpipe.pipelines.model import PipelineError
 
     known, where = _known_models()
     wrong = 0

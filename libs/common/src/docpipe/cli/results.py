@@ -15,7 +15,6 @@ from rich.text import Text
 
 from docpipe.cli.common import add_api_flags, api_client, console, show
 from docpipe.cli.failures import ExitCode
-from docpipe.pipelines.evidence import Support, support_label, support_of
 
 __all__ = ["evidence_count", "readable", "register", "results_table", "run_results"]
 
@@ -90,6 +89,8 @@ def values_table(values: Sequence[dict[str, Any]], width: int | None = None) -> 
     table.add_column("page", justify="right")
     table.add_column("section", overflow="fold", width=min(22, max(11, room // 5)))
     table.add_column("evidence", overflow="fold")
+    from docpipe.pipelines.evidence import Support, support_label, support_of
+
     for v in values:
         section = " ".join(str(s) for s in (v.get("section"), v.get("section_title")) if s)
         quote = Text(v.get("quote") or "")
@@ -205,6 +206,8 @@ def evidence_count(values: list[dict[str, Any]] | None) -> str:
     many a reviewer corrected (a person, not a quote, stands behind those)."""
     if not values:
         return ""
+    from docpipe.pipelines.evidence import Support, support_of
+
     supported = sum(1 for v in values if v["supported"])
     corrected = sum(1 for v in values if support_of(v) is Support.CORRECTED)
     return f"{supported}/{len(values)}" + (f", {corrected} corrected" if corrected else "")

@@ -13,7 +13,6 @@ from rich.table import Table
 from docpipe.cli.client import DocpipeClient
 from docpipe.cli.common import add_api_flags, age, api_client, console, show
 from docpipe.cli.failures import UsageError
-from docpipe.pipelines.evidence import support_label
 
 __all__ = ["register"]
 
@@ -121,6 +120,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     for error in detail["errors"]:
         console.print(f"  ! {error}")
     console.print_json(json.dumps(detail["output"]))
+    from docpipe.pipelines.evidence import support_label
+
     for e in detail["evidence"]:
         mark = escape(support_label(e))
         if not e["supported"]:

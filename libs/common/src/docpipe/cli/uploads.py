@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 from docpipe.cli.client import ApiError, DocpipeClient
 from docpipe.cli.common import errors
-from docpipe.extraction.formats import ACCEPTED_FORMATS
 
 __all__ = [
     "FILE_SUFFIXES",
@@ -80,6 +79,8 @@ def attempt(uploads: Uploads, path: Path, call: Callable[[], T]) -> T | None:
             raise
         reason = str(exc)
     except UnicodeDecodeError as exc:
+        from docpipe.extraction.formats import ACCEPTED_FORMATS
+
         reason = (
             f"not UTF-8 text (byte {exc.start}: {exc.reason}); docpipe takes {ACCEPTED_FORMATS}"
         )
