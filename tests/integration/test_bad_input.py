@@ -306,6 +306,9 @@ def test_a_streamed_batch_over_the_size_limit_is_cut_off_with_413(
         "/batches", content=chunks(), headers={"Content-Type": "application/json"}
     )
     assert response.status_code == 413
+    assert response.json()["detail"] == (
+        "the body is larger than the limit of 1000 bytes (DOCPIPE_MAX_BATCH_BYTES)"
+    )
     assert scalar(db, "SELECT count(*) FROM batch") == 0
 
 

@@ -12,7 +12,7 @@ from docpipe import statuses
 from docpipe.state import lists
 from docpipe.state.cursors import CURSOR_PATTERN
 from docpipe_api import actions
-from docpipe_api.bodies import parsed_json, read_capped, require_json
+from docpipe_api.bodies import parsed_json_in_turn, read_capped, require_json
 from docpipe_api.bounds import check_batch_documents
 from docpipe_api.deps import CallerDep, IdempotencyKeyDep, ResourcesDep
 from docpipe_api.errors import error_responses
@@ -79,7 +79,9 @@ async def submit_batch(
             headers={"Retry-After": str(_BUSY_RETRY_AFTER_S)},
         ) from None
     try:
-        body = await read_capped(request, resources.settings.max_batch_bytes)
+        body = await read_capped(
+            request, resources.settings.max_batch_bytes, setting="DOCPIPE_MAX_BATCH_BYTES"
+        )
 
         def submit() -> BatchAcceptedOut:
             # Counting, parsing and creating thousands of runs block for seconds: never
@@ -88,7 +90,7 @@ async def submit_batch(
             return actions.submit_batch(
                 resources=resources,
                 caller=caller,
-                batch=parsed_json(BatchIn, body),
+                batch=parsed_json_in_turn(BatchIn, body),
                 idempotency_key=key,
             )
 
