@@ -22,8 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import httpx
+import pytest
+from fastapi.testclient import TestClient
 
 from docpipe.state.db import Database
+from docpipe_api.review_schemas import DecisionIn
 from docpipe_dev.big_requests import peak_rss_bytes, post_in_chunks
 from docpipe_dev.hostile import pdf, zips
 from docpipe_dev.hostile.requests import (
@@ -33,6 +36,7 @@ from docpipe_dev.hostile.requests import (
 )
 from docpipe_dev.localstack import free_port
 from docpipe_dev.processes import ManagedProcess
+from tests.support.factories import scalar
 from tests.support.processes import ProcessGroup, wait_until
 
 POD_LIMIT_BYTES = 512 * 1024 * 1024
@@ -144,3 +148,38 @@ def test_hostile_requests_are_answered_as_documented_while_the_probes_answer(
         assert slowest < PROBE_BOUND_S, f"a probe waited {slowest:.1f} s"
     assert api.alive()
     assert peak_rss_bytes(api.pid) < POD_LIMIT_BYTES
+
+
+def test_review_decisions_are_parsed_one_at_a_time(
+    make_api_client: Callable[..., TestClient], monkeypatch: pytest.MonkeyPatch, db: Database
+) -> None:
+    """pydantic-core holds the GIL for a whole parse (a 1 MB decision: about 20 ms), so
+    parses in several threads at once take it in turn and the event loop waits behind each
+    (four 1 MB decisions at once held it 83 ms). Four decisions at once, each parse made
+    slow: never two parses at the same time, every decision answered, nothing recorded."""
+    client = make_api_client(max_heavy_requests=4)
+    parse = DecisionIn.model_validate_json
+    guard, parsing, most = threading.Lock(), [0], [0]
+
+    def slow_parse(body: bytes | bytearray) -> DecisionIn:
+        with guard:
+            parsing[0] += 1
+            most[0] = max(most[0], parsing[0])
+        try:
+            time.sleep(0.1)  # lets the GIL go: parses in several threads would overlap here
+            return parse(body)
+        finally:
+            with guard:
+                parsing[0] -= 1
+
+    monkeypatch.setattr(DecisionIn, "model_validate_json", slow_parse)
+    decision = {"revision": 0, "action": "approve", "output": {"summary": "x"}}
+
+    def decide(_: int) -> int:
+        return client.post(f"/runs/{uuid.uuid4()}/review", json=decision).status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(decide, range(4)))
+    assert answers == [404] * 4, "parsed, then no such run"
+    assert most[0] == 1, f"{most[0]} decisions were parsed at once"
+    assert scalar(db, "SELECT count(*) FROM review_decision") == 0

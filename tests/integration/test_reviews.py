@@ -355,6 +355,12 @@ def test_bad_decisions_change_nothing(
     assert decide(stack, run_id, action="ok").status_code == 422
     unrouted = stack.post(f"/runs/{run_id}/review", content=b"revision=1")
     assert unrouted.status_code == 415
+    huge = {"summary": "x" * 1_000_000, "key_points": ["12 months"], "risk_flags": []}
+    too_big = decide(stack, run_id, action="approve", output=huge, revision=revision)
+    assert too_big.status_code == 413
+    assert too_big.json()["detail"] == (
+        "the body is larger than the limit of 1000000 bytes (DOCPIPE_MAX_DECISION_BYTES)"
+    )
     review = stack.get(f"/reviews/{run_id}").json()["review"]
     assert review["revision"] == revision  # nothing changed
     assert scalar(db, "SELECT count(*) FROM review_decision") == 0

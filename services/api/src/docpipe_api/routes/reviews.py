@@ -11,7 +11,7 @@ from docpipe.pipelines.model import NAME_PATTERN
 from docpipe.state import reviews
 from docpipe.statuses import ReviewReason
 from docpipe_api import actions
-from docpipe_api.bodies import parsed_json, read_capped, require_json
+from docpipe_api.bodies import parsed_json_in_turn, read_capped, require_json
 from docpipe_api.deps import CallerDep, ResourcesDep
 from docpipe_api.errors import error_responses
 from docpipe_api.review_schemas import DecisionIn, ReviewDetailOut, ReviewItemOut, ReviewPageOut
@@ -24,9 +24,10 @@ router = APIRouter(tags=["reviews"])
 
 async def _decision_body(request: Request, resources: ResourcesDep) -> bytearray:
     """The decision's JSON, within DOCPIPE_MAX_DECISION_BYTES (one step's output, edited:
-    far below it); parsed off the event loop, with the decision."""
+    far below it); parsed off the event loop, with the decision, one parse at a time."""
     require_json(request)
-    return await read_capped(request, resources.settings.max_decision_bytes)
+    limit = resources.settings.max_decision_bytes
+    return await read_capped(request, limit, setting="DOCPIPE_MAX_DECISION_BYTES")
 
 
 @router.get(
@@ -104,7 +105,7 @@ async def decide_review(
             resources=resources,
             caller=caller,
             run_id=run_id,
-            decision=parsed_json(DecisionIn, body),
+            decision=parsed_json_in_turn(DecisionIn, body),
         )
 
     return await resources.heavy.run("deciding a review", decide)
