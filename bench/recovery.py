@@ -308,6 +308,9 @@ SLOW_ENV = {
 class ManyRound:
     held: int  # steps in flight in the killed process
     seconds: list[float]  # per step: kill -> its next attempt claimed
+    reaped_s: float  # kill -> the reaper's pass that handed the steps on (its transaction)
+    published_s: float  # kill -> the publish of their messages began
+    load: float  # the machine's 1-minute load average at the kill
     ended_before: int  # steps that ended in the killed process before the kill
     answered_twice: int
 
@@ -345,6 +348,21 @@ def answered_twice(bench: Bench) -> int:
     )
 
 
+def handed_on(bench: Bench, held: list[dict[str, object]], lost_at: float) -> tuple[float, float]:
+    """From the kill: the latest reaper pass that wrote a held step's outbox row (its
+    transaction's start), and the latest start of their publish."""
+    row = bench.sql(
+        "SELECT max(extract(epoch FROM o.created_at))::float AS reaped,"
+        " max(extract(epoch FROM o.published_at))::float AS published"
+        " FROM outbox o JOIN unnest(%s::uuid[], %s::text[]) h(run_id, step)"
+        " ON o.run_id = h.run_id AND o.step = h.step WHERE o.created_at >= to_timestamp(%s)",
+        [str(h["run_id"]) for h in held],
+        [str(h["step"]) for h in held],
+        lost_at,
+    )[0]
+    return float(row["reaped"]) - lost_at, float(row["published"] or lost_at) - lost_at
+
+
 def many_round(bench: Bench, i: int, steps: int) -> ManyRound:
     """``steps`` runs held by one threads worker, which is SIGKILLed; a standby takes them."""
     standby = threads_worker(bench, f"standby-{i}", steps)
@@ -360,6 +378,7 @@ def many_round(bench: Bench, i: int, steps: int) -> ManyRound:
         held = held_steps(bench, holder.pid)
         holder.kill_group()
         lost_at = time.time()
+        load = os.getloadavg()[0]
         consume(bench, f"standby-{i}", on=True)
 
         def next_attempts() -> dict[tuple[str, str], float] | None:
@@ -379,6 +398,7 @@ def many_round(bench: Bench, i: int, steps: int) -> ManyRound:
             return again
 
         again = wait_for(next_attempts, timeout_s=120, every_s=0.05)
+        reaped_s, published_s = handed_on(bench, held, lost_at)
         wait_for(
             lambda: (
                 bench.scalar(
@@ -395,11 +415,12 @@ def many_round(bench: Bench, i: int, steps: int) -> ManyRound:
         holder.kill_group()
         standby.stop(timeout_s=120)
     seconds = sorted(started - lost_at for started in again.values())
-    result = ManyRound(len(held), seconds, 0, answered_twice(bench))
+    result = ManyRound(len(held), seconds, reaped_s, published_s, load, 0, answered_twice(bench))
     print(
         f"threads process holding {result.held} steps, round {i + 1}: all running again "
-        f"{max(seconds):.2f}s after the kill (median {statistics.median(seconds):.2f}s), "
-        f"{result.answered_twice} call(s) answered twice"
+        f"{max(seconds):.2f}s after the kill (median {statistics.median(seconds):.2f}s; "
+        f"reaped {reaped_s:.2f}s, publish began {published_s:.2f}s, first claim "
+        f"{min(seconds):.2f}s), {result.answered_twice} call(s) answered twice"
     )
     return result
 
@@ -544,6 +565,7 @@ def _many_figures(many: list[ManyRound]) -> dict[str, object]:
         "threads_all_again_s": max(max(r.seconds) for r in many),
         "threads_median_again_s": statistics.median(s for r in many for s in r.seconds),
         "threads_answered_twice": sum(r.answered_twice for r in many),
+        "threads_reaped_s": max(r.reaped_s for r in many),
     }
 
 
@@ -551,8 +573,9 @@ def _many_section(many: list[ManyRound], steps: int) -> str:
     if not many:
         return ""
     rows = "\n".join(
-        f"| {i + 1} | {r.held} | {statistics.median(r.seconds):.2f} | "
-        f"{percentile(r.seconds, 95):.2f} | **{max(r.seconds):.2f}** | {r.answered_twice} |"
+        f"| {i + 1} | {r.held} | {r.reaped_s:.2f} | {r.published_s:.2f} | {min(r.seconds):.2f} | "
+        f"{statistics.median(r.seconds):.2f} | {percentile(r.seconds, 95):.2f} | "
+        f"**{max(r.seconds):.2f}** | {r.answered_twice} | {r.load:.1f} |"
         for i, r in enumerate(many)
     )
     return f"""
@@ -566,8 +589,13 @@ next attempt's claim. The process' {steps} leases all hang on its one lease sess
 the reaper's next pass (every {Settings().reaper_interval_s:g} s) finds every one of them
 gone at once.
 
-| round | steps held | median (s) | p95 (s) | the last of them (s) | calls answered twice |
-|---|---|---|---|---|---|
+Phases, in seconds from the kill: the reaper's pass that handed the steps on (its
+transaction's start: beat fires it every {Settings().reaper_interval_s:g} s), the start of
+the publish of their 200 messages (one by one, in the transaction that marks them
+published), then the standby's claims, first to last.
+
+| round | steps held | reaped | publish began | first claim | median claim | p95 | the last of them | calls answered twice | load (1 min) |
+|---|---|---|---|---|---|---|---|---|---|
 {rows}
 """
 
