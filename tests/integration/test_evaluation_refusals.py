@@ -319,4 +319,9 @@ def test_a_name_postgresql_cannot_hold_is_refused_not_a_server_error(
             method, url, content=content, headers={"Content-Type": "application/json"}
         )
         assert answer.status_code in (404, 422), (method, url, answer.status_code, answer.text)
+    item = sample_items(1, prefix="nul")[0]
+    for where in ("document", "expected"):
+        bad = {**item, where: {**item[where], "id" if where == "document" else "x": "a\u0000"}}
+        refused = upload(client, jsonl([bad]))
+        assert refused.status_code == 422, (where, refused.status_code, refused.text)
     assert scalar(db, "SELECT count(*) FROM evaluation") == 0
