@@ -19,17 +19,19 @@ WORKFLOW_LINT := $(BIN)/jactionlint --no-online --shellcheck= --pyflakes=
 run: deps venv ## bring the local stack up, process the sample contracts, stop
 	$(BIN)/docpipe demo
 
+# Bytecode, pytest's rewritten test modules included, is kept under .local/pycache between
+# runs even where the environment sets PYTHONDONTWRITEBYTECODE: without it every run, and
+# every `docpipe` process a test starts (workers, beat, API servers, the CLI), compiles the
+# repository's modules again (0.1-0.2 s of CPU each). Python and pytest check each cached
+# file against its source's mtime and size.
+TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.local/pycache
+
 test: deps venv ## the whole suite: unit, integration (real PostgreSQL, Redis, workers), chaos
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(TEST_BYTECODE) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # test-fast runs on two pytest-xdist workers: each worker's session fixtures start their own
 # PostgreSQL and Redis on free ports, so the workers share no state. `make test` stays in one
 # process: its processes and chaos tests kill servers and time recoveries.
-# Bytecode, pytest's rewritten test modules included, is kept under .local/pycache between
-# runs even where the environment sets PYTHONDONTWRITEBYTECODE: without it every run (and
-# every `docpipe` subprocess a test starts) compiles the repository's modules again.
-# Python and pytest check each cached file against its source's mtime and size.
-TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.local/pycache
 test-fast: deps venv ## the inner loop: unit and in-process integration tests on two workers (PYTEST_ARGS=-n0 for one); leaves out `processes` (workers, beat, API servers, browser, chaos stack: tests/conftest.py marks them) and `slow` (the Helm chart's renders, OCR of whole scans, filled databases, outages waited out, the docs site build)
 	$(TEST_BYTECODE) $(BIN)/python -m pytest -m "not processes and not slow" -n 2 $(PYTEST_ARGS)
 

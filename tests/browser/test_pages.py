@@ -110,7 +110,7 @@ def test_html_in_a_document_is_shown_as_text_and_never_runs(page: Page, ui_stack
 
 
 def test_a_batch_shows_its_counts_and_runs_and_can_be_cancelled(
-    page: Page, ui_stack: UiStack
+    page: Page, ui_stack: UiStack, fake_llm_server: FakeLLM
 ) -> None:
     documents = [{"id": f"b-{i}", "text": CONTRACT} for i in range(3)]
     submitted = ui_stack.api("POST", "/batches", json={"documents": documents})
@@ -125,10 +125,17 @@ def test_a_batch_shows_its_counts_and_runs_and_can_be_cancelled(
     expect(page.locator('[data-batch="counts"]')).to_contain_text("done 3")
     expect(rows.locator(".badge")).to_have_text(["done"] * 3)
 
-    second = ui_stack.api("POST", "/batches", json={"documents": documents[:1] * 1})
-    page.goto(f"{ui_stack.url}/ui/batches/{second.json()['batch_id']}")
-    page.get_by_role("button", name="Cancel batch").click()
-    expect(page.locator('[data-batch="status"]')).to_have_text("cancelled")
+    # A batch still running when the button is pressed: a text of its own (the first batch's
+    # answers would be reused at once) whose calls hang until the call timeout, three times.
+    fake_llm_server.add_fault("hang", count=3, hang_s=60)
+    try:
+        held = {"id": "b-held", "text": f"{CONTRACT}\nReference: {uuid.uuid4().hex}"}
+        second = ui_stack.api("POST", "/batches", json={"documents": [held]})
+        page.goto(f"{ui_stack.url}/ui/batches/{second.json()['batch_id']}")
+        page.get_by_role("button", name="Cancel batch").click()
+        expect(page.locator('[data-batch="status"]')).to_have_text("cancelled")
+    finally:
+        fake_llm_server.reset()
 
 
 def test_a_finished_batchs_csv_is_downloaded_with_a_row_per_document(

@@ -292,3 +292,36 @@ def made_set_as(client: TestClient, headers: dict[str, str]) -> None:
         headers=headers | JSONL,
     )
     assert added.status_code == 200, added.text
+
+
+def test_a_name_postgresql_cannot_hold_is_refused_not_a_server_error(
+    make_api_client: Callable[..., TestClient], db: Database
+) -> None:
+    """PostgreSQL's text holds no NUL character (nor a lone surrogate): a set's name or id, a
+    document id, a pipeline or a cursor carrying one is refused or not found, never a 500 (a
+    schemathesis find: POST /evaluations with such a set name)."""
+    client = make_api_client()
+    made_set(client)
+    evaluation = "00000000-0000-0000-0000-000000000000"
+    for method, url, body in (
+        ("POST", "/evaluations", {"set": "\u0000D\ud83fb", "pipeline": "document_extract:v1"}),
+        ("POST", "/evaluations", {"set": "con\u0000tracts", "pipeline": "document_extract:v1"}),
+        ("GET", "/evaluation-sets/con%00tracts", None),
+        ("GET", "/evaluation-sets/con%00tracts/items", None),
+        ("GET", "/evaluation-sets/contracts/items?after=c%00", None),
+        ("GET", f"/evaluations/{evaluation}/documents/c%00", None),
+        ("GET", f"/evaluations/{evaluation}/documents?after=c%00", None),
+        ("GET", "/reviews?pipeline=document_extract%00", None),
+    ):
+        # json.dumps escapes the surrogate as \ud83f, as schemathesis sent it.
+        content = None if body is None else json.dumps(body)
+        answer = client.request(
+            method, url, content=content, headers={"Content-Type": "application/json"}
+        )
+        assert answer.status_code in (404, 422), (method, url, answer.status_code, answer.text)
+    item = sample_items(1, prefix="nul")[0]
+    for where in ("document", "expected"):
+        bad = {**item, where: {**item[where], "id" if where == "document" else "x": "a\u0000"}}
+        refused = upload(client, jsonl([bad]))
+        assert refused.status_code == 422, (where, refused.status_code, refused.text)
+    assert scalar(db, "SELECT count(*) FROM evaluation") == 0

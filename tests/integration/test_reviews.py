@@ -361,6 +361,14 @@ def test_bad_decisions_change_nothing(
     assert too_big.json()["detail"] == (
         "the body is larger than the limit of 1000000 bytes (DOCPIPE_MAX_DECISION_BYTES)"
     )
+    # PostgreSQL stores no NUL character in text or jsonb: refused, not a 500.
+    for nul in (
+        {"action": "reject", "reason": "why\u0000"},
+        {"action": "approve", "output": {**SUMMARY, "summary": "a\u0000b"}},
+    ):
+        refused = decide(stack, run_id, revision=revision, **nul)
+        assert refused.status_code == 422, refused.text
+        assert "NUL" in refused.json()["detail"]
     review = stack.get(f"/reviews/{run_id}").json()["review"]
     assert review["revision"] == revision  # nothing changed
     assert scalar(db, "SELECT count(*) FROM review_decision") == 0

@@ -10,11 +10,12 @@ such an integer as a float and would change the value silently.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
-__all__ = ["dumps"]
+__all__ = ["dumps", "holds_nul"]
 
 
 def dumps(value: Any) -> bytes:
@@ -23,3 +24,15 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:
         return json.dumps(value, ensure_ascii=False).encode()
+
+
+# A JSON string's NUL is the escape \u0000 behind an even run of backslashes (a raw NUL byte
+# is not JSON). The lookbehind starts a match only where a run of backslashes starts, so the
+# search stays linear however long the run.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def holds_nul(raw: bytes | bytearray) -> bool:
+    """Whether a JSON text has a NUL character in one of its strings: PostgreSQL's text and
+    jsonb cannot store one, so tenant JSON holding one is refused before it is written."""
+    return b"\\u0000" in raw and _NUL_ESCAPE.search(raw) is not None

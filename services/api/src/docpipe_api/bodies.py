@@ -18,6 +18,7 @@ import anyio.to_thread
 from fastapi import Depends, HTTPException, Request
 from pydantic import BaseModel, ValidationError
 
+from docpipe import json_codec
 from docpipe.errors import InvalidRequestError, UnreadableDocumentError
 from docpipe.extraction import DocumentFormat, check_upload, format_of_head, sniff_format
 from docpipe.extraction.formats import ACCEPTED_FORMATS, IMAGE_FORMATS
@@ -51,11 +52,17 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 def parsed_json(model: type[_Model], body: bytes | bytearray) -> _Model:
-    """``body`` as ``model``; 422 naming every field that does not parse (``body.<field>``)."""
+    """``body`` as ``model``; 422 naming every field that does not parse (``body.<field>``),
+    or a NUL character in any of its strings."""
     try:
-        return model.model_validate_json(body)
+        parsed = model.model_validate_json(body)
     except ValidationError as exc:
         raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
+    if json_codec.holds_nul(body):
+        raise InvalidRequestError(
+            "body: a string holds a NUL character (\\u0000), which cannot be stored"
+        )
+    return parsed
 
 
 # pydantic-core holds the GIL for a whole parse: 18-27 ms for a 1 MB review decision, 40-90

@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 _ANSWER = ConfigDict(from_attributes=True)
+# A set's id (a UUID) matches it too, so one pattern checks a reference by name or by id.
 SET_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 MAX_MODELS = 50
 
@@ -104,7 +105,7 @@ class PromoteIn(BaseModel):
 class EvaluationIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    set: str = Field(min_length=1, max_length=100, description="the set's name or id")
+    set: str = Field(pattern=SET_NAME_PATTERN, description="the set's name or id")
     pipeline: str = Field(min_length=1, max_length=200, description="a pipeline key, name:vN")
     models: dict[str, str] = Field(
         default_factory=dict,

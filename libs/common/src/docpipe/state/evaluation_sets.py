@@ -21,6 +21,7 @@ from typing import IO, Any
 import jsonschema
 from psycopg.types.json import Jsonb
 
+from docpipe import json_codec
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
 from docpipe.evaluation.comparators import Leaf, Node, ObjectNode
 from docpipe.pipelines.model import Step
@@ -383,6 +384,10 @@ def parse_item_lines(
             data = json.loads(line)
         except (ValueError, RecursionError):  # (nested past what the parser follows)
             raise InvalidRequestError(f"line {number}: not JSON") from None
+        if json_codec.holds_nul(line):
+            raise InvalidRequestError(
+                f"line {number}: a string holds a NUL character (\\u0000), which cannot be stored"
+            )
         yield _item(data, number, source, max_line_bytes, max_text_bytes, sent_files)
 
 

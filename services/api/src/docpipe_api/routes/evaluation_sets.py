@@ -29,6 +29,7 @@ from docpipe_api.bodies import (
 from docpipe_api.deps import CallerDep, ResourcesDep
 from docpipe_api.errors import error_responses
 from docpipe_api.evaluation_schemas import (
+    SET_NAME_PATTERN,
     EvaluationSetIn,
     EvaluationSetOut,
     EvaluationSetsOut,
@@ -36,7 +37,7 @@ from docpipe_api.evaluation_schemas import (
     SetItemsOut,
 )
 from docpipe_api.resources import Caller, Resources
-from docpipe_api.schemas import request_body_schema
+from docpipe_api.schemas import DOCUMENT_ID_ECMA, request_body_schema
 
 __all__ = ["router"]
 
@@ -48,7 +49,7 @@ JSON_LINES = ("application/jsonl", "application/x-ndjson", "application/json-lin
 MULTIPART = "multipart/form-data"
 ITEMS_PART = "items"
 _Body = TypeVar("_Body", bound=BaseModel)
-SetRef = Annotated[str, Path(min_length=1, max_length=100, description="a set's name or id")]
+SetRef = Annotated[str, Path(pattern=SET_NAME_PATTERN, description="a set's name or id")]
 
 
 async def _body(request: Request, model: type[_Body]) -> _Body:
@@ -114,7 +115,9 @@ def read_evaluation_set_items(
     resources: ResourcesDep,
     caller: CallerDep,
     version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
-    after: Annotated[str, Query(max_length=300, description="next_after of the page before")] = "",
+    after: Annotated[
+        str, Query(pattern=DOCUMENT_ID_ECMA, description="next_after of the page before")
+    ] = "",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> SetItemsOut:
     return actions.evaluation_set_items(

@@ -21,7 +21,7 @@ from docpipe_api.evaluation_schemas import (
     EvaluationOut,
     EvaluationsOut,
 )
-from docpipe_api.schemas import UUID_PATTERN, request_body_schema
+from docpipe_api.schemas import DOCUMENT_ID_ECMA, UUID_PATTERN, request_body_schema
 
 __all__ = ["router"]
 
@@ -120,7 +120,9 @@ def read_evaluation_documents(
     evaluation_id: EvaluationId,
     resources: ResourcesDep,
     caller: CallerDep,
-    after: Annotated[str, Query(max_length=300)] = "",
+    after: Annotated[
+        str, Query(pattern=DOCUMENT_ID_ECMA, description="next_after of the page before")
+    ] = "",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EvaluationDocumentsOut:
     return actions.evaluation_documents(
@@ -136,7 +138,7 @@ def read_evaluation_documents(
 )
 def read_evaluation_document(
     evaluation_id: EvaluationId,
-    document_id: Annotated[str, Path(max_length=300)],
+    document_id: Annotated[str, Path(pattern=DOCUMENT_ID_ECMA)],
     resources: ResourcesDep,
     caller: CallerDep,
 ) -> EvaluationDocumentOut:

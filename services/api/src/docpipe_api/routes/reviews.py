@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from docpipe.pipelines.model import NAME_PATTERN
 from docpipe.state import reviews
+from docpipe.state.lists import PIPELINE_KEY_PATTERN
 from docpipe.statuses import ReviewReason
 from docpipe_api import actions
 from docpipe_api.bodies import parsed_json_in_turn, read_capped, require_json
@@ -39,7 +40,9 @@ async def _decision_body(request: Request, resources: ResourcesDep) -> bytearray
 def list_reviews(
     resources: ResourcesDep,
     caller: CallerDep,
-    pipeline: Annotated[str | None, Query(max_length=200, description="a pipeline key")] = None,
+    pipeline: Annotated[
+        str | None, Query(pattern=PIPELINE_KEY_PATTERN, description="a pipeline key: name:vN")
+    ] = None,
     step: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     reason: ReviewReason | None = None,
     batch_id: Annotated[str | None, Query(pattern=f"^{UUID_PATTERN}$")] = None,
