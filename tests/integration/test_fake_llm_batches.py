@@ -5,7 +5,6 @@ Batches, with their validation, their state machine, faults at each point and th
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 
 from docpipe_dev.samples import sample_contracts
 from tests.support.fakellm import FakeLLM, start_fake_llm
+from tests.support.processes import wait_until
 
 CONTRACT = sample_contracts(1)[0].text
 SECTIONS = {"role": "system", "content": "docpipe-step: extract_sections\nprompt-version: v1"}
@@ -73,13 +73,9 @@ def anthropic(fake: FakeLLM) -> Iterator[httpx.Client]:
         yield c
 
 
-def until(predicate: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.1)
-    raise TimeoutError("not within the time")
+def until(predicate: Callable[[], Any]) -> Any:
+    """The first truthy value of ``predicate()``: the fake's batches end within seconds."""
+    return wait_until(predicate, timeout_s=20)
 
 
 def ended(client: openai.OpenAI, batch_id: str) -> Any:
