@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -28,6 +28,7 @@ from docpipe_dev.localstack import free_port
 from docpipe_dev.samples import SampleContract, dummy_document, sample_contracts
 from tests.support.factories import TENANT, new_run, scalar, script_calls
 from tests.support.fakellm import FakeLLM
+from tests.support.processes import wait_until
 
 STEP1, STEP2, STEP3 = DOCUMENT_EXTRACT.step_names[1:]  # after extract_text
 CONTRACTS = sample_contracts(10)
@@ -123,6 +124,12 @@ def test_every_sample_contract_goes_through_the_three_steps(
     assert total > 0
     assert scalar(db, "SELECT cost_usd FROM pipeline_run") == total
     assert sum(r.cost_usd or 0 for r in steps.values()) == total
+
+
+def lease_keeper_noticed(caplog: pytest.LogCaptureFixture) -> Callable[[], bool]:
+    """True once the lease keeper's renewal found the step's lease gone (another worker's,
+    or its run ended) and stopped its calls: it logs so from its own thread."""
+    return lambda: re.search(r"lease of \S+ lost", caplog.text) is not None
 
 
 def wait_is_over(db: Database) -> None:
@@ -332,7 +339,11 @@ def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_han
 
 
 def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_through(
-    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+    db: Database,
+    llm: LLMClient,
+    settings: Settings,
+    fake_llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     run = new_run(db, CONTRACTS[0].text)
 
@@ -341,7 +352,7 @@ def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_thro
         # Another worker takes the step over while this call waits for the limiter.
         with db.session() as s:
             s.conn.execute(b"UPDATE pipeline_step_result SET lease_owner = 'other-worker'")
-        time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
+        wait_until(lease_keeper_noticed(caplog), timeout_s=10, every_s=0.05)
         yield CallTicket()
 
     executor = StepExecutor(
@@ -355,7 +366,11 @@ def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_thro
 
 
 def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more(
-    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+    db: Database,
+    llm: LLMClient,
+    settings: Settings,
+    fake_llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     run = new_run(db, CONTRACTS[0].text)
 
@@ -364,7 +379,7 @@ def test_a_run_cancelled_while_its_call_waits_for_the_limiter_sends_nothing_more
         model: str, lane: str, tokens: int
     ) -> Iterator[CallTicket]:
         assert runs.cancel_run(db, TENANT, run.run_id)
-        time.sleep(settings.heartbeat_interval_s * 3)  # the lease keeper notices
+        wait_until(lease_keeper_noticed(caplog), timeout_s=10, every_s=0.05)
         yield CallTicket()
 
     executor = StepExecutor(
