@@ -38,7 +38,7 @@ from bench.harness import REPORTS, ROOT
 __all__ = ["Quote", "UnknownFigure", "quotes", "render", "rewrite"]
 
 _QUOTE = re.compile(
-    r"<!-- figure (?P<report>[\w-]+): (?P<template>.*?) -->(?P<text>.*?)<!-- /figure -->",
+    r"<!-- figure (?P<report>[\w-]+):\s+(?P<template>.*?)\s+-->(?P<text>.*?)<!-- /figure -->",
     re.DOTALL,
 )
 _PLACEHOLDER = re.compile(r"\{(?P<path>[^{}|]+)(?:\|(?P<spec>[^{}]*))?\}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,24 @@ def test_every_quoted_figure_is_the_one_its_report_holds() -> None:
         except figures.UnknownFigure as error:
             stale.append(f"{where}: {error}")
     assert not stale, "run `python -m bench.figures`:\n" + "\n".join(stale)
+
+
+# A marker, not its syntax shown in a code span.
+_MARKER = re.compile(r"(?<!`)<!-- figure ")
+
+
+def test_every_figure_marker_is_read_as_a_quote() -> None:
+    """A marker the reader misses (its template on the next line, say) is never checked."""
+    reports = ROOT / "docs" / "benchmarks"
+    markers = Counter(
+        {
+            path: count
+            for path in _tracked("*.md")
+            if reports not in path.parents
+            and (count := len(_MARKER.findall(path.read_text(encoding="utf-8"))))
+        }
+    )
+    assert Counter(quote.file for quote in figures.quotes()) == markers
 
 
 def test_a_figure_template_naming_an_unknown_figure_is_refused() -> None:
