@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps", "holds_nul"]
+__all__ = ["NUL_REFUSED", "dumps", "holds_nul"]
 
 
 def dumps(value: Any) -> bytes:
@@ -30,6 +30,7 @@ def dumps(value: Any) -> bytes:
 # is not JSON). The lookbehind starts a match only where a run of backslashes starts, so the
 # search stays linear however long the run.
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+NUL_REFUSED = "a string holds a NUL character (\\u0000), which cannot be stored"
 
 
 def holds_nul(raw: bytes | bytearray) -> bool:

@@ -59,9 +59,7 @@ def parsed_json(model: type[_Model], body: bytes | bytearray) -> _Model:
     except ValidationError as exc:
         raise InvalidRequestError(describe_validation_errors(exc.errors(), prefix="body")) from None
     if json_codec.holds_nul(body):
-        raise InvalidRequestError(
-            "body: a string holds a NUL character (\\u0000), which cannot be stored"
-        )
+        raise InvalidRequestError(f"body: {json_codec.NUL_REFUSED}")
     return parsed
 
 

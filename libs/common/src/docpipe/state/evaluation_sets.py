@@ -385,9 +385,7 @@ def parse_item_lines(
         except (ValueError, RecursionError):  # (nested past what the parser follows)
             raise InvalidRequestError(f"line {number}: not JSON") from None
         if json_codec.holds_nul(line):
-            raise InvalidRequestError(
-                f"line {number}: a string holds a NUL character (\\u0000), which cannot be stored"
-            )
+            raise InvalidRequestError(f"line {number}: {json_codec.NUL_REFUSED}")
         yield _item(data, number, source, max_line_bytes, max_text_bytes, sent_files)
 
 
