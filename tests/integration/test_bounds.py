@@ -444,3 +444,30 @@ def test_the_openapi_document_states_this_deployments_bounds(
     string = next(v for v in extract["budget_usd"]["anyOf"] if v.get("type") == "string")
     assert string["pattern"] == usd_string_at_most(Decimal(5))
     assert batch["documents"]["maxItems"] == 7
+
+
+def test_the_openapi_document_lists_this_deployments_pipelines_steps_and_models(
+    make_api_client: Callable[..., TestClient],
+) -> None:
+    """What the schema can say of a pipeline, a step or a model is said, so that a client or
+    a fuzzer is never told a name is fine that the API refuses (issue 33's schema-valid
+    refusals): the catalog's keys, every pipeline's steps, the models the deployment knows."""
+    paths = make_api_client().get("/openapi.json").json()["paths"]
+
+    def enums(schema: dict[str, Any]) -> list[str]:
+        return next(v["enum"] for v in (schema, *schema.get("anyOf", ())) if "enum" in v)
+
+    keys = ["document_extract:v1", "nda_review:v1"]
+    for path in ("/documents/{document_id}/extract", "/batches", "/evaluations"):
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert enums(body["properties"]["pipeline"]) == keys, path
+    parameters = paths["/runs/{run_id}/retry"]["post"]["parameters"]
+    retry = next(p for p in parameters if p["name"] == "from_step")
+    decision = paths["/runs/{run_id}/review"]["post"]["requestBody"]["content"]
+    steps = enums(decision["application/json"]["schema"]["properties"]["from_step"])
+    assert enums(retry["schema"]) == steps
+    assert {"extract_text", "extract_fields", "summarize", "verdict"} <= set(steps)
+    evaluation = paths["/evaluations"]["post"]["requestBody"]["content"]["application/json"]
+    models = evaluation["schema"]["properties"]["models"]
+    assert "gpt-4o" in models["additionalProperties"]["enum"]
+    assert "*" in models["propertyNames"]["enum"]
