@@ -16,6 +16,7 @@ from docpipe.state.call_log import CallFinish, CallKey
 from docpipe.state.db import Database
 from docpipe.state.documents import put_document
 from tests.support.factories import TENANT, new_run, scalar
+from tests.support.processes import wait_until
 
 # The machine does not care what a step does: these are document_extract's four steps. The
 # first, extract_text, is done by create_run for a text document; the others are driven by
@@ -100,9 +101,11 @@ def test_a_live_lease_makes_a_second_claim_a_no_op(db: Database) -> None:
 def test_an_expired_lease_lets_another_worker_claim_with_attempt_2(db: Database) -> None:
     run = new_run(db)
     assert runs.claim_step(db, run.run_id, STEP1, owner="dead", lease_s=0.2) is not None
-    time.sleep(0.3)
-    second = runs.claim_step(db, run.run_id, STEP1, owner="alive", lease_s=30)
-    assert second is not None and second.attempt == 2
+    # Refused until the 0.2 s lease runs out, then taken: polled, not slept.
+    second = wait_until(
+        lambda: runs.claim_step(db, run.run_id, STEP1, owner="alive", lease_s=30), timeout_s=10
+    )
+    assert second.attempt == 2
     # The dead worker's late renewal and result are refused: the lease is no longer its own.
     assert not runs.renew_leases(db, [(run.run_id, STEP1)], owner="dead", lease_s=30)
     refused = runs.record_step_result(
@@ -117,7 +120,7 @@ def test_renewal_extends_only_the_owners_lease(db: Database) -> None:
     assert runs.renew_leases(db, [(run.run_id, STEP1)], owner="w1", lease_s=30) == {
         (run.run_id, STEP1)
     }
-    time.sleep(0.4)
+    time.sleep(0.4)  # past the first 0.3 s lease: that it has not run out is what is tested
     assert runs.claim_step(db, run.run_id, STEP1, owner="w2", lease_s=30) is None
 
 
