@@ -52,7 +52,7 @@ def test_the_sweep_leaves_a_waiting_message_and_sends_a_lost_one_once(
     recorded = _recorded_step_1(db, publisher)
     broker.delete(QUEUE)  # step 1's message was taken by its worker
     assert publish_written(publisher, recorded.messages) == 1
-    time.sleep(0.5)
+    time.sleep(0.5)  # past the 0.2 s grace below: the sweep's refusal after it is the test
     # Past its grace, unclaimed, but waiting in its queue: sending it again would double it.
     assert sweep_outbox(db, publisher, broker, grace_s=0.2, lost_after_s=0.2) == 0
     assert broker.llen(QUEUE) == 1
