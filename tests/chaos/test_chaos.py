@@ -293,13 +293,18 @@ BEGIN
     PERFORM pg_sleep(random() * 0.3);
     RETURN NULL;
 END $$;
-CREATE TRIGGER chaos_slow_calls AFTER INSERT OR UPDATE ON llm_call_log
-    FOR EACH ROW EXECUTE FUNCTION chaos_slow_down();
-CREATE TRIGGER chaos_slow_steps AFTER UPDATE ON pipeline_step_result
-    FOR EACH ROW EXECUTE FUNCTION chaos_slow_down();
-CREATE TRIGGER chaos_slow_outbox AFTER INSERT OR UPDATE ON outbox
-    FOR EACH ROW EXECUTE FUNCTION chaos_slow_down();
 """
+_SLOW_NO_MORE = """
+CREATE OR REPLACE FUNCTION chaos_slow_down() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN NULL;
+END $$;
+"""
+_SLOW_TRIGGERS = (
+    ("chaos_slow_calls", "INSERT OR UPDATE", "llm_call_log"),
+    ("chaos_slow_steps", "UPDATE", "pipeline_step_result"),
+    ("chaos_slow_outbox", "INSERT OR UPDATE", "outbox"),
+)
 
 
 @pytest.mark.timeout(_SCENARIO_TIMEOUT_S)
@@ -309,10 +314,22 @@ def test_postgresql_answering_slowly_for_30_s(chaos: ChaosStack) -> None:
     done_before = chaos.steps_done()
     # Every write to the hot tables (calls, steps, outbox) sleeps up to 0.3 s inside its
     # statement, holding its row locks meanwhile, as on an overloaded or throttled disk.
+    # A trigger's creation and its drop lock their table against writes: one table, in a
+    # transaction of its own, at a time. Several in one transaction would take the tables'
+    # locks in turn while a step's transaction holds one and waits on another (a deadlock CI
+    # met). The slowness ends by replacing the function, which locks no table.
     chaos.execute(_SLOW_DOWN)
+    for trigger, events, table in _SLOW_TRIGGERS:
+        chaos.execute(
+            f"CREATE TRIGGER {trigger} AFTER {events} ON {table}"
+            " FOR EACH ROW EXECUTE FUNCTION chaos_slow_down()"
+        )
     time.sleep(30)
     slowed = chaos.steps_done() - done_before
-    chaos.execute("DROP FUNCTION chaos_slow_down() CASCADE")
+    chaos.execute(_SLOW_NO_MORE)
+    for trigger, _, table in _SLOW_TRIGGERS:
+        chaos.execute(f"DROP TRIGGER {trigger} ON {table}")
+    chaos.execute("DROP FUNCTION chaos_slow_down()")
     chaos.faults += 1
     chaos.wait_for_all_runs()
     assert_clean(chaos, "PostgreSQL slow for 30 s (0-0.3 s per write)")
