@@ -66,8 +66,10 @@ def bench_stack(
     latency_ms: str = "300:1500",
     rpm: int = 0,
     metrics_port: int = 0,
+    worker_env: dict[str, str] | None = None,
 ) -> Iterator[Bench]:
-    """A whole docpipe stack on fresh PostgreSQL and Redis, torn down afterwards."""
+    """A whole docpipe stack on fresh PostgreSQL and Redis, torn down afterwards.
+    ``worker_env`` goes to the batch lane's workers only; ``env`` to every process."""
     state = Path(tempfile.mkdtemp(prefix="docpipe-bench-"))
     state.chmod(0o711)
     # Benchmarks poll the API far more than a client should; no per-key or per-address
@@ -90,6 +92,7 @@ def bench_stack(
             fake_latency_ms=latency_ms,
             fake_rpm=rpm,
             metrics_port=metrics_port,  # 0: off, so that benchmarks never fight over ports
+            batch_worker_env=worker_env or {},
         )
     )
     try:

@@ -20,7 +20,11 @@ connections of the system's PostgreSQL database. Reported per configuration:
   the first alone says nothing about whether the CPU binds on a shared machine.
 
     python -m bench.in_flight [--docs 1000] [--prefork-docs 120] [--latency-s 2]
-        [--long-latency-s 10] [--long-docs 400] [--only NAME,...]
+        [--long-latency-s 10] [--long-docs 400] [--only NAME,...] [--worker-env NAME=VALUE]
+
+--worker-env (repeatable) goes to docpipe's batch workers only, not to the rest of the
+stack: an allocator's settings (MALLOC_ARENA_MAX=2, LD_PRELOAD=...) compared on the worker
+alone. Each row of the report names the environment it was measured with.
 """
 
 from __future__ import annotations
@@ -123,6 +127,7 @@ class Outcome:
     # Reports written before these were measured load with the defaults (unknown).
     batch_bound_docs_per_s: float = 0.0
     machine_busy_share: float = -1.0  # CPU of the whole machine / (wall time x cores)
+    worker_env: dict[str, str] = field(default_factory=dict)  # --worker-env
     measured: str = field(
         default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     )
@@ -252,7 +257,10 @@ def run_one(
 
 
 def docpipe_runs(
-    config: Config, runs: Sequence[tuple[Sequence[tuple[str, str]], float]], mean_rounds: float
+    config: Config,
+    runs: Sequence[tuple[Sequence[tuple[str, str]], float]],
+    mean_rounds: float,
+    worker_env: dict[str, str],
 ) -> list[Outcome]:
     """Every run of one docpipe configuration on one stack (a batch lane of its pool)."""
     outcomes = []
@@ -263,6 +271,7 @@ def docpipe_runs(
         batch_pool=config.pool,
         batch_workers=config.processes,
         latency_ms="0:0",
+        worker_env=worker_env,
     ) as bench:
         servers = Servers(bench)
         system = docpipe_system(servers)
@@ -285,6 +294,7 @@ def docpipe_runs(
                     connections=lambda: count(url, connections_query(database)),
                 )
             )
+            outcomes[-1].worker_env = dict(worker_env)
     return outcomes
 
 
@@ -330,12 +340,20 @@ def main() -> None:
     parser.add_argument("--long-docs", type=int, default=400)
     parser.add_argument("--only", default=",".join(c.name for c in CONFIGS))
     parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment for docpipe's batch workers only (repeatable)",
+    )
+    parser.add_argument(
         "--keep",
         action="store_true",
         help="keep the reported runs of configurations and latencies not measured this time",
     )
     args = parser.parse_args()
     wanted = set(args.only.split(","))
+    worker_env = dict(_assignment(a, parser) for a in args.worker_env)
     corpus = documents(args.docs)
     mean_rounds = statistics.fmean(rounds(text, 4) for _, text in corpus)
     outcomes: list[Outcome] = []
@@ -347,13 +365,22 @@ def main() -> None:
         if config.name == "threads-1x200" and args.long_docs:
             long_docs = documents(args.long_docs, "long")
             runs.append((long_docs, args.long_latency_s))
-        run = dbos_runs if config.pool == "dbos" else docpipe_runs
-        outcomes.extend(run(config, runs, mean_rounds))
+        if config.pool == "dbos":
+            outcomes.extend(dbos_runs(config, runs, mean_rounds))
+        else:
+            outcomes.extend(docpipe_runs(config, runs, mean_rounds, worker_env))
     if args.keep:
         outcomes = _kept(outcomes) + outcomes
     order = [c.name for c in CONFIGS]
     outcomes.sort(key=lambda o: (order.index(o.config), o.latency_s))
     report(outcomes, args, mean_rounds)
+
+
+def _assignment(text: str, parser: argparse.ArgumentParser) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        parser.error(f"--worker-env wants NAME=VALUE, not {text!r}")
+    return name, value
 
 
 def _kept(measured: Sequence[Outcome]) -> list[Outcome]:
@@ -386,6 +413,7 @@ def _figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             "connections": o.most_connections,
             "in_flight": o.most_in_flight,
             "pss_mb": o.pss_mb_at_most,
+            "worker_env": o.worker_env,
         }
     return figures
 
@@ -400,6 +428,10 @@ def _busy(o: Outcome) -> str:
     return f"{o.machine_busy_share:.0%}" if o.machine_busy_share >= 0 else "-"
 
 
+def _env(o: Outcome) -> str:
+    return " ".join(f"`{k}={v}`" for k, v in sorted(o.worker_env.items())) or "-"
+
+
 def report(outcomes: Sequence[Outcome], args: argparse.Namespace, mean_rounds: float) -> None:
     (REPORTS / "in-flight.json").write_text(
         json.dumps({"runs": [o.as_dict() for o in outcomes]}, indent=1) + "\n"
@@ -410,12 +442,15 @@ def report(outcomes: Sequence[Outcome], args: argparse.Namespace, mean_rounds: f
         f"{o.pss_mb_at_most:.0f} | {o.pss_mb_per_step_in_flight:.2f} | "
         f"{o.pss_growth_mb_per_step_in_flight:.2f} | {o.worker_cpu_ms_per_step:.1f} | "
         f"{o.machine_cpu_share:.0%} | {_busy(o)} | {o.most_connections} | {o.measured} |"
+        f" {_env(o)} |"
         for o in outcomes
     )
     command = (
         f"python -m bench.in_flight --docs {args.docs} --prefork-docs {args.prefork_docs} "
         f"--latency-s {args.latency_s:g} --long-latency-s {args.long_latency_s:g} "
-        f"--long-docs {args.long_docs}" + (f" --only {args.only} --keep" if args.keep else "")
+        f"--long-docs {args.long_docs}"
+        + "".join(f" --worker-env {a}" for a in args.worker_env)
+        + (f" --only {args.only} --keep" if args.keep else "")
     )
     markdown = f"""# Steps in flight per worker process
 
@@ -425,8 +460,8 @@ named, an interactive pool of one process, beat, the API), DBOS on the same Post
 database of its own. A document needs {mean_rounds:.2f} provider round trips one after the
 other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s.
 
-| system | per call | documents | documents/s | ideal | share of ideal | the batch allows | most steps in flight | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | CPU of its processes | CPU of the machine | most PostgreSQL connections | measured |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| system | per call | documents | documents/s | ideal | share of ideal | the batch allows | most steps in flight | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | CPU of its processes | CPU of the machine | most PostgreSQL connections | measured | worker environment |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
 
 - **PSS per step in flight** is the worker's whole PSS (main process and pool processes,
@@ -447,6 +482,8 @@ other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s
   average over 5 minutes beside each run in the JSON).
 - **measured**: `--keep` reruns some configurations and keeps the others' rows; each row
   says when it was measured.
+- **worker environment**: what `--worker-env` gave docpipe's batch workers alone (an
+  allocator's settings, say); `-` none.
 - **PostgreSQL connections**: the most client connections to the system's database seen
   at once; for docpipe that is every process of the stack (the API's pool, beat, both
   worker lanes' pools and lease sessions).

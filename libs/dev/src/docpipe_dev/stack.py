@@ -22,7 +22,7 @@ import os
 import pwd
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +79,9 @@ class StackOptions:
     interactive_pool: str = "prefork"
     batch_pool: str = "prefork"
     batch_workers: int = 1
+    # More environment for the batch lane's workers only (a benchmark's allocator settings,
+    # say), over everything else they are given.
+    batch_worker_env: Mapping[str, str] = field(default_factory=dict)
     fake_latency_ms: str = "200:800"
     fake_rpm: int = 0
     # The worker pools, beat and the API serve /metrics on this port and the next three
@@ -203,7 +206,10 @@ class LocalStack:
                     worker_argv(lane, concurrency=concurrency, name=name.removeprefix("worker-")),
                     logs,
                     liveness=state / f"{name}.alive",
-                    env={"DOCPIPE_WORKER_POOL": pool},
+                    env={
+                        "DOCPIPE_WORKER_POOL": pool,
+                        **(opts.batch_worker_env if lane == "batch" else {}),
+                    },
                 )
         self._spawn("beat", beat_argv(), logs, liveness=state / "beat.alive")
         api = self._spawn("api", api_argv(host=opts.api_host, port=opts.api_port), logs)
