@@ -24,7 +24,9 @@ connections of the system's PostgreSQL database. Reported per configuration:
 
 --worker-env (repeatable) goes to docpipe's batch workers only, not to the rest of the
 stack: an allocator's settings (MALLOC_ARENA_MAX=2, LD_PRELOAD=...) compared on the worker
-alone. Each row of the report names the environment it was measured with.
+alone. Each row of the report names the environment it was measured with. A threads
+pool's workers are given docpipe_dev.stack.THREADS_POOL_ENV unless this sets the same names:
+`--worker-env GLIBC_TUNABLES=` measures glibc's defaults.
 """
 
 from __future__ import annotations
