@@ -173,6 +173,8 @@ def test_a_killed_process_takes_its_leases_and_its_steps_run_again_elsewhere(
     run_ids = submit_contracts(db, publisher, 20)
     wait_until(lambda: answered_calls(db) >= 30 and running_steps(db) >= 10, timeout_s=60)
     doomed.kill_group()
+    # The kill is the test: the steps it interrupted and those after it go at full speed.
+    fake_llm.control("POST", "/control/config", json={"latency_ms": [0, 0]})
     start_worker(concurrency=20, **THREADS)
     assert set(all_ended(db, run_ids)) == {"done"}
     assert answered_twice(db) == 0, "a call answered before the kill was paid again"
