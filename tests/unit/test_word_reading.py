@@ -12,6 +12,7 @@ import pytest
 from docpipe.errors import UnreadableDocumentError
 from docpipe.extraction.docx_reader import DocxReader
 from docpipe.extraction.pages import PageLimits
+from docpipe.extraction.word import package
 from docpipe.extraction.word.numbering import MAX_LABEL_CHARS
 from docpipe.extraction.word.story import MAX_NESTING
 from docpipe.extraction.zipguard import ZipBounds
@@ -254,6 +255,17 @@ def test_a_strict_open_xml_file_reads_like_the_usual_kind() -> None:
     )
     assert pages(_full_featured(strict=False)) == [expected]
     assert pages(strict) == [expected]
+
+
+def test_a_strict_file_naming_many_elements_leaves_a_bounded_renaming_cache() -> None:
+    # Strict names are renamed to their usual ones through a cache; a hostile file naming
+    # 20,000 elements of its own must not leave 20,000 entries in the worker process.
+    names = "".join(f"<w:x{i}/>" for i in range(20_000))
+    strict = word.word_file(p("Kept.") + f"<w:p>{names}</w:p>", strict=True)
+    assert pages(strict) == ["Kept."]
+    cache = package._transitional_name.cache_info()
+    assert cache.maxsize is not None
+    assert cache.currsize <= cache.maxsize < 20_000
 
 
 def test_a_zip_whose_main_part_is_not_a_word_document_is_a_format_mismatch() -> None:
