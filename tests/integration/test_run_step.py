@@ -15,15 +15,19 @@ import jsonschema
 import pytest
 import redis
 
+from docpipe import interruptions
 from docpipe.errors import PermanentLLMError, TransientLLMError
 from docpipe.pipelines.document_extract import DOCUMENT_EXTRACT
 from docpipe.pipelines.evidence import normalised
+from docpipe.providers import call_threads as call_threads_module
+from docpipe.providers.call_threads import CallThreads
 from docpipe.providers.client import ChatRequest, LLMClient
 from docpipe.providers.limiter import CallTicket, ProviderLimiter
 from docpipe.settings import Settings
 from docpipe.state import runs
 from docpipe.state.db import Database
-from docpipe.worker.executor import StepExecutor
+from docpipe.state.runs import CreatedRun
+from docpipe.worker.executor import StepExecutor, StepOutcome
 from docpipe_dev.localstack import free_port
 from docpipe_dev.samples import SampleContract, dummy_document, sample_contracts
 from tests.support.factories import TENANT, new_run, scalar, script_calls
@@ -336,6 +340,113 @@ def test_calls_on_the_wire_at_the_soft_limit_are_answered_before_the_step_is_han
     again = executor.run_step(run.run_id, STEP2)
     assert (again.kind, again.calls_sent) == ("completed", sections - 4)
     assert fake_llm.stats()["by_step"][STEP2] == sections, "no section was paid twice"
+
+
+def in_a_slot(work: Callable[[], object]) -> None:
+    """Run ``work`` in a thread of its own, as a threads worker's slot runs a step (there a
+    round's first call runs on the step's thread)."""
+    slot = threading.Thread(target=work, name="slot")
+    slot.start()
+    slot.join(timeout=60)
+    assert not slot.is_alive()
+
+
+def sections_of(db: Database, run_id: str) -> int:
+    return int(
+        scalar(
+            db,
+            "SELECT jsonb_array_length(output->'sections') FROM pipeline_step_result"
+            " WHERE run_id = %s AND step = %s",
+            run_id,
+            STEP1,
+        )
+    )
+
+
+def two_runs_of_a_long_contract(db: Database) -> tuple[CreatedRun, CreatedRun]:
+    """Two runs whose step 2 fans out to more than one round of 4."""
+    first, second = (
+        new_run(db, CONTRACTS[1].text, document_id=f"doc-{n}", key=f"key-{n}") for n in (1, 2)
+    )
+    return first, second
+
+
+def call_statuses(db: Database, run_id: str) -> list[str]:
+    return list(
+        scalar(
+            db,
+            "SELECT array_agg(status ORDER BY id) FROM llm_call_log"
+            " WHERE run_id = %s AND step = %s",
+            run_id,
+            STEP2,
+        )
+    )
+
+
+def test_two_fan_outs_in_a_row_share_their_call_threads(
+    db: Database, llm: LLMClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call threads are the process', reused from one step to the next: two steps' fan-
+    outs in a row on one slot use step_call_concurrency threads in all (the slot's own and
+    the shared ones), not a new pool's each."""
+    monkeypatch.setattr(call_threads_module, "_threads", CallThreads())  # none idle yet
+    threads: set[int] = set()
+
+    @contextmanager
+    def note_the_thread(model: str, lane: str, tokens: int) -> Iterator[CallTicket]:
+        threads.add(threading.get_native_id())  # (never reused while the test runs)
+        yield CallTicket()
+
+    tuned = settings.model_copy(update={"step_call_concurrency": 4})
+    executor = StepExecutor(db, llm, tuned, gate=HoldingGate(note_the_thread))
+    first, second = two_runs_of_a_long_contract(db)
+    for run in (first, second):
+        assert executor.run_step(run.run_id, STEP1).kind == "completed"
+    assert sections_of(db, first.run_id) > 4, "more than one round each"
+    threads.clear()
+    outcomes: list[StepOutcome] = []
+    in_a_slot(lambda: outcomes.extend(executor.run_step(r.run_id, STEP2) for r in (first, second)))
+    assert [o.kind for o in outcomes] == ["completed", "completed"]
+    assert len(threads) <= 4, f"{len(threads)} threads made the two fan-outs' calls"
+
+
+def test_an_interrupted_fan_out_stops_its_own_calls_and_not_another_steps(
+    db: Database, llm: LLMClient, settings: Settings, fake_llm: FakeLLM
+) -> None:
+    """Two steps fan out at once in the shared call threads and one of them is interrupted
+    (a threads pool's soft limit) while its first round is on the wire: that round is
+    answered and memoised, none of its later calls is sent, and the other step's calls all
+    run to their answers."""
+    tuned = settings.model_copy(update={"step_call_concurrency": 4})
+    executor = StepExecutor(db, llm, tuned, interruptions=(SoftTimeLimit,))
+    stopped, going = two_runs_of_a_long_contract(db)
+    for run in (stopped, going):
+        assert executor.run_step(run.run_id, STEP1).kind == "completed"
+    sections = sections_of(db, going.run_id)
+    assert sections > 4
+    fake_llm.configure(latency_ms=[1000, 1000])
+    outcomes: dict[str, StepOutcome] = {}
+    slots = {
+        run.run_id: threading.Thread(
+            target=lambda r=run.run_id: outcomes.update({r: executor.run_step(r, STEP2)})
+        )
+        for run in (stopped, going)
+    }
+    for slot in slots.values():
+        slot.start()
+    wait_until(lambda: fake_llm.stats()["in_flight"] == 8, timeout_s=10, every_s=0.02)
+    stopped_slot = slots[stopped.run_id].ident
+    assert stopped_slot is not None
+    interruptions.interrupt(stopped_slot, SoftTimeLimit)  # both first rounds on the wire
+    for slot in slots.values():
+        slot.join(timeout=60)
+    assert (outcomes[stopped.run_id].kind, outcomes[stopped.run_id].calls_sent) == ("retry", 4)
+    assert call_statuses(db, stopped.run_id) == ["ok"] * 4, "its round answered and memoised"
+    assert (outcomes[going.run_id].kind, outcomes[going.run_id].calls_sent) == (
+        "completed",
+        sections,
+    )
+    assert call_statuses(db, going.run_id) == ["ok"] * sections
 
 
 def test_a_step_that_lost_its_lease_sends_nothing_after_the_limiter_lets_it_through(

@@ -17,7 +17,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -36,6 +36,7 @@ from docpipe.errors import (
 from docpipe.interruptions import shielded, waking
 from docpipe.observability import metrics
 from docpipe.pipelines.model import Step, StepInput
+from docpipe.providers.call_threads import call_threads
 from docpipe.providers.client import ChatClient, read_completion
 from docpipe.providers.completions import CallLabels, CallRecord, Completions
 from docpipe.providers.limiter import CallGate, no_gate
@@ -82,6 +83,9 @@ class StepCalls:
     pipeline: str = "unknown"  # the run's pipeline key, for metrics
     # The worker holding the step's lease; no call is sent once another worker took it over.
     owner: str | None = None
+    # What interrupts the step from outside (Celery's soft time limit): raised by a call the
+    # step's own thread runs, it ends the fan-out instead of being that call's error.
+    interruptions: tuple[type[BaseException], ...] = ()
     calls_sent: int = field(default=0, init=False)
     # Requests on the wire, and whether new ones may still start (see stop_sending).
     _in_flight: int = field(default=0, init=False)
@@ -125,26 +129,32 @@ class StepCalls:
         )
         if parallel <= 1:
             return [self.ask(*r) for r in requests]
-        pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="step-call")
+        # A round's first call runs on this thread, except in a process' main thread (a
+        # prefork pool process): there the soft limit is a signal, which no shield holds
+        # back, and it would cut that call between its answer and its record (paid twice).
+        # A threads pool's interruption waits for the record (interruptions.shielded); its
+        # hard limit's does not, as for a single ``ask``: that call is then abandoned.
+        fan_out = _FanOut(inline_first=threading.current_thread() is not threading.main_thread())
         futures: list[Future[dict[str, Any]]] = []
         try:
             # Round by round: a round's rows are written in one statement before any of its
             # requests leaves (see _start_round), and its answers as they come.
             for first in range(0, len(requests), parallel):
-                round_futures = self._start_round(requests[first : first + parallel], pool)
                 try:
+                    round_futures = self._start_round(requests[first : first + parallel], fan_out)
+                    fan_out.run_first(self.interruptions)
                     _wait_for_round(round_futures)
                 finally:
                     self._unreserve_left()
                 futures += round_futures
         except BaseException:
-            # Interrupted from outside (soft time limit): nothing new starts, and the step
-            # is handed on only once the requests on the wire are answered and memoised;
-            # otherwise its next attempt would pay for them a second time.
-            pool.shutdown(wait=False, cancel_futures=True)
+            # Interrupted from outside (soft time limit): nothing new of this step starts
+            # (the call threads, shared with other steps, go on), and the step is handed on
+            # only once its requests on the wire are answered and memoised; otherwise its
+            # next attempt would pay for them a second time.
+            fan_out.cancel()
             self.stop_sending(wait_s=self.settings.llm_timeout_s + 1)
             raise
-        pool.shutdown()
         return [f.result() for f in futures]
 
     def stop_sending(self, *, wait_s: float = 0.0) -> None:
@@ -180,14 +190,14 @@ class StepCalls:
     def _start_round(
         self,
         requests: Sequence[tuple[str, str, Mapping[str, Any]]],
-        pool: ThreadPoolExecutor | None,
+        fan_out: _FanOut | None,
     ) -> list[Future[dict[str, Any]]]:
-        """Check and log a round of calls in one statement, then send them (in ``pool``'s
-        threads, else here); each future holds an answer as ``ask`` gives it."""
+        """Check and log a round of calls in one statement, then send them (through
+        ``fan_out``, else here); each future holds an answer as ``ask`` gives it."""
         if self.step.model is None:
             raise PermanentLLMError(f"step {self.step.name} names no model to ask", kind="no_model")
         if len({r[0] for r in requests}) < len(requests):  # a key twice: one row each, in turn
-            return [f for r in requests for f in self._start_round([r], pool)]
+            return [f for r in requests for f in self._start_round([r], fan_out)]
         candidates = step_candidates(self.step.model, self.step.candidates)
         messages = [
             [{"role": "system", "content": self.step.system_prompt}, {"role": "user", "content": u}]
@@ -215,7 +225,7 @@ class StepCalls:
             partial(self._ask_checked, r[0], m, r[2], candidates, f, c)
             for r, m, f, c in zip(requests, messages, first, checks, strict=True)
         ]
-        if pool is None:
+        if fan_out is None:
             return [_settled(call) for call in calls]
         self._reserve(
             first[0].model.name,
@@ -228,7 +238,7 @@ class StepCalls:
             ],
         )
         # Each call runs in a copy of this context, so its trace span nests in the step's.
-        return [pool.submit(_in_context_copy(call)) for call in calls]
+        return [fan_out.submit(_in_context_copy(call)) for call in calls]
 
     def _reserve(self, model: str, tokens: list[int]) -> None:
         """Ask the gate once for the slots of a round's calls to ``model`` (those to be sent
@@ -515,13 +525,13 @@ class StepCalls:
                 call.finish("ok", completion.latency_s, completion, response=output)
             finally:
                 self._request_ends()
-        if remember:
-            call_log.remember_answer(
-                self.db,
-                tenant_id=self.tenant_id,
-                request_sha256=planned.request_sha256,
-                call_id=call_id,
-            )
+            if remember:  # still shielded: a paid answer is shared even when interrupted
+                call_log.remember_answer(
+                    self.db,
+                    tenant_id=self.tenant_id,
+                    request_sha256=planned.request_sha256,
+                    call_id=call_id,
+                )
         return output
 
 
@@ -574,6 +584,48 @@ def _in_context_copy(call: Callable[[], _T]) -> Callable[[], _T]:
     """``call`` to run in another thread with a copy of this thread's context variables."""
     context = contextvars.copy_context()
     return lambda: context.run(call)
+
+
+class _FanOut:
+    """Where the calls of a step's rounds run: the first of each round on the step's own
+    thread, which would only wait for the answers otherwise, the others in the process'
+    shared call threads (docpipe.providers.call_threads)."""
+
+    def __init__(self, *, inline_first: bool) -> None:
+        self._inline_first = inline_first
+        self._first: tuple[Callable[[], Any], Future[Any]] | None = None
+        self._sent: list[Future[Any]] = []
+
+    def submit(self, call: Callable[[], _T]) -> Future[_T]:
+        future: Future[_T]
+        if self._inline_first and self._first is None:
+            future = Future()
+            self._first = (call, future)  # run by run_first, once the round is out
+        else:
+            future = call_threads().submit(call)
+            self._sent.append(future)
+        return future
+
+    def run_first(self, interruptions: tuple[type[BaseException], ...]) -> None:
+        """Run the round's first call here. Its error is its answer, as a call thread's
+        would be; an interruption of the step (or a BaseException) is raised."""
+        first, self._first = self._first, None
+        if first is None:
+            return
+        call, future = first
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(call())
+        except interruptions:
+            raise
+        except Exception as exc:  # the caller's .result() raises it
+            future.set_exception(exc)
+
+    def cancel(self) -> None:
+        """Drop the calls that no thread has taken yet (the step's only)."""
+        self._first = None
+        for future in self._sent:
+            future.cancel()
 
 
 def _settled(call: Callable[[], _T]) -> Future[_T]:

@@ -217,6 +217,7 @@ class StepExecutor:
             gate=self.gate,
             pipeline=claim.pipeline,
             owner=self.owner,
+            interruptions=self.interruptions,
         )
 
     def _record(
