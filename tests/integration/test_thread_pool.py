@@ -45,6 +45,19 @@ SHORT_LIMITS = {
     "DOCPIPE_WEBHOOK_TIMEOUT_S": "2",
 }
 
+# The stuck thread's test waits out a hard limit and then the provider's timeout past it
+# (the process restarts then): both as short as the same order allows, every client wait
+# still below the soft limit.
+STUCK_SOON = {
+    **SHORT_LIMITS,
+    "DOCPIPE_LLM_TIMEOUT_S": "2",
+    "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "3",
+    "DOCPIPE_TASK_TIME_LIMIT_S": "5.5",
+    "DOCPIPE_DATABASE_SOCKET_TIMEOUT_S": "2.5",
+    "DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S": "2.5",
+    "DOCPIPE_DATABASE_POOL_TIMEOUT_S": "2.5",
+}
+
 
 def submit_contracts(
     db: Database, publisher: CeleryPublisher, count: int, first: int = 0
@@ -247,7 +260,7 @@ def test_a_thread_stuck_past_its_hard_limit_gives_its_step_up_and_the_process_re
         DOCPIPE_PIPELINE_MODULES="tests.support.stalling_pipelines",
         **{MARKER_ENV: str(marker)},
         **THREADS,
-        **SHORT_LIMITS,
+        **STUCK_SOON,
     )
     [stalled] = submit_runs_of(db, publisher, STALL, 1)
     wait_until(marker.exists, timeout_s=30)
@@ -255,7 +268,7 @@ def test_a_thread_stuck_past_its_hard_limit_gives_its_step_up_and_the_process_re
     assert all_ended(db, [stalled], timeout_s=120) == ["done"]
     assert set(all_ended(db, others, timeout_s=120)) == {"done"}
     log = worker.log_text()
-    assert "Hard time limit (10.0s) exceeded" in log
+    assert "Hard time limit (5.5s) exceeded" in log
     assert "given up at its hard time limit" in log
     assert "restarting this worker process: a task's thread is stuck" in log
     assert worker.alive(), "the process executed itself again: same pid"
