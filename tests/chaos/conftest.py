@@ -28,7 +28,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import httpx
@@ -55,6 +55,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "provider_batches: the fake provider declares its batch interface"
     )
+
+
+# A failed scenario's stack is removed with its logs; the last lines of each go into the
+# failure's report first (CI keeps nothing else), as they say what the processes were doing.
+_LOG_LINES_KEPT = 40
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    chaos = getattr(item, "funcargs", {}).get("chaos")
+    if report.failed and call.when == "call" and isinstance(chaos, ChaosStack):
+        for log in sorted((chaos.stack.options.state_dir / "logs").glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-_LOG_LINES_KEPT:]
+            report.sections.append((f"{log.name}, its last lines", "\n".join(tail)))
+    return report
 
 
 @pytest.fixture

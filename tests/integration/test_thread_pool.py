@@ -24,7 +24,7 @@ from docpipe_dev.samples import sample_contracts
 from tests.support.factories import TENANT, new_run, scalar
 from tests.support.fakellm import FakeLLM
 from tests.support.processes import wait_until
-from tests.support.stalling_pipelines import MARKER_ENV, STALL, TWO_CALLS
+from tests.support.stalling_pipelines import HOLD, MARKER_ENV, STALL, TWO_CALLS
 
 StartWorker = Callable[..., ManagedProcess]
 CONTRACTS = sample_contracts(3)
@@ -43,6 +43,19 @@ SHORT_LIMITS = {
     "DOCPIPE_REDIS_SOCKET_TIMEOUT_S": "2",
     "DOCPIPE_LIMITER_MAX_WAIT_S": "2",
     "DOCPIPE_WEBHOOK_TIMEOUT_S": "2",
+}
+
+# The stuck thread's test waits out a hard limit and then the provider's timeout past it
+# (the process restarts then): both as short as the same order allows, every client wait
+# still below the soft limit.
+STUCK_SOON = {
+    **SHORT_LIMITS,
+    "DOCPIPE_LLM_TIMEOUT_S": "2",
+    "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "3",
+    "DOCPIPE_TASK_TIME_LIMIT_S": "5.5",
+    "DOCPIPE_DATABASE_SOCKET_TIMEOUT_S": "2.5",
+    "DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S": "2.5",
+    "DOCPIPE_DATABASE_POOL_TIMEOUT_S": "2.5",
 }
 
 
@@ -173,6 +186,8 @@ def test_a_killed_process_takes_its_leases_and_its_steps_run_again_elsewhere(
     run_ids = submit_contracts(db, publisher, 20)
     wait_until(lambda: answered_calls(db) >= 30 and running_steps(db) >= 10, timeout_s=60)
     doomed.kill_group()
+    # The kill is the test: the steps it interrupted and those after it go at full speed.
+    fake_llm.control("POST", "/control/config", json={"latency_ms": [0, 0]})
     start_worker(concurrency=20, **THREADS)
     assert set(all_ended(db, run_ids)) == {"done"}
     assert answered_twice(db) == 0, "a call answered before the kill was paid again"
@@ -245,7 +260,7 @@ def test_a_thread_stuck_past_its_hard_limit_gives_its_step_up_and_the_process_re
         DOCPIPE_PIPELINE_MODULES="tests.support.stalling_pipelines",
         **{MARKER_ENV: str(marker)},
         **THREADS,
-        **SHORT_LIMITS,
+        **STUCK_SOON,
     )
     [stalled] = submit_runs_of(db, publisher, STALL, 1)
     wait_until(marker.exists, timeout_s=30)
@@ -253,7 +268,7 @@ def test_a_thread_stuck_past_its_hard_limit_gives_its_step_up_and_the_process_re
     assert all_ended(db, [stalled], timeout_s=120) == ["done"]
     assert set(all_ended(db, others, timeout_s=120)) == {"done"}
     log = worker.log_text()
-    assert "Hard time limit (10.0s) exceeded" in log
+    assert "Hard time limit (5.5s) exceeded" in log
     assert "given up at its hard time limit" in log
     assert "restarting this worker process: a task's thread is stuck" in log
     assert worker.alive(), "the process executed itself again: same pid"
@@ -283,6 +298,46 @@ def test_a_process_past_its_memory_bound_restarts_without_losing_its_steps(
     wait_until(lambda: worker.log_text().count(restarts) >= 2, timeout_s=30)
     assert answered_twice(db) == 0
     assert worker.alive()
+
+
+def test_a_sigterm_while_a_restart_drains_stops_the_process_instead_of_restarting_it(
+    db: Database,
+    publisher: CeleryPublisher,
+    broker: object,
+    fake_llm: FakeLLM,
+    start_worker: StartWorker,
+    tmp_path: Path,
+) -> None:
+    """A process past its memory bound restarts after a step ends; a step held in flight
+    keeps that restart draining while the SIGTERM comes. Once the step is let go the process
+    exits (code 0, not started again), where it used to execute itself again, the signal
+    lost, until the supervisor's kill."""
+    marker = tmp_path / "held"
+    worker = start_worker(
+        concurrency=2,
+        DOCPIPE_WORKER_MAX_MEMORY_PER_CHILD_MB="32",
+        DOCPIPE_PIPELINE_MODULES="tests.support.stalling_pipelines",
+        **{MARKER_ENV: str(marker)},
+        **THREADS,
+    )
+    [held] = submit_runs_of(db, publisher, HOLD, 1)
+    wait_until(marker.exists, timeout_s=30)
+    # Another run's first step ends while the held one runs: this process is restarting (the
+    # held run's own first step may have started it already).
+    submit_contracts(db, publisher, 1)
+
+    def restarting() -> bool:
+        log = worker.log_text()
+        return log.count("restarting this worker process") == len(re.findall(r"\bready\.", log))
+
+    wait_until(restarting, timeout_s=30)
+    starts = len(re.findall(r"\bready\.", worker.log_text()))
+    worker.signal(signal.SIGTERM)
+    marker.unlink()
+    assert worker.proc is not None
+    assert worker.proc.wait(timeout=15) == 0
+    assert len(re.findall(r"\bready\.", worker.log_text())) == starts, "started again"
+    assert statuses(db, [held]) == ["done"], "the held step was drained, not handed back"
 
 
 def test_hung_provider_calls_end_at_their_deadline_and_give_their_slots_back(

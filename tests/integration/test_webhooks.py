@@ -352,20 +352,23 @@ def test_an_attempt_whose_worker_was_killed_is_recorded_by_the_reaper_and_retrie
     start_worker: Callable[..., ManagedProcess],
     start_beat: Callable[..., ManagedProcess],
 ) -> None:
-    # Short limits so that the dead attempt's lease (the task's hard limit) ends soon.
+    # Short limits so that the dead attempt's lease (the task's hard limit, which the reaper
+    # waits out) ends soon: 6.5 s keeps the soft limit plus the provider's timeout below it.
     env = {
         **WEBHOOK_ENV,
         **LOCAL_RECEIVERS,
         "DOCPIPE_LLM_TIMEOUT_S": "2",
-        "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "8",
-        "DOCPIPE_TASK_TIME_LIMIT_S": "11",
-        "DOCPIPE_WEBHOOK_TIMEOUT_S": "6",
-        "DOCPIPE_LIMITER_MAX_WAIT_S": "4",
+        "DOCPIPE_TASK_SOFT_TIME_LIMIT_S": "4",
+        "DOCPIPE_TASK_TIME_LIMIT_S": "6.5",
+        "DOCPIPE_WEBHOOK_TIMEOUT_S": "3",
+        "DOCPIPE_LIMITER_MAX_WAIT_S": "2",
         # Every client gives up before that soft limit (the client-timeout rule).
-        "DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S": "5",
-        "DOCPIPE_DATABASE_LOCK_TIMEOUT_S": "5",
-        "DOCPIPE_DATABASE_SOCKET_TIMEOUT_S": "5",
-        "DOCPIPE_DATABASE_POOL_TIMEOUT_S": "5",
+        "DOCPIPE_DATABASE_STATEMENT_TIMEOUT_S": "3",
+        "DOCPIPE_DATABASE_LOCK_TIMEOUT_S": "3",
+        "DOCPIPE_DATABASE_SOCKET_TIMEOUT_S": "3",
+        "DOCPIPE_DATABASE_POOL_TIMEOUT_S": "3",
+        "DOCPIPE_DATABASE_CONNECT_TIMEOUT_S": "2",
+        "DOCPIPE_REDIS_SOCKET_TIMEOUT_S": "3",
     }
     rotate_secret(db, SECRETS_KEY, "acme", previous_valid_for_s=0)
     with raw_receiver("hang-once") as receiver:

@@ -108,18 +108,20 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
     prometheus: Callable[[dict[str, list[str]]], Prometheus],
 ) -> None:
     ports = {name: free_port() for name in ("interactive", "batch", "beat", "api")}
-    metrics_env = {"DOCPIPE_METRICS_HOST": "127.0.0.1", "DOCPIPE_PROVIDER_RPM": "3000"}
-    for lane in ("interactive", "batch"):
-        start_worker(lane, concurrency=2, DOCPIPE_METRICS_PORT=str(ports[lane]), **metrics_env)
-    start_beat(DOCPIPE_METRICS_PORT=str(ports["beat"]), **metrics_env)
     api_metrics = ports.pop("api")  # its own port, not the API's public one
-    api = start_api(DOCPIPE_METRICS_PORT=str(api_metrics), **metrics_env)
+    # Prometheus first: it applies its targets about 5 s after it starts, which the
+    # processes' own start-up then covers.
     server = prometheus(
         {
             "docpipe-api": [f"127.0.0.1:{api_metrics}"],
             "docpipe-celery": [f"127.0.0.1:{port}" for port in ports.values()],
         }
     )
+    metrics_env = {"DOCPIPE_METRICS_HOST": "127.0.0.1", "DOCPIPE_PROVIDER_RPM": "3000"}
+    for lane in ("interactive", "batch"):
+        start_worker(lane, concurrency=2, DOCPIPE_METRICS_PORT=str(ports[lane]), **metrics_env)
+    start_beat(DOCPIPE_METRICS_PORT=str(ports["beat"]), **metrics_env)
+    api = start_api(DOCPIPE_METRICS_PORT=str(api_metrics), **metrics_env)
     wait_until(lambda: server.value("count(up == 1)") == 4, timeout_s=20)
 
     fake_llm.configure(latency_ms=[20, 60])

@@ -123,6 +123,9 @@ def test_a_threads_worker_serves_its_slots_and_its_oldest_step(
     assert total(busy, "docpipe_worker_slots", pool="threads") == 12
     assert total(busy, "docpipe_worker_slots_free") == 4
     assert total(busy, "docpipe_worker_oldest_step_age_seconds") < 30
+    # Seen busy: the steps after these go at full speed (the calls in flight keep the 3 s
+    # the provider chose when they came; at 3 s a call, the runs' later steps took 12 s).
+    fake_llm.control("POST", "/control/config", json={"latency_ms": [0, 0]})
     wait_until(
         lambda: scalar(db, "SELECT count(*) FROM pipeline_run WHERE status = 'done'") == 8,
         timeout_s=120,

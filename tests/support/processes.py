@@ -3,6 +3,7 @@ beat, exactly as the images run them (see docpipe_dev.processes)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -120,8 +121,12 @@ class ProcessGroup:
         )
 
     def stop_all(self) -> None:
+        # SIGTERM to all, then wait for each: they drain together (a prefork worker alone
+        # takes 1-2 s, its pool processes sleeping a second in billiard's exit).
         for proc in reversed(self.started):
-            proc.stop(timeout_s=20)
+            proc.signal(signal.SIGTERM)
+        for proc in reversed(self.started):
+            proc.wait_stopped(timeout_s=20)
         self.started.clear()
 
 

@@ -5,13 +5,16 @@ the tests, and loaded by their workers (DOCPIPE_PIPELINE_MODULES=tests.support.s
   outlives its soft time limit between them);
 - ``stall``: one step that, the first time it runs, blocks its thread where no interruption
   reaches it (a wait without a timeout, as a C call would) and later runs answer at once.
-  The first run marks the file named by DOCPIPE_TEST_STALL_MARKER.
+  The first run marks the file named by DOCPIPE_TEST_STALL_MARKER;
+- ``hold``: one step that writes the file named by DOCPIPE_TEST_STALL_MARKER and waits
+  (where interruptions land) until the test deletes it.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,14 @@ def stall_once(ctx: StepInput) -> dict[str, Any]:
         marker.write_text(str(threading.get_ident()), encoding="utf-8")
         threading.Event().wait()  # no timeout: a time limit's interruption never lands here
     return {"topic": "stalled once"}
+
+
+def hold_until_released(ctx: StepInput) -> dict[str, Any]:
+    marker = Path(os.environ[MARKER_ENV])
+    marker.write_text(str(threading.get_ident()), encoding="utf-8")
+    while marker.exists():
+        time.sleep(0.05)
+    return {"topic": "held"}
 
 
 TWO_CALLS = Pipeline(
@@ -68,4 +79,17 @@ STALL = Pipeline(
     ),
 )
 
-PIPELINES = (TWO_CALLS, STALL)
+HOLD = Pipeline(
+    name="hold",
+    version=1,
+    steps=(
+        Step(
+            name="hold_until_released",
+            prompt_version="hold_until_released@v1",
+            output_schema=ANSWER,
+            execute=hold_until_released,
+        ),
+    ),
+)
+
+PIPELINES = (TWO_CALLS, STALL, HOLD)

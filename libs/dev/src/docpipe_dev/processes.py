@@ -180,10 +180,16 @@ class ManagedProcess:
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM, wait up to ``timeout_s``, then SIGKILL the group; returns the exit code."""
+        self.signal(signal.SIGTERM)
+        return self.wait_stopped(timeout_s)
+
+    def wait_stopped(self, timeout_s: float = 30.0) -> int | None:
+        """Wait up to ``timeout_s`` for a process told to stop (see :meth:`signal`), then
+        SIGKILL the group; returns the exit code. Several processes signalled first and
+        waited for after drain together: the slowest sets the time, not their sum."""
         if self.proc is None:
             return None
         if self.alive():
-            self.signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:

@@ -61,6 +61,8 @@ LLM_CHOICES = ("fake", "local")
 _LLAMA_STOP_S = 5.0
 # The first answer of a fresh llama.cpp server loads the model: it may take this long.
 _LLAMA_START_S = 180.0
+# The stack's model servers: stopped after the workers, whose steps in flight call them.
+_PROVIDERS = frozenset({"fake-llm", "llm-local"})
 
 # A threads pool's workers run glibc's malloc without its per-thread caches of freed chunks,
 # in two arenas: such a worker runs hundreds of threads (a slot's, and the provider calls'),
@@ -323,10 +325,17 @@ class LocalStack:
         return [p for p in self.processes if not p.alive()]
 
     def down(self) -> None:
-        """Stop in reverse start order: the API first, then beat, workers, provider, stores."""
-        for proc in reversed(self.processes):
-            code = proc.stop(timeout_s=_LLAMA_STOP_S if proc.name == "llm-local" else 90)
-            log.info("stopped %s (exit %s)", proc.name, code)
+        """Stop the API, beat and the workers together (each drains on its own: the slowest
+        sets the time, not their sum), then the provider their steps in flight still call,
+        then the stores."""
+        providers = [p for p in reversed(self.processes) if p.name in _PROVIDERS]
+        own = [p for p in reversed(self.processes) if p.name not in _PROVIDERS]
+        for group in (own, providers):
+            for proc in group:
+                proc.signal(signal.SIGTERM)
+            for proc in group:
+                code = proc.wait_stopped(_LLAMA_STOP_S if proc.name == "llm-local" else 90)
+                log.info("stopped %s (exit %s)", proc.name, code)
         self.processes.clear()
         if self._record is not None:
             remove_record(Path(self._record.state_dir), self._record.pid)
