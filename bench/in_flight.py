@@ -485,7 +485,8 @@ other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s
 - **measured**: `--keep` reruns some configurations and keeps the others' rows; each row
   says when it was measured.
 - **worker environment**: what `--worker-env` gave docpipe's batch workers alone (an
-  allocator's settings, say); `-` none.
+  allocator's settings, say), over what the stack gives every threads worker
+  (GLIBC_TUNABLES, docs/concepts/worker-pools.md); `-` none.
 - **PostgreSQL connections**: the most client connections to the system's database seen
   at once; for docpipe that is every process of the stack (the API's pool, beat, both
   worker lanes' pools and lease sessions).
