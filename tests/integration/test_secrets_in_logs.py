@@ -32,7 +32,10 @@ SECRETS = {
 @pytest.fixture
 def redis_with_password() -> Iterator[LocalRedis]:
     with service_dir("redis-auth") as state, LocalRedis(state, persist=False) as server:
-        redis.Redis.from_url(server.url).config_set("requirepass", SECRETS["redis-password"])
+        # Closed here: left to the garbage collector, its socket's ResourceWarning would fail
+        # whichever test runs when it is collected (it failed an unrelated test once).
+        with redis.Redis.from_url(server.url) as admin:
+            admin.config_set("requirepass", SECRETS["redis-password"])
         yield server
 
 
