@@ -4,6 +4,7 @@ every pod KEDA may add, and the pages each pod reads at once bounded."""
 
 from __future__ import annotations
 
+from docpipe_dev.stack import THREADS_POOL_ENV
 from tests.chart.helm import KEDA_API, THREADS_LANE, env_of, named, render
 
 
@@ -43,6 +44,7 @@ def test_a_threads_pool_runs_malloc_without_thread_caches_and_a_prefork_pool_doe
         for lane in ("batch", "interactive")
     }
     assert env["batch"]["DOCPIPE_WORKER_POOL"] == "threads"
-    assert env["batch"]["GLIBC_TUNABLES"] == "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=2"
+    # The value `docpipe stack up` gives its threads workers: one setting, two places.
+    assert env["batch"]["GLIBC_TUNABLES"] == THREADS_POOL_ENV["GLIBC_TUNABLES"]
     assert env["interactive"]["DOCPIPE_WORKER_POOL"] == "prefork"
     assert "GLIBC_TUNABLES" not in env["interactive"]

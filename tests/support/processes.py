@@ -3,7 +3,6 @@ beat, exactly as the images run them (see docpipe_dev.processes)."""
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from docpipe.settings import get_settings
 from docpipe.state.db import Database
 from docpipe_api.main import create_app
 from docpipe_dev.localstack import LocalRedis, free_port
-from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv, worker_argv
+from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv, stop_together, worker_argv
 from tests.support.fakellm import FakeLLM, start_fake_llm
 from tests.support.servers import service_dir
 
@@ -121,12 +120,9 @@ class ProcessGroup:
         )
 
     def stop_all(self) -> None:
-        # SIGTERM to all, then wait for each: they drain together (a prefork worker alone
-        # takes 1-2 s, its pool processes sleeping a second in billiard's exit).
-        for proc in reversed(self.started):
-            proc.signal(signal.SIGTERM)
-        for proc in reversed(self.started):
-            proc.wait_stopped(timeout_s=20)
+        # Together: a prefork worker alone takes 1-2 s (its pool processes sleep a second in
+        # billiard's exit), and a test may have several.
+        stop_together(list(reversed(self.started)), lambda _: 20)
         self.started.clear()
 
 

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -25,6 +25,7 @@ __all__ = [
     "api_argv",
     "beat_argv",
     "fake_llm_argv",
+    "stop_together",
     "worker_argv",
 ]
 
@@ -185,8 +186,7 @@ class ManagedProcess:
 
     def wait_stopped(self, timeout_s: float = 30.0) -> int | None:
         """Wait up to ``timeout_s`` for a process told to stop (see :meth:`signal`), then
-        SIGKILL the group; returns the exit code. Several processes signalled first and
-        waited for after drain together: the slowest sets the time, not their sum."""
+        SIGKILL the group; returns the exit code."""
         if self.proc is None:
             return None
         if self.alive():
@@ -198,3 +198,14 @@ class ManagedProcess:
             self.kill_group()  # reap leftover children of a dead leader
         self._close_log()
         return self.proc.returncode
+
+
+def stop_together(
+    procs: Sequence[ManagedProcess], timeout_s: Callable[[ManagedProcess], float]
+) -> list[int | None]:
+    """SIGTERM to every one of ``procs``, then wait for each (up to ``timeout_s(proc)``, then
+    SIGKILL): they drain together, so the slowest sets the time, not their sum. Returns the
+    exit codes in ``procs``' order."""
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    return [proc.wait_stopped(timeout_s(proc)) for proc in procs]

@@ -51,7 +51,14 @@ from docpipe_dev.llama import (
     model_file,
 )
 from docpipe_dev.localstack import LocalPostgres, LocalRedis, free_port
-from docpipe_dev.processes import ManagedProcess, api_argv, beat_argv, fake_llm_argv, worker_argv
+from docpipe_dev.processes import (
+    ManagedProcess,
+    api_argv,
+    beat_argv,
+    fake_llm_argv,
+    stop_together,
+    worker_argv,
+)
 
 __all__ = ["LLM_CHOICES", "LocalStack", "StackAlreadyRunning", "StackOptions", "stop_leftovers"]
 
@@ -331,10 +338,8 @@ class LocalStack:
         providers = [p for p in reversed(self.processes) if p.name in _PROVIDERS]
         own = [p for p in reversed(self.processes) if p.name not in _PROVIDERS]
         for group in (own, providers):
-            for proc in group:
-                proc.signal(signal.SIGTERM)
-            for proc in group:
-                code = proc.wait_stopped(_LLAMA_STOP_S if proc.name == "llm-local" else 90)
+            codes = stop_together(group, lambda p: _LLAMA_STOP_S if p.name == "llm-local" else 90)
+            for proc, code in zip(group, codes, strict=True):
                 log.info("stopped %s (exit %s)", proc.name, code)
         self.processes.clear()
         if self._record is not None:
