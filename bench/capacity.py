@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -266,7 +268,8 @@ def _overrides(parser: argparse.ArgumentParser) -> None:
             group.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=None)
 
 
-def main(argv: Sequence[str] | None = None) -> str:
+def estimate(argv: Sequence[str] | None = None) -> str:
+    """What the command prints for these arguments."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -288,7 +291,33 @@ def main(argv: Sequence[str] | None = None) -> str:
         label = measured.measured + (", some given" if given else "")
         costs = replace(measured, **given, measured=label)
     fleet = Fleet(**{f.name: args[f.name] for f in fields(Fleet)})
-    text = render(costs, fleet, Memory.from_in_flight(args["memory"]))
+    return render(costs, fleet, Memory.from_in_flight(args["memory"]))
+
+
+# A worked example in the docs: the command, then what it prints. Its output quotes the
+# benchmark reports, so bench.figures renders it again whenever they are rerun.
+WORKED_EXAMPLE = re.compile(
+    r"(```sh\n(python -m bench\.capacity [^\n]+)\n```\n\n```text\n)(.*?)(\n```)", re.S
+)
+
+
+def rewrite_worked_examples(path: Path, *, write: bool = True) -> bool:
+    """Print every worked example of one page again; True when the page changed (or, with
+    ``write=False``, would change)."""
+    text = path.read_text(encoding="utf-8")
+
+    def again(match: re.Match[str]) -> str:
+        printed = estimate(shlex.split(match[2])[3:])
+        return f"{match[1]}{printed}{match[4]}"
+
+    updated = WORKED_EXAMPLE.sub(again, text)
+    if write and updated != text:
+        path.write_text(updated, encoding="utf-8")
+    return updated != text
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    text = estimate(argv)
     print(text)
     return text
 

@@ -17,7 +17,9 @@ compared as one space.
     python -m bench.figures --check  # list the places that differ (tests/docs does the same)
 
 A report rerun changes its JSON; ``python -m bench.figures`` then carries the new numbers to
-every page that quotes them, and the docs test fails until it has.
+every page that quotes them, and the docs test fails until it has. The capacity model's worked
+examples (docs/capacity.md) quote the reports through the command's output, so they are
+printed again too.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from bench.capacity import rewrite_worked_examples
 from bench.harness import REPORTS, ROOT
 
 __all__ = ["Quote", "UnknownFigure", "quotes", "render", "rewrite"]
@@ -41,6 +44,7 @@ _QUOTE = re.compile(
     r"<!-- figure (?P<report>[\w-]+):\s+(?P<template>.*?)\s+-->(?P<text>.*?)<!-- /figure -->",
     re.DOTALL,
 )
+CAPACITY = ROOT / "docs" / "capacity.md"
 _PLACEHOLDER = re.compile(r"\{(?P<path>[^{}|]+)(?:\|(?P<spec>[^{}]*))?\}")
 
 
@@ -168,10 +172,15 @@ def main() -> None:
             except UnknownFigure as error:
                 print(f"{where}: {error}")
                 stale += 1
+        if rewrite_worked_examples(CAPACITY, write=False):
+            print(f"{CAPACITY.relative_to(ROOT)}: a worked example prints otherwise")
+            stale += 1
         sys.exit(1 if stale else 0)
     for path in sorted({q.file for q in quotes()}):
         if rewrite(path):
             print(f"rewrote {path.relative_to(ROOT)}")
+    if rewrite_worked_examples(CAPACITY):
+        print(f"rewrote {CAPACITY.relative_to(ROOT)}'s worked examples")
 
 
 if __name__ == "__main__":

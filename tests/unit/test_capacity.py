@@ -21,7 +21,7 @@ def test_the_worked_examples_print_what_the_doc_shows(capsys: pytest.CaptureFixt
     assert len(found) >= 2, "docs/capacity.md has a worked example for each pool"
     for command, shown in found:
         printed = main(shlex.split(command)[3:])
-        assert printed == shown
+        assert printed == shown, "run `python -m bench.figures`: it prints the examples again"
         assert capsys.readouterr().out.rstrip("\n") == shown
 
 
