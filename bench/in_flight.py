@@ -20,7 +20,7 @@ connections of the system's PostgreSQL database. Reported per configuration:
   the first alone says nothing about whether the CPU binds on a shared machine.
 
     python -m bench.in_flight [--docs 1000] [--prefork-docs 120] [--latency-s 2]
-        [--long-latency-s 10] [--long-docs 400] [--only NAME,...] [--worker-env NAME=VALUE]
+        [--long-latency-s 10] [--long-docs 1000] [--only NAME,...] [--worker-env NAME=VALUE]
 
 --worker-env (repeatable) goes to docpipe's batch workers only, not to the rest of the
 stack: an allocator's settings (MALLOC_ARENA_MAX=2, LD_PRELOAD=...) compared on the worker
@@ -128,6 +128,8 @@ class Outcome:
     calls: int
     # Reports written before these were measured load with the defaults (unknown).
     batch_bound_docs_per_s: float = 0.0
+    mean_in_flight: float = 0.0  # over the samples of the run: slots busy on average
+    slot_s_per_round: float = 0.0  # slot time the run held / its provider round trips
     machine_busy_share: float = -1.0  # CPU of the whole machine / (wall time x cores)
     worker_env: dict[str, str] = field(default_factory=dict)  # --worker-env
     measured: str = field(
@@ -216,6 +218,7 @@ def run_one(
     machine_busy = machine_busy_seconds() - busy_before
     wall = time.monotonic() - wall_before
     most = max(sampler.samples, key=lambda s: (s.in_flight, s.pss_bytes))
+    mean_in_flight = statistics.fmean(s.in_flight for s in sampler.samples)
     ideal = config.slots / (latency_s * mean_rounds)
     steps = 3 * len(docs)
     measured_cpu = sum(result.cpu_s.values())
@@ -240,13 +243,16 @@ def run_one(
         load_average=os.getloadavg()[1],
         calls=result.calls,
         batch_bound_docs_per_s=batch_bound(rounds_per_doc, config.slots, latency_s),
+        mean_in_flight=mean_in_flight,
+        slot_s_per_round=mean_in_flight * result.elapsed_s / sum(rounds_per_doc),
         machine_busy_share=machine_busy / (wall * (os.cpu_count() or 1)),
         samples=sampler.samples,
     )
     print(
         f"{config.label} at {latency_s:g} s: {outcome.docs_per_s:.2f} documents/s "
         f"({outcome.share_of_ideal:.0%} of {ideal:.2f}; the batch allows "
-        f"{outcome.batch_bound_docs_per_s:.2f}), {outcome.most_in_flight} in flight, "
+        f"{outcome.batch_bound_docs_per_s:.2f}), {outcome.most_in_flight} in flight "
+        f"(mean {mean_in_flight:.0f}, a slot held {outcome.slot_s_per_round:.2f} s a round), "
         f"{outcome.pss_mb_per_step_in_flight:.2f} MB PSS per step in flight "
         f"(growth {outcome.pss_growth_mb_per_step_in_flight:.2f}), "
         f"{outcome.worker_cpu_ms_per_step:.1f} ms CPU per step, "
@@ -339,7 +345,7 @@ def main() -> None:
     parser.add_argument("--prefork-docs", type=int, default=120)
     parser.add_argument("--latency-s", type=float, default=2.0)
     parser.add_argument("--long-latency-s", type=float, default=10.0)
-    parser.add_argument("--long-docs", type=int, default=400)
+    parser.add_argument("--long-docs", type=int, default=1000)
     parser.add_argument("--only", default=",".join(c.name for c in CONFIGS))
     parser.add_argument(
         "--worker-env",
@@ -426,6 +432,12 @@ def _bound(o: Outcome) -> str:
     return f"{o.batch_bound_docs_per_s:.2f} ({o.batch_bound_docs_per_s / o.ideal_docs_per_s:.0%})"
 
 
+def _held(o: Outcome) -> str:
+    if not o.slot_s_per_round:
+        return "-"  # a row kept from a report that did not measure it
+    return f"{o.mean_in_flight:.0f}; {o.slot_s_per_round:.2f} s"
+
+
 def _busy(o: Outcome) -> str:
     return f"{o.machine_busy_share:.0%}" if o.machine_busy_share >= 0 else "-"
 
@@ -441,6 +453,7 @@ def report(outcomes: Sequence[Outcome], args: argparse.Namespace, mean_rounds: f
     rows = "\n".join(
         f"| {o.label} | {o.latency_s:g} s | {o.docs} | {o.docs_per_s:.2f} | "
         f"{o.ideal_docs_per_s:.2f} | {o.share_of_ideal:.0%} | {_bound(o)} | {o.most_in_flight} | "
+        f"{_held(o)} | "
         f"{o.pss_mb_at_most:.0f} | {o.pss_mb_per_step_in_flight:.2f} | "
         f"{o.pss_growth_mb_per_step_in_flight:.2f} | {o.worker_cpu_ms_per_step:.1f} | "
         f"{o.machine_cpu_share:.0%} | {_busy(o)} | {o.most_connections} | {o.measured} |"
@@ -462,10 +475,15 @@ named, an interactive pool of one process, beat, the API), DBOS on the same Post
 database of its own. A document needs {mean_rounds:.2f} provider round trips one after the
 other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s.
 
-| system | per call | documents | documents/s | ideal | share of ideal | the batch allows | most steps in flight | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | CPU of its processes | CPU of the machine | most PostgreSQL connections | measured | worker environment |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| system | per call | documents | documents/s | ideal | share of ideal | the batch allows | most steps in flight | mean steps in flight; slot time a round | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | CPU of its processes | CPU of the machine | most PostgreSQL connections | measured | worker environment |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
 
+- **mean steps in flight; slot time a round**: the steps in flight averaged over the run's
+  samples (what is below the slots is slots left empty), and the slot time the run held
+  (that mean x its time) over the provider round trips its documents need: above the
+  latency is what a round costs a slot besides the provider's answer (queue hops, claims,
+  PostgreSQL, the GIL).
 - **PSS per step in flight** is the worker's whole PSS (main process and pool processes,
   shared pages split between them) at the sample with the most steps in flight, divided by
   them; **growth** is what the worker gained over its idle self, divided the same way: what
