@@ -130,6 +130,7 @@ class Outcome:
     batch_bound_docs_per_s: float = 0.0
     mean_in_flight: float = 0.0  # over the samples of the run: slots busy on average
     slot_s_per_round: float = 0.0  # slot time the run held / its provider round trips
+    worker_cores: float = 0.0  # the worker's CPU / the run's time: one threads process tops 1
     machine_busy_share: float = -1.0  # CPU of the whole machine / (wall time x cores)
     worker_env: dict[str, str] = field(default_factory=dict)  # --worker-env
     measured: str = field(
@@ -245,6 +246,7 @@ def run_one(
         batch_bound_docs_per_s=batch_bound(rounds_per_doc, config.slots, latency_s),
         mean_in_flight=mean_in_flight,
         slot_s_per_round=mean_in_flight * result.elapsed_s / sum(rounds_per_doc),
+        worker_cores=worker_cpu / result.elapsed_s,
         machine_busy_share=machine_busy / (wall * (os.cpu_count() or 1)),
         samples=sampler.samples,
     )
@@ -255,7 +257,8 @@ def run_one(
         f"(mean {mean_in_flight:.0f}, a slot held {outcome.slot_s_per_round:.2f} s a round), "
         f"{outcome.pss_mb_per_step_in_flight:.2f} MB PSS per step in flight "
         f"(growth {outcome.pss_growth_mb_per_step_in_flight:.2f}), "
-        f"{outcome.worker_cpu_ms_per_step:.1f} ms CPU per step, "
+        f"{outcome.worker_cpu_ms_per_step:.1f} ms CPU per step "
+        f"({outcome.worker_cores:.2f} cores), "
         f"{outcome.most_connections} connections; CPU: its processes "
         f"{outcome.machine_cpu_share:.0%}, the machine {outcome.machine_busy_share:.0%} "
         f"(load {os.getloadavg()[0]:.1f})",
@@ -456,6 +459,7 @@ def report(outcomes: Sequence[Outcome], args: argparse.Namespace, mean_rounds: f
         f"{_held(o)} | "
         f"{o.pss_mb_at_most:.0f} | {o.pss_mb_per_step_in_flight:.2f} | "
         f"{o.pss_growth_mb_per_step_in_flight:.2f} | {o.worker_cpu_ms_per_step:.1f} | "
+        f"{o.worker_cores:.2f} | "
         f"{o.machine_cpu_share:.0%} | {_busy(o)} | {o.most_connections} | {o.measured} |"
         f" {_env(o)} |"
         for o in outcomes
@@ -475,8 +479,8 @@ named, an interactive pool of one process, beat, the API), DBOS on the same Post
 database of its own. A document needs {mean_rounds:.2f} provider round trips one after the
 other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s.
 
-| system | per call | documents | documents/s | ideal | share of ideal | the batch allows | most steps in flight | mean steps in flight; slot time a round | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | CPU of its processes | CPU of the machine | most PostgreSQL connections | measured | worker environment |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| system | per call | documents | documents/s | ideal | share of ideal | the batch allows | most steps in flight | mean steps in flight; slot time a round | worker PSS (MB) | PSS per step in flight (MB) | PSS growth per step in flight (MB) | worker CPU per step (ms) | worker's cores | CPU of its processes | CPU of the machine | most PostgreSQL connections | measured | worker environment |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
 
 - **mean steps in flight; slot time a round**: the steps in flight averaged over the run's
@@ -490,6 +494,8 @@ other, so the ideal for S slots is S / ({mean_rounds:.2f} x latency) documents/s
   one more step in flight costs.
 - **worker CPU per step**: CPU of the worker's processes over the run / (3 x documents);
   for docpipe the batch worker(s) only (beat, the API and the interactive pool apart).
+  **worker's cores**: the same CPU over the run's time. A threads process runs its Python
+  on one core at a time (the GIL): near 1 a process, its CPU binds, however idle its slots.
 - **the batch allows**: the most documents/s the slots could reach on this one batch at no
   cost of their own (documents started in order as slots free up, each holding its slot
   for its rounds; the batch ends with its last document), and its share of the ideal.
