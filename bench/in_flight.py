@@ -424,6 +424,9 @@ def _figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             "connections": o.most_connections,
             "in_flight": o.most_in_flight,
             "pss_mb": o.pss_mb_at_most,
+            "mean_in_flight": o.mean_in_flight,
+            "slot_s_per_round": o.slot_s_per_round,
+            "worker_cores": o.worker_cores,
             "worker_env": o.worker_env,
         }
     return figures
