@@ -44,8 +44,9 @@ _QUOTE = re.compile(
     r"<!-- figure (?P<report>[\w-]+):\s+(?P<template>.*?)\s+-->(?P<text>.*?)<!-- /figure -->",
     re.DOTALL,
 )
-CAPACITY = ROOT / "docs" / "capacity.md"
 _PLACEHOLDER = re.compile(r"\{(?P<path>[^{}|]+)(?:\|(?P<spec>[^{}]*))?\}")
+# The page whose worked examples print the reports' figures through bench.capacity.
+CAPACITY = ROOT / "docs" / "capacity.md"
 
 
 class UnknownFigure(LookupError):

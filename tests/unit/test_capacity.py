@@ -4,22 +4,20 @@ that bench.time_budget writes."""
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 
 import pytest
 
-from bench.capacity import Costs, Fleet, Memory, bounds, main
+from bench.capacity import WORKED_EXAMPLE, Costs, Fleet, Memory, bounds, main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "capacity.md"
-EXAMPLE = re.compile(r"```sh\n(python -m bench\.capacity [^\n]+)\n```\n\n```text\n(.*?)\n```", re.S)
 
 
 def test_the_worked_examples_print_what_the_doc_shows(capsys: pytest.CaptureFixture[str]) -> None:
-    found = EXAMPLE.findall(DOC.read_text(encoding="utf-8"))
+    found = WORKED_EXAMPLE.findall(DOC.read_text(encoding="utf-8"))
     assert len(found) >= 2, "docs/capacity.md has a worked example for each pool"
-    for command, shown in found:
+    for _, command, shown, _ in found:
         printed = main(shlex.split(command)[3:])
         assert printed == shown, "run `python -m bench.figures`: it prints the examples again"
         assert capsys.readouterr().out.rstrip("\n") == shown
