@@ -1,6 +1,6 @@
 """The capacity model (bench.capacity): its arithmetic against docs/capacity.md's worked
-example, which the command must print exactly, and its inputs read from the benchmark file
-that bench.time_budget writes."""
+examples, which the command must print exactly (bench.figures prints them again), and its
+inputs read from the benchmark file that bench.time_budget writes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.capacity import WORKED_EXAMPLE, Costs, Fleet, Memory, bounds, main
+from bench.capacity import (
+    WORKED_EXAMPLE,
+    Costs,
+    Fleet,
+    Memory,
+    bounds,
+    estimate,
+    main,
+    rewrite_worked_examples,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "capacity.md"
 
@@ -21,6 +30,22 @@ def test_the_worked_examples_print_what_the_doc_shows(capsys: pytest.CaptureFixt
         printed = main(shlex.split(command)[3:])
         assert printed == shown, "run `python -m bench.figures`: it prints the examples again"
         assert capsys.readouterr().out.rstrip("\n") == shown
+
+
+def test_a_stale_worked_example_is_printed_again_and_the_rest_of_the_page_kept(
+    tmp_path: Path,
+) -> None:
+    command = "python -m bench.capacity --workers 8 --latency-s 0.2 --shared-cores 2"
+    page = tmp_path / "capacity.md"
+    page.write_text(f"Before.\n\n```sh\n{command}\n```\n\n```text\nold figures\n```\n\nAfter.\n")
+    assert rewrite_worked_examples(page, write=False)
+    assert "old figures" in page.read_text()  # a check writes nothing
+    assert rewrite_worked_examples(page)
+    printed = estimate(shlex.split(command)[3:])
+    assert page.read_text() == (
+        f"Before.\n\n```sh\n{command}\n```\n\n```text\n{printed}\n```\n\nAfter.\n"
+    )
+    assert not rewrite_worked_examples(page)
 
 
 def test_each_bound_is_the_parts_size_over_what_a_document_costs_it() -> None:
