@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import psycopg
 import pytest
 
 from docpipe.errors import ConflictError, InvalidRequestError, NotFoundError
@@ -278,6 +280,36 @@ def test_cancel_stops_pending_steps_once(db: Database) -> None:
     assert progress.status == "cancelled"
     assert [s.status for s in progress.steps] == ["done"] + ["cancelled"] * 3
     assert runs.claim_step(db, run.run_id, STEP1, owner="w", lease_s=30) is None
+
+
+def test_a_cancel_waits_for_a_claim_of_the_same_run_instead_of_deadlocking(
+    db: Database, database_url: str
+) -> None:
+    run = new_run(db)
+    with psycopg.connect(database_url) as claim, ThreadPoolExecutor(1) as pool:
+        # A worker's statement: the step row first, then the run row (claim_step's order).
+        claim.execute(
+            "UPDATE pipeline_step_result SET deliveries = deliveries"
+            " WHERE run_id = %s AND step = %s",
+            (run.run_id, STEP1),
+        )
+        cancelled = pool.submit(runs.cancel_run, db, TENANT, run.run_id)
+        wait_until(
+            lambda: (
+                scalar(
+                    db,
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                )
+                == 1
+            ),
+            timeout_s=10,
+        )
+        # Taking the run row now deadlocked when the cancel held it (the cancel's own order).
+        claim.execute("UPDATE pipeline_run SET updated_at = now() WHERE id = %s", (run.run_id,))
+        claim.commit()
+        assert cancelled.result(timeout=10)
+    assert runs.run_progress(db, TENANT, run.run_id).status == "cancelled"
 
 
 def test_a_run_past_its_deadline_is_not_claimed_and_expires(db: Database) -> None:

@@ -393,7 +393,9 @@ def abandon_step(db: Database, run_id: str, step: str, *, owner: str) -> None:
 
 def cancel_run(db: Database, tenant_id: str, run_id: str) -> bool:
     """Stop the run; False if it had already ended (or does not exist for this tenant)."""
-    return db.one("cancel_run", tenant_id=tenant_id, run_id=run_id) is not None
+    with db.transaction() as tx:
+        tx.all("lock_run_steps", tenant_id=tenant_id, run_id=run_id)
+        return tx.one("cancel_run", tenant_id=tenant_id, run_id=run_id) is not None
 
 
 def expire_run(db: Database, run_id: str) -> bool:
