@@ -178,6 +178,7 @@ KEYED = frozenset(
         "record_step_result",
         "fail_run",
         "abandon_step",
+        "lock_run_steps",
         "cancel_run",
         "expire_run",
         "restart_run",
