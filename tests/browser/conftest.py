@@ -89,9 +89,11 @@ def chromium_killed_if_stuck() -> Iterator[None]:
         timer.cancel()
 
 
-# Package scope, not session: Playwright's sync API keeps its event loop marked as running in
-# the main thread while it is open, and every asyncio.run() in the tests after would fail.
-@pytest.fixture(scope="package")
+# Module scope, not session: Playwright's sync API keeps its event loop marked as running in
+# the main thread while it is open, and every asyncio.run() in the tests after would fail. Not
+# package either: a Chromium that dies (fresh clone #3: gone after a test had passed, every
+# later page "closed") then fails the tests of its own module only; a launch costs about 1 s.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Browser]:
     executable = shutil.which("chromium")
     if executable is None:
