@@ -298,13 +298,14 @@ WHERE run_id = %(run_id)s AND step = %(step)s AND status = 'running'
   AND lease_owner = %(owner)s;
 
 -- name: lock_run_steps
--- A run's step rows, locked before its run row: the order in which the workers' statements
--- take them (claim_step, record_step_result: the step, then the run). Taken the other way, a
--- cancel and a claim of the same run deadlocked (schemathesis found it: extract, then cancel).
+-- A run's step rows, locked before its run row and in the pipeline's order: the order in
+-- which the workers' statements take them (claim_step: the step, then the run;
+-- record_step_result: the step, the run, then the next step). Taken the other way, a cancel
+-- and a claim of the same run deadlocked (schemathesis found it: extract, then cancel).
 SELECT s.step FROM pipeline_step_result s
 JOIN pipeline_run r ON r.id = s.run_id
 WHERE s.run_id = %(run_id)s AND r.tenant_id = %(tenant_id)s
-ORDER BY s.step
+ORDER BY s.step_index
 FOR UPDATE OF s;
 
 -- name: cancel_run
